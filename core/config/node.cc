@@ -1,0 +1,195 @@
+// Located YAML nodes and --set overrides.
+#include "core/config/node.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace aiacc::config {
+
+namespace {
+
+std::string mark_text(const std::string& file, const YAML::Mark& mark) {
+  if (mark.is_null() || mark.line < 0) return file;
+  return fmt::format("{}:{}:{}", file, mark.line + 1, mark.column + 1);
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string current;
+  for (char c : path) {
+    if (c == '.') {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  parts.push_back(current);
+  return parts;
+}
+
+}  // namespace
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+Document::Document(std::string name, YAML::Node root)
+    : info_(std::make_shared<Info>(Info{std::move(name), {}})), root_(std::move(root)) {
+  if (!root_.IsDefined() || root_.IsNull()) root_ = YAML::Node(YAML::NodeType::Map);
+}
+
+Document Document::from_string(const std::string& text, const std::string& name) {
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
+      throw ConfigError(fmt::format("{}: the top level must be a map of sections (job:, model:, ...)",
+                                    mark_text(name, root.Mark())));
+    }
+    return Document(name, root);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}: YAML syntax error: {}", mark_text(name, e.mark), e.msg));
+  }
+}
+
+Document Document::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot open the config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read the config file", path));
+  return from_string(text.str(), path);
+}
+
+void Document::apply_override(const std::string& assignment) {
+  const std::string shown = "--set " + assignment;
+  auto equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    throw ConfigError(fmt::format("{}: expected key.path=value", shown));
+  }
+  const std::string path = assignment.substr(0, equals);
+  const std::string text = assignment.substr(equals + 1);
+  auto parts = split_path(path);
+  for (const auto& part : parts) {
+    if (part.empty()) throw ConfigError(fmt::format("{}: empty key in '{}'", shown, path));
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(text);
+    if (!value.IsDefined()) value = YAML::Node(text);
+  } catch (const YAML::Exception&) {
+    value = YAML::Node(text);  // not YAML: take it as a plain string
+  }
+  // yaml-cpp nodes are handles: walk with copies that alias the tree and assign in place.
+  YAML::Node current = root_;
+  std::string walked;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked = join_path(walked, parts[i]);
+    YAML::Node next = current[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      current[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = current[parts[i]];
+    } else if (!next.IsMap()) {
+      throw ConfigError(fmt::format("{}: '{}' is not a section, so it has no key '{}'", shown,
+                                    walked, parts[i + 1]));
+    }
+    current.reset(next);
+  }
+  current[parts.back()] = value;
+  info_->overrides[path] = shown;
+}
+
+Node Document::root() const { return Node(info_, root_, ""); }
+const std::string& Document::name() const { return info_->name; }
+
+Node::Node(std::shared_ptr<const Document::Info> info, YAML::Node node, std::string path)
+    : info_(std::move(info)), node_(std::move(node)), path_(std::move(path)) {}
+
+bool Node::present() const { return info_ && node_.IsDefined() && !node_.IsNull(); }
+bool Node::is_map() const { return present() && node_.IsMap(); }
+bool Node::is_sequence() const { return present() && node_.IsSequence(); }
+bool Node::is_scalar() const { return present() && node_.IsScalar(); }
+
+std::string Node::scalar() const {
+  if (!is_scalar()) fail("expected a single value");
+  return node_.Scalar();
+}
+
+std::string Node::override_for(const std::string& path) const {
+  if (!info_) return {};
+  // The longest overridden prefix of `path` explains where the value came from.
+  std::string best;
+  for (const auto& [key, shown] : info_->overrides) {
+    if (path == key || (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
+                        path[key.size()] == '.')) {
+      if (best.empty() || key.size() > best.size()) best = key;
+    }
+  }
+  return best.empty() ? std::string() : info_->overrides.at(best);
+}
+
+std::string Node::where() const {
+  if (!info_) return "<config>";
+  std::string shown = override_for(path_);
+  if (!shown.empty()) return shown;
+  return node_.IsDefined() ? mark_text(info_->name, node_.Mark()) : info_->name;
+}
+
+std::string Node::where_key(const std::string& key) const {
+  std::string full = join_path(path_, key);
+  std::string shown = override_for(full);
+  if (!shown.empty()) return shown;
+  if (is_map()) {
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      if (it->first.IsScalar() && it->first.Scalar() == key) {
+        return mark_text(info_->name, it->first.Mark());
+      }
+    }
+  }
+  return where();
+}
+
+// Missing keys are represented by an Undefined node (present() false, no location).
+Node Node::child(const std::string& key) const {
+  if (is_map()) {
+    const YAML::Node& const_node = node_;
+    YAML::Node looked = const_node[key];
+    if (looked.IsDefined()) return Node(info_, looked, join_path(path_, key));
+  }
+  return Node(info_, YAML::Node(YAML::NodeType::Undefined), join_path(path_, key));
+}
+
+Node Node::element(std::size_t index) const {
+  std::string path = fmt::format("{}[{}]", path_, index);
+  if (is_sequence() && index < node_.size()) {
+    const YAML::Node& const_node = node_;
+    return Node(info_, const_node[index], path);
+  }
+  return Node(info_, YAML::Node(YAML::NodeType::Undefined), path);
+}
+
+std::size_t Node::size() const { return present() ? node_.size() : 0; }
+
+std::vector<std::string> Node::keys() const {
+  std::vector<std::string> result;
+  if (!is_map()) return result;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    result.push_back(it->first.IsScalar() ? it->first.Scalar() : std::string("<non-scalar key>"));
+  }
+  return result;
+}
+
+void Node::fail(const std::string& message) const {
+  throw ConfigError(fmt::format("{}: {}: {}", where(), path_.empty() ? "<top level>" : path_,
+                                message));
+}
+
+void Node::fail_key(const std::string& key, const std::string& message) const {
+  throw ConfigError(fmt::format("{}: {}: {}", where_key(key), join_path(path_, key), message));
+}
+
+}  // namespace aiacc::config

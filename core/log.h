@@ -1,0 +1,34 @@
+// Logging: one spdlog logger per subsystem ("trainer", "ring", "ps", "data", ...), each line
+// prefixed with the process's role and rank, levels set per subsystem from the config.
+// Thread-safe. Lines go to stderr (and to a file once log::add_file is called).
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace aiacc::log {
+
+struct LogOptions {
+  std::string level = "info";                  // default level for every subsystem
+  std::map<std::string, std::string> levels;   // per-subsystem overrides, e.g. {ring: debug}
+};
+
+// Sets the prefix shown on every line, e.g. "worker 3" or "launcher". Thread-safe.
+void set_role(const std::string& role);
+
+// Applies levels; throws ConfigError naming the bad level string.
+void configure(const LogOptions& options);
+
+// Also writes every subsequent line to `path` (appending).
+void add_file(const std::string& path);
+
+// The logger for `subsystem`, created on first use with the configured level.
+std::shared_ptr<spdlog::logger> get(const std::string& subsystem);
+
+// Parses "trace|debug|info|warn|error|off"; throws ConfigError otherwise.
+spdlog::level::level_enum parse_level(const std::string& text);
+
+}  // namespace aiacc::log

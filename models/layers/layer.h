@@ -1,0 +1,29 @@
+// A differentiable operation with its parameters, the unit models are built from.
+// Contract:
+//  - forward() caches what backward() needs; call backward() at most once per forward().
+//  - backward() OVERWRITES (not accumulates) each parameter's gradient, then calls that
+//    parameter's grad_ready() exactly once, so communication can start while earlier layers
+//    are still differentiating (shared/DESIGN.md §3).
+//  - Tensors are f32 in training; f64 is supported by every layer for gradient checks.
+// Not thread-safe: one layer instance belongs to one training thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/parameter.h"
+#include "core/tensor.h"
+
+namespace aiacc::models {
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual Tensor forward(const Tensor& input, bool training) = 0;
+  // Returns dL/dinput, or an undefined Tensor when `need_input_grad` is false (first layer).
+  virtual Tensor backward(const Tensor& grad_output, bool need_input_grad = true) = 0;
+  virtual std::vector<Parameter*> parameters() { return {}; }
+  virtual std::string name() const = 0;
+};
+
+}  // namespace aiacc::models

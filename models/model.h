@@ -1,0 +1,67 @@
+// The Model interface and its registry: the extension point for users. A model owns its layers
+// and loss, exposes its Parameters, and fires each parameter's grad_ready() during backward.
+//
+// Adding a model (in models/ or in a file of your own linked into the program):
+//   class MyNet : public aiacc::models::Model {
+//    public:
+//     struct Options { int hidden = 64;
+//       template <class V> void visit(V& v) { v.field("hidden", hidden, "hidden units"); } };
+//     MyNet(const Options& options, const aiacc::models::ModelContext& context);
+//     ...
+//   };
+//   AIACC_REGISTER_MODEL("my_net", MyNet);
+// and select it with `model: {type: my_net, my_net: {hidden: 128}}`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/batch.h"
+#include "core/parameter.h"
+#include "core/registry.h"
+#include "core/tensor.h"
+
+namespace aiacc::models {
+
+// What a model is built for.
+struct ModelContext {
+  InputSpec input;
+  std::uint64_t seed = 0;     // parameter initialisation seed (same on every rank)
+  DType dtype = DType::f32;   // f64 for gradient checks of whole models
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // All trainable parameters, in forward order (backward fires them in roughly reverse order).
+  virtual std::vector<Parameter*> parameters() = 0;
+
+  // Runs the forward pass and the loss; returns the mean loss over the batch. Caches what
+  // backward() needs. `training` selects batch-norm statistics, dropout, etc.
+  virtual double forward(const Batch& batch, bool training) = 0;
+
+  // The model's outputs of the last forward(): logits [N, classes] for classification, [N]
+  // logits for binary tasks.
+  virtual Tensor outputs() const = 0;
+
+  // Differentiates the last forward()'s mean loss; overwrites every parameter's gradient and
+  // fires its grad_ready() once.
+  virtual void backward() = 0;
+
+  // Non-trainable state that checkpoints must hold (batch-norm running statistics, ...),
+  // as named tensors.
+  virtual std::vector<std::pair<std::string, Tensor>> buffers() { return {}; }
+};
+
+using ModelRegistry = Registry<Model, const ModelContext&>;
+
+// The registry of every model type linked into the program (a function-local static).
+ModelRegistry& model_registry();
+
+}  // namespace aiacc::models
+
+#define AIACC_REGISTER_MODEL(name, Class) \
+  AIACC_REGISTER(::aiacc::models::model_registry(), name, Class)

@@ -1,0 +1,76 @@
+// Tensors: shapes, views sharing storage, dtype conversion (fp16/bf16 rounding), rebind.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace aiacc {
+namespace {
+
+TEST(Tensor, ShapeAndViewsShareStorage) {
+  Tensor t = Tensor::zeros({4, 3});
+  EXPECT_EQ(t.numel(), 12);
+  EXPECT_EQ(t.shape().str(), "[4, 3]");
+  Tensor middle = t.rows(1, 3);
+  EXPECT_EQ(middle.shape(), (Shape{2, 3}));
+  middle.fill(2.0);
+  auto all = t.to_vector<float>();
+  EXPECT_EQ(all[2], 0.0f);
+  EXPECT_EQ(all[3], 2.0f);
+  EXPECT_EQ(all[8], 2.0f);
+  EXPECT_EQ(all[9], 0.0f);
+  Tensor flat = middle.reshape({6});
+  flat.data<float>()[5] = 7.0f;
+  EXPECT_EQ(t.data<float>()[8], 7.0f);
+  EXPECT_THROW(t.reshape({5}), InternalError);
+  EXPECT_THROW(t.data<double>(), InternalError);
+  EXPECT_THROW(t.rows(3, 5), InternalError);
+}
+
+TEST(Tensor, CloneIsDeep) {
+  Tensor t = Tensor::full({3}, 1.5);
+  Tensor c = t.clone();
+  c.fill(0.0);
+  EXPECT_EQ(t.data<float>()[0], 1.5f);
+}
+
+TEST(Tensor, HalfConversionRoundsToNearestEven) {
+  // 1 + 2^-11 is a tie between 1 and 1 + 2^-10: even mantissa (1) wins.
+  EXPECT_EQ(to_float(to_half(1.0f + 0x1.0p-11f)), 1.0f);
+  EXPECT_EQ(to_float(to_half(1.0f + 3 * 0x1.0p-11f)), 1.0f + 0x1.0p-9f);
+  EXPECT_EQ(to_float(to_half(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(to_float(to_half(70000.0f))));
+  EXPECT_EQ(to_float(to_half(0x1.0p-24f)), 0x1.0p-24f);  // smallest subnormal
+  EXPECT_EQ(to_float(to_half(0x1.0p-26f)), 0.0f);
+  EXPECT_TRUE(std::isnan(to_float(to_half(NAN))));
+  // Exhaustive: every finite half round-trips through float.
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    Half h{static_cast<std::uint16_t>(bits)};
+    float f = to_float(h);
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(to_half(f).bits, h.bits) << "bits " << bits;
+  }
+}
+
+TEST(Tensor, BFloat16ConversionRoundsToNearestEven) {
+  EXPECT_EQ(to_float(to_bf16(1.0f + 0x1.0p-8f)), 1.0f);
+  EXPECT_EQ(to_float(to_bf16(1.0f + 3 * 0x1.0p-8f)), 1.0f + 0x1.0p-6f);
+  Tensor t = Tensor::from_vector<float>({1.0f, -2.5f, 3.140625f}, {3});
+  auto back = t.to(DType::bf16).to(DType::f32).to_vector<float>();
+  EXPECT_EQ(back, (std::vector<float>{1.0f, -2.5f, 3.140625f}));
+}
+
+TEST(Tensor, RebindMovesContentsIntoView) {
+  Tensor flat = Tensor::zeros({10});
+  Tensor grad = Tensor::full({2, 2}, 3.0);
+  grad.rebind(flat.rows(4, 8).reshape({2, 2}));
+  EXPECT_EQ(flat.data<float>()[4], 3.0f);
+  EXPECT_EQ(flat.data<float>()[7], 3.0f);
+  grad.data<float>()[0] = 9.0f;
+  EXPECT_EQ(flat.data<float>()[4], 9.0f);
+}
+
+}  // namespace
+}  // namespace aiacc
