@@ -1,0 +1,1 @@
+// Dense kernel benchmarks: GEMM (linear), conv2d forward and backward.

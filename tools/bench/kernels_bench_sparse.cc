@@ -1,0 +1,1 @@
+// Sparse and other kernel benchmarks: embedding-bag forward and backward.
