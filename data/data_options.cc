@@ -1,0 +1,28 @@
+// Builders from the `data:` section.
+#include "data/data_options.h"
+
+namespace aiacc::data {
+
+std::unique_ptr<Dataset> make_dataset(const DatasetOptions& options, const DatasetContext& context) {
+  return dataset_registry().create(options.type, options.options.block(options.type), context);
+}
+
+LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed) {
+  LoaderOptions loader;
+  loader.batch_size = options.batch_size;
+  loader.prefetch_batches = options.prefetch_batches;
+  loader.timeout_s = options.timeout_s;
+  loader.seed = seed;
+  if (training) {
+    loader.shuffle = options.shuffle;
+    loader.drop_last = options.drop_last;
+    loader.augment = options.augment;
+  } else {
+    loader.shuffle = false;
+    loader.drop_last = false;
+    loader.augment = AugmentOptions{};
+  }
+  return loader;
+}
+
+}  // namespace aiacc::data

@@ -1,0 +1,71 @@
+// The job's `data:` section: which dataset each split reads, batching, shuffling, prefetching
+// and augmentation; and the two functions the trainer builds data from.
+//
+//   data:
+//     batch_size: 64
+//     train: {type: idx_images, idx_images: {limit: 1000}}
+//     test: {type: idx_images}
+//     augment: {random_crop_padding: 4, horizontal_flip: true}
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/config/schema.h"
+#include "data/augment.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+
+namespace aiacc::data {
+
+// One split's dataset: `type` names a registered dataset, `<type>:` holds its options.
+struct DatasetOptions {
+  std::string type = "idx_images";
+  config::TypedBlocks options;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("type", type, "dataset type (a registered name)", dataset_registry().name_check());
+    v.blocks(dataset_registry(), type, options, "options of each dataset type");
+  }
+};
+
+struct DataOptions {
+  std::int64_t batch_size = 64;
+  bool shuffle = true;
+  bool drop_last = true;
+  std::int64_t prefetch_batches = 4;
+  double timeout_s = 600;
+  DatasetOptions train;
+  DatasetOptions test;
+  AugmentOptions augment;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("batch_size", batch_size, "examples per batch on each worker (global batch = "
+            "batch_size x workers)", config::in_range<std::int64_t>(1, 1 << 20));
+    v.field("shuffle", shuffle, "reshuffle the training set every epoch (from the seed and epoch)");
+    v.field("drop_last", drop_last, "training skips the incomplete last batch so every worker "
+            "runs the same number of steps");
+    v.field("prefetch_batches", prefetch_batches, "batches read ahead in the background per loader",
+            config::in_range<std::int64_t>(1, 1024));
+    v.field("timeout_s", timeout_s, "seconds to wait for a batch before failing (stalled storage)",
+            config::greater_than(0.0));
+    v.field("train", train, "the training split's dataset");
+    v.field("test", test, "the evaluation split's dataset");
+    v.field("augment", augment, "augmentation of training image batches (never applied to test)");
+  }
+};
+
+// Builds the dataset `options` selects for `context` (split and seed). Throws ConfigError for
+// an unknown type or bad options, DataError for bad data files.
+std::unique_ptr<Dataset> make_dataset(const DatasetOptions& options, const DatasetContext& context);
+
+// Loader settings for one split. Training: data.shuffle, data.drop_last and data.augment.
+// Evaluation (training == false): in order, no augmentation, no dropped examples, so every
+// test example is scored exactly once across workers; workers may then run different numbers of
+// batches (by at most one), so evaluation metrics are summed across workers after the loop.
+LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed);
+
+}  // namespace aiacc::data

@@ -1,0 +1,61 @@
+// The Dataset interface and its registry: a dataset is a random-access set of examples that
+// fills Batches (core/batch.h) for the loader. Built-in datasets register themselves:
+//   class MyData : public aiacc::data::Dataset {
+//    public:
+//     struct Options { int64_t size = 100;
+//       template <class V> void visit(V& v) { v.field("size", size, "examples"); } };
+//     MyData(const Options& options, const aiacc::data::DatasetContext& context);
+//     ...
+//   };
+//   AIACC_REGISTER_DATASET("my_data", MyData);
+// and a job selects it with `data: {train: {type: my_data, my_data: {size: 1000}}}`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/batch.h"
+#include "core/registry.h"
+
+namespace aiacc::data {
+
+// What a dataset is built for: which split, and the seed of anything it generates.
+struct DatasetContext {
+  std::string split = "train";  // "train" or "test"
+  std::uint64_t seed = 0;       // synthetic data and anything random in the dataset
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+
+  // One example as a model sees it (shape [C, H, W] for images, task, number of classes).
+  virtual InputSpec spec() const = 0;
+
+  // Number of examples; indices passed to read() lie in [0, size()).
+  virtual std::int64_t size() const = 0;
+
+  // Fills `batch` with the examples `indices`, in that order: (re)allocates batch.inputs as
+  // [n, ...spec().example_shape] f32 and batch.labels as [n] (i64 class ids for classification).
+  // Throws DataError for bad data (naming the file and record) and InternalError for an index
+  // out of range. Thread-safety: the built-in datasets are immutable after construction, so
+  // read() may be called concurrently from several threads; the Loader calls it from its one
+  // background thread. A dataset with mutable state must document its own rules.
+  virtual void read(std::span<const std::int64_t> indices, Batch& batch) = 0;
+};
+
+using DatasetRegistry = Registry<Dataset, const DatasetContext&>;
+
+// Every dataset type linked into the program (a function-local static; built-ins register
+// at static-initialisation time, so data_dep is linked whole).
+DatasetRegistry& dataset_registry();
+
+// Throws ConfigError unless `context.split` is "train" or "test"; `dataset` names the type.
+void check_split(const DatasetContext& context, const std::string& dataset);
+
+}  // namespace aiacc::data
+
+#define AIACC_REGISTER_DATASET(name, Class) \
+  AIACC_REGISTER(::aiacc::data::dataset_registry(), name, Class)

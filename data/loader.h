@@ -1,0 +1,91 @@
+// The prefetching data loader: a background thread reads this rank's batches of an epoch from a
+// Dataset (shuffled and sharded by ShardSampler, augmented when asked) into a bounded queue;
+// the training loop takes them with next().
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/batch.h"
+#include "data/augment.h"
+#include "data/dataset.h"
+#include "data/shard_sampler.h"
+
+namespace aiacc::data {
+
+struct LoaderOptions {
+  std::int64_t batch_size = 64;       // examples per batch on this rank
+  bool shuffle = true;                // a new order every epoch (from seed and epoch)
+  bool drop_last = true;              // equal full batches on every rank (see ShardSampler)
+  std::int64_t prefetch_batches = 4;  // queue depth: batches read ahead of the consumer
+  std::uint64_t seed = 0;             // shuffling and augmentation; the same on every rank
+  AugmentOptions augment;             // image batches only; leave off for evaluation
+  double timeout_s = 600;             // next() gives up (TimeoutError) after this long
+};
+
+// Where the consumer stands: the next batch next() returns is `batch` of `epoch`. A checkpoint
+// stores it; start_epoch(epoch, batch) resumes there. batch == batches_per_epoch() means the
+// epoch is complete (resume with the next epoch).
+struct LoaderPosition {
+  std::int64_t epoch = 0;
+  std::int64_t batch = 0;
+};
+
+class Loader {
+ public:
+  // `dataset` must outlive the loader. Nothing is read until start_epoch(). Throws
+  // InternalError for bad options (batch_size, prefetch_batches or timeout_s not positive, rank
+  // outside [0, world_size)) and ConfigError when augmentation is asked for non-image data.
+  Loader(Dataset& dataset, const LoaderOptions& options, int rank, int world_size);
+
+  // Stops the background thread and joins it. Never throws; waits at most for the one
+  // Dataset::read() in flight.
+  ~Loader();
+
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Begins reading `epoch` from batch `first_batch` (0: the start; up to batches_per_epoch()),
+  // abandoning whatever remains of the previous epoch. Returns at once; reading happens in the
+  // background. Throws InternalError for a negative epoch or first_batch out of range.
+  void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
+
+  // The next batch of the current epoch, or nullopt once the epoch is exhausted. Blocks until
+  // the background thread has one. An exception thrown while reading (a DataError, ...) is
+  // rethrown here, after the batches read before it, and again on every later call until
+  // start_epoch(). Throws TimeoutError when no batch arrives within timeout_s, InternalError
+  // before the first start_epoch(). Call from one thread.
+  std::optional<Batch> next();
+
+  // Batches next() yields per epoch on this rank (equal on every rank with drop_last).
+  std::int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+
+  // Thread-safe.
+  LoaderPosition position() const;
+
+ private:
+  void produce(std::int64_t epoch, std::int64_t first_batch);
+  void stop_producer() noexcept;
+
+  Dataset& dataset_;
+  LoaderOptions options_;
+  ShardSampler sampler_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable not_empty_;  // the consumer waits: a batch, the end, or an error
+  std::condition_variable not_full_;   // the producer waits: room in the queue, or stop
+  std::deque<Batch> queue_;
+  bool stop_ = false;                  // asks the producer to return
+  bool done_ = false;                  // the producer has finished the epoch (or failed)
+  std::exception_ptr error_;
+  bool started_ = false;
+  LoaderPosition position_;
+  std::thread producer_;
+};
+
+}  // namespace aiacc::data
