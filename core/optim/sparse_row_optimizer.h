@@ -1,0 +1,43 @@
+// SparseRowOptimizer: the update rule a parameter server applies to one embedding row at a time.
+// A server keeps [value (dim floats) | state (state_floats(dim) floats)] contiguously per row; the
+// state layout per type is (planes of dim floats, then scalars):
+//   sgd      momentum 0: nothing;  momentum > 0: [momentum | row_step]
+//   adagrad  [sum]
+//   adam(w)  [exp_avg | exp_avg_sq | row_step]   (lazy Adam: bias correction by the row's step)
+//   ftrl     [z | n]
+// row_step counts the updates of that row, stored as a float: exact up to 2^24, where it stops
+// growing (by then every bias correction 1 - beta^t is 1 in double anyway).
+#pragma once
+
+#include "core/optim/detail/rules_from_options.h"
+#include "core/optim/optimizer_options.h"
+
+namespace aiacc::optim {
+
+class SparseRowOptimizer {
+ public:
+  // Throws ConfigError naming optimizer.type for lars and lamb (layer-wise rules need the whole
+  // table) and for unknown types.
+  explicit SparseRowOptimizer(const OptimizerOptions& options);
+
+  // Floats of optimiser state per row of `dim` weights.
+  int state_floats(int dim) const;
+
+  // Writes a fresh row's state (zeros; adagrad's sum at initial_accumulator) into
+  // state[0, state_floats(dim)).
+  void init_state(float* state, int dim) const;
+
+  // Applies one update with the row's aggregated gradient `grad` [dim] and learning rate `lr`
+  // (already scheduled by the caller) to value [dim] and state [state_floats(dim)], in place.
+  // Weight decay, if configured, applies to the touched row only. Const and free of shared
+  // state: safe to call concurrently on distinct rows.
+  void update_row(float* value, float* state, const float* grad, int dim, double lr) const;
+
+  const std::string& type() const { return options_.type; }
+
+ private:
+  OptimizerOptions options_;
+  detail::RuleType type_;
+};
+
+}  // namespace aiacc::optim
