@@ -1,0 +1,269 @@
+// Conv2d kernels: im2col + Eigen GEMM, parallel over the batch (see conv2d.h for the plan).
+#include "core/kernels/conv2d.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "core/check.h"
+#include "core/kernels/gemm.h"
+
+namespace aiacc::kernels {
+
+bool Conv2dGeometry::is_pointwise() const {
+  return kernel_h == 1 && kernel_w == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 &&
+         pad_w == 0;
+}
+
+void Conv2dGeometry::validate() const {
+  AIACC_CHECK(batch >= 0 && in_channels > 0 && height > 0 && width > 0 && out_channels > 0 &&
+                  kernel_h > 0 && kernel_w > 0 && stride_h > 0 && stride_w > 0 && pad_h >= 0 &&
+                  pad_w >= 0,
+              "invalid conv2d geometry {}", str());
+  AIACC_CHECK(height + 2 * pad_h >= kernel_h && width + 2 * pad_w >= kernel_w,
+              "conv2d kernel is larger than the padded input: {}", str());
+}
+
+std::string Conv2dGeometry::str() const {
+  return fmt::format("N={} C={} H={} W={} O={} K={}x{} s={}x{} p={}x{}", batch, in_channels, height,
+                     width, out_channels, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
+}
+
+namespace {
+
+// Output columns ow whose input column iw = ow * stride - pad + kj lies inside [0, width):
+// the half-open range [lo, hi). Computing it once per kernel column keeps bounds checks out of
+// the copy loops, which then vectorise (and become memcpy for stride 1).
+struct ColumnRange {
+  std::int64_t lo, hi;
+};
+ColumnRange valid_columns(const Conv2dGeometry& g, std::int64_t kj) {
+  const std::int64_t out_w = g.out_width();
+  auto ceil_div = [](std::int64_t a, std::int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; };
+  const std::int64_t lo = std::min(out_w, ceil_div(g.pad_w - kj, g.stride_w));
+  const std::int64_t hi = std::min(out_w, ceil_div(g.width + g.pad_w - kj, g.stride_w));
+  return {lo, std::max(lo, hi)};
+}
+
+// col [K, P] <- patches of one image x [C, H, W]; row (c, ki, kj), column (oh, ow) holds
+// x[c, oh*sh - ph + ki, ow*sw - pw + kj], or 0 in the padding.
+template <class T>
+void im2col(const Conv2dGeometry& g, const T* x, T* col) {
+  const std::int64_t out_h = g.out_height(), out_w = g.out_width(), plane = out_h * out_w;
+  for (std::int64_t c = 0; c < g.in_channels; ++c) {
+    for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      for (std::int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        T* row = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * plane;
+        const auto [lo, hi] = valid_columns(g, kj);
+        for (std::int64_t oh = 0; oh < out_h; ++oh) {
+          T* out = row + oh * out_w;
+          const std::int64_t ih = oh * g.stride_h - g.pad_h + ki;
+          if (ih < 0 || ih >= g.height) {
+            std::fill(out, out + out_w, T(0));
+            continue;
+          }
+          // Index of x[c, ih, ow*sw - pw + kj] is base + ow*sw (valid for ow in [lo, hi)).
+          const std::int64_t base = (c * g.height + ih) * g.width - g.pad_w + kj;
+          std::fill(out, out + lo, T(0));
+          if (g.stride_w == 1) {
+            std::copy(x + base + lo, x + base + hi, out + lo);
+          } else {
+            for (std::int64_t ow = lo; ow < hi; ++ow) out[ow] = x[base + ow * g.stride_w];
+          }
+          std::fill(out + hi, out + out_w, T(0));
+        }
+      }
+    }
+  }
+}
+
+// dx [C, H, W] <- the adjoint of im2col: every column entry is added back to the input pixel it
+// was copied from (padding entries are dropped). dx is overwritten.
+template <class T>
+void col2im(const Conv2dGeometry& g, const T* col, T* dx) {
+  const std::int64_t out_h = g.out_height(), out_w = g.out_width(), plane = out_h * out_w;
+  std::fill(dx, dx + g.in_channels * g.height * g.width, T(0));
+  for (std::int64_t c = 0; c < g.in_channels; ++c) {
+    for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      for (std::int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        const T* row = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * plane;
+        const auto [lo, hi] = valid_columns(g, kj);
+        for (std::int64_t oh = 0; oh < out_h; ++oh) {
+          const std::int64_t ih = oh * g.stride_h - g.pad_h + ki;
+          if (ih < 0 || ih >= g.height) continue;
+          const T* in = row + oh * out_w;
+          const std::int64_t base = (c * g.height + ih) * g.width - g.pad_w + kj;
+          if (g.stride_w == 1) {
+            for (std::int64_t ow = lo; ow < hi; ++ow) dx[base + ow] += in[ow];
+          } else {
+            for (std::int64_t ow = lo; ow < hi; ++ow) dx[base + ow * g.stride_w] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// How the batch is processed: split across `slots` OpenMP threads (each with its own workspace
+// slot and single-threaded GEMMs), or image by image with one slot and multi-threaded GEMMs.
+// Splitting the batch wins when every thread gets an image: im2col and col2im then run in
+// parallel too, and no GEMM is too small to split well. Tiny convolutions stay on one thread:
+// waking a team costs more than they do (and much more on an oversubscribed machine).
+struct BatchPlan {
+  bool parallel;
+  int slots;
+};
+
+constexpr double kMinParallelMacs = 1 << 18;
+
+BatchPlan plan_batch(const Conv2dGeometry& g) {
+  const int threads = omp_get_max_threads();
+  const double macs = static_cast<double>(g.output_numel()) * static_cast<double>(g.in_channels) *
+                      static_cast<double>(g.kernel_h * g.kernel_w);
+  const bool parallel = threads > 1 && g.batch >= threads && macs >= kMinParallelMacs;
+  return {parallel, parallel ? threads : 1};
+}
+
+// Calls fn(n, slot) for every image n; calls with the same slot never run concurrently.
+template <class Fn>
+void for_each_image(const BatchPlan& plan, std::int64_t batch, const Fn& fn) {
+  if (!plan.parallel) {
+    for (std::int64_t n = 0; n < batch; ++n) fn(n, 0);
+    return;
+  }
+#pragma omp parallel num_threads(plan.slots)
+  {
+    const int slot = omp_get_thread_num();
+#pragma omp for schedule(static)
+    for (std::int64_t n = 0; n < batch; ++n) fn(n, slot);
+  }
+}
+
+// Uninitialised scratch memory (per call, never per image): im2col overwrites every element.
+template <class T>
+std::unique_ptr<T[]> workspace(std::int64_t count) {
+  return std::make_unique_for_overwrite<T[]>(
+      static_cast<std::size_t>(std::max<std::int64_t>(count, 1)));
+}
+
+}  // namespace
+
+template <class T>
+void conv2d_forward(const Conv2dGeometry& g, const T* x, const T* w, const T* b, T* y) {
+  g.validate();
+  const std::int64_t k = g.in_channels * g.kernel_h * g.kernel_w;
+  const std::int64_t p = g.out_height() * g.out_width();
+  const std::int64_t in_image = g.in_channels * g.height * g.width, out_image = g.out_channels * p;
+  const bool pointwise = g.is_pointwise();
+  const BatchPlan plan = plan_batch(g);
+  auto cols = workspace<T>(pointwise ? 0 : plan.slots * k * p);
+  for_each_image(plan, g.batch, [&](std::int64_t n, int slot) {
+    const T* x_n = x + n * in_image;
+    T* y_n = y + n * out_image;
+    // A pointwise convolution's image [C, H*W] already is its column matrix.
+    const T* col = x_n;
+    if (!pointwise) {
+      T* own = cols.get() + slot * k * p;
+      im2col(g, x_n, own);
+      col = own;
+    }
+    if (b != nullptr) {
+      for (std::int64_t o = 0; o < g.out_channels; ++o) std::fill_n(y_n + o * p, p, b[o]);
+    }
+    // y_n [O, P] = w [O, K] * col [K, P] (+ the bias already in y_n)
+    gemm<T>(Trans::no, Trans::no, g.out_channels, p, k, T(1), w, col, b != nullptr ? T(1) : T(0),
+            y_n);
+  });
+}
+
+template <class T>
+void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* dy, T* dx) {
+  g.validate();
+  const std::int64_t k = g.in_channels * g.kernel_h * g.kernel_w;
+  const std::int64_t p = g.out_height() * g.out_width();
+  const std::int64_t in_image = g.in_channels * g.height * g.width, out_image = g.out_channels * p;
+  const bool pointwise = g.is_pointwise();
+  const BatchPlan plan = plan_batch(g);
+  auto cols = workspace<T>(pointwise ? 0 : plan.slots * k * p);
+  for_each_image(plan, g.batch, [&](std::int64_t n, int slot) {
+    const T* dy_n = dy + n * out_image;
+    T* dx_n = dx + n * in_image;
+    if (pointwise) {
+      // dx_n [C, H*W] = w^T [C, O] * dy_n [O, P]
+      gemm<T>(Trans::yes, Trans::no, k, p, g.out_channels, T(1), w, dy_n, T(0), dx_n);
+      return;
+    }
+    // dcol [K, P] = w^T [K, O] * dy_n [O, P], then scatter-add the patches back.
+    T* dcol = cols.get() + slot * k * p;
+    gemm<T>(Trans::yes, Trans::no, k, p, g.out_channels, T(1), w, dy_n, T(0), dcol);
+    col2im(g, dcol, dx_n);
+  });
+}
+
+template <class T>
+void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* dy, T* dw) {
+  g.validate();
+  const std::int64_t k = g.in_channels * g.kernel_h * g.kernel_w;
+  const std::int64_t p = g.out_height() * g.out_width();
+  const std::int64_t in_image = g.in_channels * g.height * g.width, out_image = g.out_channels * p;
+  const std::int64_t weights = g.out_channels * k;
+  const bool pointwise = g.is_pointwise();
+  const BatchPlan plan = plan_batch(g);
+  auto cols = workspace<T>(pointwise ? 0 : plan.slots * k * p);
+  // Threads sum their images into private partials (no races, no atomics), reduced below in
+  // slot order so the result does not depend on scheduling.
+  auto partials = workspace<T>(plan.parallel ? plan.slots * weights : 0);
+  T* sums = plan.parallel ? partials.get() : dw;
+  std::fill_n(sums, plan.slots * weights, T(0));
+  for_each_image(plan, g.batch, [&](std::int64_t n, int slot) {
+    const T* x_n = x + n * in_image;
+    const T* col = x_n;
+    if (!pointwise) {
+      T* own = cols.get() + slot * k * p;
+      im2col(g, x_n, own);
+      col = own;
+    }
+    // sums[slot] [O, K] += dy_n [O, P] * col^T [P, K]
+    gemm<T>(Trans::no, Trans::yes, g.out_channels, k, p, T(1), dy + n * out_image, col, T(1),
+            sums + slot * weights);
+  });
+  if (!plan.parallel) return;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < weights; ++i) {
+    T total = partials[i];
+    for (int s = 1; s < plan.slots; ++s) total += partials[s * weights + i];
+    dw[i] = total;
+  }
+}
+
+template <class T>
+void conv2d_backward_bias(const Conv2dGeometry& g, const T* dy, T* db) {
+  g.validate();
+  const std::int64_t p = g.out_height() * g.out_width();
+#pragma omp parallel for schedule(static) if (g.batch * g.out_channels * p >= 1 << 15)
+  for (std::int64_t o = 0; o < g.out_channels; ++o) {
+    double total = 0;
+    for (std::int64_t n = 0; n < g.batch; ++n) {
+      const T* row = dy + (n * g.out_channels + o) * p;
+      double partial = 0;
+      // An explicit SIMD reduction: the one place we allow reassociation of the sum.
+#pragma omp simd reduction(+ : partial)
+      for (std::int64_t i = 0; i < p; ++i) partial += static_cast<double>(row[i]);
+      total += partial;
+    }
+    db[o] = static_cast<T>(total);
+  }
+}
+
+#define AIACC_INSTANTIATE_CONV2D(T)                                                         \
+  template void conv2d_forward<T>(const Conv2dGeometry&, const T*, const T*, const T*, T*); \
+  template void conv2d_backward_data<T>(const Conv2dGeometry&, const T*, const T*, T*);     \
+  template void conv2d_backward_weight<T>(const Conv2dGeometry&, const T*, const T*, T*);   \
+  template void conv2d_backward_bias<T>(const Conv2dGeometry&, const T*, T*);
+AIACC_INSTANTIATE_CONV2D(float)
+AIACC_INSTANTIATE_CONV2D(double)
+#undef AIACC_INSTANTIATE_CONV2D
+
+}  // namespace aiacc::kernels

@@ -1,0 +1,41 @@
+// ReLU layer: shape checks and dtype dispatch around core/kernels/activation.
+#include "models/layers/activation.h"
+
+#include "core/check.h"
+#include "core/kernels/activation.h"
+
+namespace aiacc::models {
+
+Tensor ReLU::forward(const Tensor& input, bool /*training*/) {
+  AIACC_CHECK(
+      (input.dtype() == DType::f32 || input.dtype() == DType::f64) && input.device().is_cpu(),
+      "{}: input {} is {} on {} (need f32 or f64 on cpu)", name_, input.shape().str(),
+      dtype_name(input.dtype()), input.device().str());
+  output_ = Tensor::empty(input.shape(), input.dtype());
+  if (input.dtype() == DType::f64) {
+    kernels::relu_forward<double>(input.numel(), input.data<double>(), output_.data<double>());
+  } else {
+    kernels::relu_forward<float>(input.numel(), input.data<float>(), output_.data<float>());
+  }
+  return output_;
+}
+
+Tensor ReLU::backward(const Tensor& grad_output, bool need_input_grad) {
+  AIACC_CHECK(output_.defined(), "{}: backward() without a forward()", name_);
+  AIACC_CHECK(grad_output.shape() == output_.shape() && grad_output.dtype() == output_.dtype(),
+              "{}: expected grad_output {} {}, got {} {}", name_, output_.shape().str(),
+              dtype_name(output_.dtype()), grad_output.shape().str(),
+              dtype_name(grad_output.dtype()));
+  if (!need_input_grad) return {};
+  Tensor grad_input = Tensor::empty(output_.shape(), output_.dtype());
+  if (output_.dtype() == DType::f64) {
+    kernels::relu_backward<double>(output_.numel(), output_.data<double>(),
+                                   grad_output.data<double>(), grad_input.data<double>());
+  } else {
+    kernels::relu_backward<float>(output_.numel(), output_.data<float>(), grad_output.data<float>(),
+                                  grad_input.data<float>());
+  }
+  return grad_input;
+}
+
+}  // namespace aiacc::models

@@ -1,0 +1,97 @@
+// Linear layer: shape checks, dtype dispatch and parameter bookkeeping around
+// core/kernels/linear.
+#include "models/layers/linear.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/kernels/linear.h"
+#include "core/util/random.h"
+
+namespace aiacc::models {
+namespace {
+
+Tensor uniform_tensor(const Shape& shape, DType dtype, double bound, Rng& rng) {
+  Tensor t = Tensor::empty(shape, DType::f64);
+  for (double& v : t.span<double>()) v = rng.uniform(-bound, bound);
+  return dtype == DType::f64 ? t : t.to(dtype);
+}
+
+}  // namespace
+
+Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias,
+               std::uint64_t seed, DType dtype)
+    : name_(std::move(name)), in_features_(in_features), out_features_(out_features) {
+  AIACC_CHECK(in_features > 0 && out_features > 0, "{}: linear layer with {} -> {} features", name_,
+              in_features, out_features);
+  AIACC_CHECK(dtype == DType::f32 || dtype == DType::f64, "{}: linear layer dtype {} (f32 or f64)",
+              name_, dtype_name(dtype));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  // Separate streams keep the weight identical whether or not the layer has a bias.
+  Rng weight_rng(seed, 0);
+  weight_ = std::make_unique<Parameter>(
+      name_ + ".weight",
+      uniform_tensor(Shape{out_features, in_features}, dtype, bound, weight_rng));
+  if (bias) {
+    Rng bias_rng(seed, 1);
+    bias_ = std::make_unique<Parameter>(
+        name_ + ".bias", uniform_tensor(Shape{out_features}, dtype, bound, bias_rng));
+    bias_->set_decays(false);
+  }
+}
+
+std::vector<Parameter*> Linear::parameters() {
+  if (bias_) return {weight_.get(), bias_.get()};
+  return {weight_.get()};
+}
+
+Tensor Linear::forward(const Tensor& input, bool /*training*/) {
+  AIACC_CHECK(input.rank() == 2 && input.dim(1) == in_features_,
+              "{}: expected input [N, {}], got {}", name_, in_features_, input.shape().str());
+  AIACC_CHECK(input.dtype() == weight_->value().dtype() && input.device().is_cpu(),
+              "{}: input is {} on {}, the layer is {} on cpu", name_, dtype_name(input.dtype()),
+              input.device().str(), dtype_name(weight_->value().dtype()));
+  input_ = input;
+  return input.dtype() == DType::f64 ? forward_typed<double>(input) : forward_typed<float>(input);
+}
+
+template <class T>
+Tensor Linear::forward_typed(const Tensor& input) {
+  const kernels::LinearGeometry g{input.dim(0), in_features_, out_features_};
+  Tensor output = Tensor::empty(Shape{g.batch, out_features_}, input.dtype());
+  kernels::linear_forward<T>(g, input.data<T>(), weight_->value().data<T>(),
+                             bias_ ? bias_->value().data<T>() : nullptr, output.data<T>());
+  return output;
+}
+
+Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
+  AIACC_CHECK(input_.defined(), "{}: backward() without a forward()", name_);
+  AIACC_CHECK(grad_output.shape() == Shape({input_.dim(0), out_features_}) &&
+                  grad_output.dtype() == input_.dtype(),
+              "{}: expected grad_output [{}, {}] {}, got {} {}", name_, input_.dim(0),
+              out_features_, dtype_name(input_.dtype()), grad_output.shape().str(),
+              dtype_name(grad_output.dtype()));
+  return input_.dtype() == DType::f64 ? backward_typed<double>(grad_output, need_input_grad)
+                                      : backward_typed<float>(grad_output, need_input_grad);
+}
+
+template <class T>
+Tensor Linear::backward_typed(const Tensor& grad_output, bool need_input_grad) {
+  const kernels::LinearGeometry g{input_.dim(0), in_features_, out_features_};
+  const T* x = input_.data<T>();
+  const T* w = weight_->value().data<T>();
+  const T* dy = grad_output.data<T>();
+  // Parameter gradients first, so their communication can start while dx is computed.
+  kernels::linear_backward<T>(g, x, w, dy, nullptr, weight_->grad().data<T>(), nullptr);
+  weight_->grad_ready();
+  if (bias_) {
+    kernels::bias_grad_rows<T>(g.batch, g.out_features, dy, bias_->grad().data<T>());
+    bias_->grad_ready();
+  }
+  if (!need_input_grad) return {};
+  Tensor grad_input = Tensor::empty(input_.shape(), input_.dtype());
+  kernels::linear_backward<T>(g, x, w, dy, grad_input.data<T>(), nullptr, nullptr);
+  return grad_input;
+}
+
+}  // namespace aiacc::models
