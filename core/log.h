@@ -14,6 +14,28 @@ namespace aiacc::log {
 struct LogOptions {
   std::string level = "info";                  // default level for every subsystem
   std::map<std::string, std::string> levels;   // per-subsystem overrides, e.g. {ring: debug}
+
+  template <class V>
+  void visit(V& v) {
+    v.field("level", level, "default log level: trace | debug | info | warn | error | off",
+            level_check());
+    v.field("levels", levels, "per-subsystem levels, e.g. {ring: debug, data: warn}",
+            [](const std::map<std::string, std::string>& m) {
+              for (const auto& [name, value] : m) {
+                if (!level_check()(value).empty()) return "level of '" + name + "': " + level_check()(value);
+              }
+              return std::string();
+            });
+  }
+  // Constraint for a level string ("" when valid).
+  static std::string (*level_check())(const std::string&) {
+    return [](const std::string& value) -> std::string {
+      for (const char* ok : {"trace", "debug", "info", "warn", "error", "off"}) {
+        if (value == ok) return {};
+      }
+      return "expected one of: trace, debug, info, warn, error, off";
+    };
+  }
 };
 
 // Sets the prefix shown on every line, e.g. "worker 3" or "launcher". Thread-safe.

@@ -7,4 +7,8 @@ ModelRegistry& model_registry() {
   return registry;
 }
 
+std::unique_ptr<Model> make_model(const ModelOptions& options, const ModelContext& context) {
+  return model_registry().create(options.type, options.options.block(options.type), context);
+}
+
 }  // namespace aiacc::models

@@ -61,6 +61,21 @@ using ModelRegistry = Registry<Model, const ModelContext&>;
 // The registry of every model type linked into the program (a function-local static).
 ModelRegistry& model_registry();
 
+// The job's `model:` section: the registered type and the option blocks per type.
+struct ModelOptions {
+  std::string type = "mlp";
+  config::TypedBlocks options;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("type", type, "registered model type", model_registry().name_check());
+    v.blocks(model_registry(), type, options, "options of model type");
+  }
+};
+
+// Builds the model `options.type` with its option block. Throws ConfigError for bad options.
+std::unique_ptr<Model> make_model(const ModelOptions& options, const ModelContext& context);
+
 }  // namespace aiacc::models
 
 #define AIACC_REGISTER_MODEL(name, Class) \

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/parameter.h"
@@ -23,6 +24,9 @@ class Layer {
   // Returns dL/dinput, or an undefined Tensor when `need_input_grad` is false (first layer).
   virtual Tensor backward(const Tensor& grad_output, bool need_input_grad = true) = 0;
   virtual std::vector<Parameter*> parameters() { return {}; }
+  // Non-trainable state a checkpoint must hold (e.g. batch-norm running statistics), as named
+  // tensors sharing the layer's storage.
+  virtual std::vector<std::pair<std::string, Tensor>> buffers() { return {}; }
   virtual std::string name() const = 0;
 };
 

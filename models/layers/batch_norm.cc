@@ -1,0 +1,116 @@
+// BatchNorm layer: shape checks, dtype dispatch, running-statistic state and parameter
+// bookkeeping around core/kernels/batch_norm.
+#include "models/layers/batch_norm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+
+namespace aiacc::models {
+
+BatchNorm::BatchNorm(std::string name, std::int64_t channels, double momentum, double eps,
+                     DType dtype)
+    : name_(std::move(name)),
+      channels_(channels),
+      options_{momentum, eps},
+      weight_(name_ + ".weight",
+              Tensor::full(Shape{std::max<std::int64_t>(channels, 0)}, 1.0, dtype)),
+      bias_(name_ + ".bias", Tensor::zeros(Shape{std::max<std::int64_t>(channels, 0)}, dtype)) {
+  AIACC_CHECK_GT(channels, 0, "{}: batch norm channels", name_);
+  AIACC_CHECK(dtype == DType::f32 || dtype == DType::f64, "{}: batch norm dtype {} (f32 or f64)",
+              name_, dtype_name(dtype));
+  AIACC_CHECK(momentum >= 0.0 && momentum <= 1.0 && eps > 0.0,
+              "{}: batch norm momentum {} (in [0, 1]) and eps {} (> 0)", name_, momentum, eps);
+  weight_.set_decays(false);
+  bias_.set_decays(false);
+  running_mean_ = Tensor::zeros(Shape{channels}, dtype);
+  running_var_ = Tensor::full(Shape{channels}, 1.0, dtype);
+  num_batches_tracked_ = Tensor::zeros(Shape{}, DType::i64);
+}
+
+std::vector<std::pair<std::string, Tensor>> BatchNorm::buffers() {
+  return {{name_ + ".running_mean", running_mean_},
+          {name_ + ".running_var", running_var_},
+          {name_ + ".num_batches_tracked", num_batches_tracked_}};
+}
+
+kernels::BatchNormGeometry BatchNorm::geometry(const Tensor& t) const {
+  std::int64_t spatial = 1;
+  for (int axis = 2; axis < t.rank(); ++axis) spatial *= t.dim(axis);
+  return {t.dim(0), channels_, spatial};
+}
+
+Tensor BatchNorm::forward(const Tensor& input, bool training) {
+  AIACC_CHECK(input.rank() >= 2 && input.dim(1) == channels_,
+              "{}: expected input [N, {}] or [N, {}, H, W], got {}", name_, channels_, channels_,
+              input.shape().str());
+  AIACC_CHECK(input.dtype() == weight_.value().dtype() && input.device().is_cpu(),
+              "{}: input is {} on {}, the layer is {} on cpu", name_, dtype_name(input.dtype()),
+              input.device().str(), dtype_name(weight_.value().dtype()));
+  if (training) {
+    AIACC_CHECK_GT(input.numel() / channels_, 1,
+                   "{}: training needs more than one value per channel, input {}", name_,
+                   input.shape().str());
+  }
+  input_ = input;
+  return input.dtype() == DType::f64 ? forward_typed<double>(input, training)
+                                     : forward_typed<float>(input, training);
+}
+
+template <class T>
+Tensor BatchNorm::forward_typed(const Tensor& input, bool training) {
+  const kernels::BatchNormGeometry g = geometry(input);
+  Tensor output = Tensor::empty(input.shape(), input.dtype());
+  saved_mean_ = Tensor::empty(Shape{channels_}, input.dtype());
+  saved_inv_std_ = Tensor::empty(Shape{channels_}, input.dtype());
+  const T* gamma = weight_.value().data<T>();
+  const T* beta = bias_.value().data<T>();
+  if (training) {
+    kernels::batch_norm_forward_train<T>(
+        g, options_, input.data<T>(), gamma, beta, output.data<T>(), saved_mean_.data<T>(),
+        saved_inv_std_.data<T>(), running_mean_.data<T>(), running_var_.data<T>());
+    num_batches_tracked_.data<std::int64_t>()[0] += 1;
+    saved_stats_ = kernels::BatchNormStats::batch;
+  } else {
+    kernels::batch_norm_forward_eval<T>(g, options_, input.data<T>(), gamma, beta,
+                                        running_mean_.data<T>(), running_var_.data<T>(),
+                                        output.data<T>());
+    saved_mean_.copy_from(running_mean_);
+    const T* var = running_var_.data<T>();
+    T* inv_std = saved_inv_std_.data<T>();
+    for (std::int64_t c = 0; c < channels_; ++c) {
+      inv_std[c] = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var[c]) + options_.eps));
+    }
+    saved_stats_ = kernels::BatchNormStats::running;
+  }
+  return output;
+}
+
+Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
+  AIACC_CHECK(input_.defined(), "{}: backward() without a forward()", name_);
+  AIACC_CHECK(grad_output.shape() == input_.shape() && grad_output.dtype() == input_.dtype(),
+              "{}: expected grad_output {} {}, got {} {}", name_, input_.shape().str(),
+              dtype_name(input_.dtype()), grad_output.shape().str(),
+              dtype_name(grad_output.dtype()));
+  Tensor grad_input = input_.dtype() == DType::f64
+                          ? backward_typed<double>(grad_output, need_input_grad)
+                          : backward_typed<float>(grad_output, need_input_grad);
+  weight_.grad_ready();
+  bias_.grad_ready();
+  return grad_input;
+}
+
+template <class T>
+Tensor BatchNorm::backward_typed(const Tensor& grad_output, bool need_input_grad) {
+  Tensor grad_input;
+  if (need_input_grad) grad_input = Tensor::empty(input_.shape(), input_.dtype());
+  kernels::batch_norm_backward<T>(geometry(input_), saved_stats_, input_.data<T>(),
+                                  grad_output.data<T>(), weight_.value().data<T>(),
+                                  saved_mean_.data<T>(), saved_inv_std_.data<T>(),
+                                  need_input_grad ? grad_input.data<T>() : nullptr,
+                                  weight_.grad().data<T>(), bias_.grad().data<T>());
+  return grad_input;
+}
+
+}  // namespace aiacc::models

@@ -1,0 +1,70 @@
+// Batch normalisation layer (torch.nn.BatchNorm1d/2d semantics) over [N, C] or [N, C, H, W]:
+// learnable per-channel scale and shift, batch statistics in training, running statistics in
+// eval mode. Legend: N = batch, C = channels, H, W = spatial dims.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/kernels/batch_norm.h"
+#include "models/layers/layer.h"
+
+namespace aiacc::models {
+
+class BatchNorm : public Layer {
+ public:
+  // Parameters "<name>.weight" (gamma, ones) and "<name>.bias" (beta, zeros), both [C] and
+  // without weight decay. Running mean starts at 0, running variance at 1. momentum and eps
+  // as in PyTorch: running = (1 - momentum) * running + momentum * batch statistic (unbiased
+  // variance), eps is added to the variance. `dtype` is f32 or f64; inputs must match it.
+  BatchNorm(std::string name, std::int64_t channels, double momentum = 0.1, double eps = 1e-5,
+            DType dtype = DType::f32);
+
+  // input [N, C] or [N, C, H, W] (any rank >= 2 with dim 1 = C) -> same shape. Training:
+  // normalises with the batch statistics (needs N*H*W > 1) and updates the running ones;
+  // eval: normalises with the running statistics. Throws InternalError naming the layer on a
+  // shape or dtype mismatch.
+  Tensor forward(const Tensor& input, bool training) override;
+  // grad_output (the forward's output shape) -> dL/dinput. Differentiates through the batch
+  // statistics after a training forward, treats the running ones as constants after an eval
+  // forward. Overwrites weight then bias grads and fires each one's grad_ready() once.
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
+  std::string name() const override { return name_; }
+
+  // Checkpointed state under PyTorch's state-dict names: "<name>.running_mean" [C],
+  // "<name>.running_var" [C] (layer dtype) and "<name>.num_batches_tracked" (i64 scalar).
+  // The tensors share storage with the layer, so loading a checkpoint can copy into them.
+  std::vector<std::pair<std::string, Tensor>> buffers() override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias() { return bias_; }
+  const Tensor& running_mean() const { return running_mean_; }
+  const Tensor& running_var() const { return running_var_; }
+  std::int64_t num_batches_tracked() const { return num_batches_tracked_.data<std::int64_t>()[0]; }
+
+ private:
+  kernels::BatchNormGeometry geometry(const Tensor& t) const;
+  template <class T>
+  Tensor forward_typed(const Tensor& input, bool training);
+  template <class T>
+  Tensor backward_typed(const Tensor& grad_output, bool need_input_grad);
+
+  std::string name_;
+  std::int64_t channels_;
+  kernels::BatchNormOptions options_;
+  Parameter weight_;
+  Parameter bias_;
+  Tensor running_mean_;
+  Tensor running_var_;
+  Tensor num_batches_tracked_;
+  // What the last forward normalised with, for backward.
+  Tensor input_;
+  Tensor saved_mean_;     // [C]
+  Tensor saved_inv_std_;  // [C]
+  kernels::BatchNormStats saved_stats_ = kernels::BatchNormStats::batch;
+};
+
+}  // namespace aiacc::models

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything aiacc-train needs to build, test and run on Debian 12. Idempotent: packages
+# already present are left alone, and apt's index is refreshed only when something is missing.
+# Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential meson ninja-build pkg-config
+  libyaml-cpp-dev libzmq3-dev cppzmq-dev libeigen3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
+  dataset-fashion-mnist
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+"${sudo_cmd[@]}" apt-get update -q
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,25 @@
+#include "tools/trainer/job_options.h"
+
+namespace aiacc::trainer {
+
+JobOptions load_job(const std::string& path, const std::vector<std::string>& overrides) {
+  config::Document document = config::Document::from_file(path);
+  for (const auto& assignment : overrides) document.apply_override(assignment);
+  return config::read<JobOptions>(document.root());
+}
+
+std::string resolved_yaml(const JobOptions& job) {
+  return config::write(job, config::Writer::Mode::resolved);
+}
+
+std::string reference_yaml() {
+  std::string header =
+      "# aiacc-train configuration reference: every key with its default and a one-line doc.\n"
+      "# Generated from the config structs by `aiacc-train --print-reference`; a test fails when\n"
+      "# this file and the structs disagree. A job config sets only what differs from here.\n"
+      "# Sections named after a registered type (model.<type>, data.train.<type>, ...) hold that\n"
+      "# type's options; only the block of the selected `type` is used.\n";
+  return header + config::write(JobOptions{}, config::Writer::Mode::reference);
+}
+
+}  // namespace aiacc::trainer

@@ -1,0 +1,77 @@
+// The job configuration: one typed section per module, composed here (the only place that sees
+// them all). `configs/reference.yaml` is generated from these structs and a test keeps it in sync.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config/schema.h"
+#include "core/log.h"
+#include "core/optim/optimizer_options.h"
+#include "data/data_options.h"
+#include "models/model.h"
+
+namespace aiacc::trainer {
+
+struct JobSection {
+  std::string name = "job";
+  std::string run_dir = "runs";
+  std::uint64_t seed = 1;
+  int threads = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("name", name, "job name; outputs go to <run_dir>/<name>", config::non_empty());
+    v.field("run_dir", run_dir, "folder for metrics, logs and checkpoints", config::non_empty());
+    v.field("seed", seed, "seed of initialisation, shuffling and augmentation");
+    v.field("threads", threads, "compute threads per process (0: all cores)", config::at_least(0));
+  }
+};
+
+struct TrainOptions {
+  std::int64_t epochs = 1;
+  std::int64_t max_steps = 0;
+  std::int64_t log_every_steps = 50;
+  bool eval_each_epoch = true;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("epochs", epochs, "passes over the training data", config::at_least<std::int64_t>(1));
+    v.field("max_steps", max_steps, "stop after this many steps (0: no limit)",
+            config::at_least<std::int64_t>(0));
+    v.field("log_every_steps", log_every_steps, "progress line interval in steps",
+            config::at_least<std::int64_t>(1));
+    v.field("eval_each_epoch", eval_each_epoch, "evaluate on the test split after every epoch");
+  }
+};
+
+struct JobOptions {
+  JobSection job;
+  models::ModelOptions model;
+  data::DataOptions data;
+  optim::OptimizerOptions optimizer;
+  TrainOptions train;
+  log::LogOptions log;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("job", job, "the job: name, outputs, seed, threads");
+    v.field("model", model, "the model to train");
+    v.field("data", data, "training and test data, batching, augmentation");
+    v.field("optimizer", optimizer, "dense optimiser and learning-rate schedule");
+    v.field("train", train, "the training loop");
+    v.field("log", log, "log levels");
+  }
+};
+
+// Reads and validates a job from `path` with `overrides` ("key=value") applied.
+// Throws ConfigError naming file:line: key (or the --set text).
+JobOptions load_job(const std::string& path, const std::vector<std::string>& overrides);
+
+// The resolved job as YAML.
+std::string resolved_yaml(const JobOptions& job);
+
+// configs/reference.yaml: every key, its default and its doc.
+std::string reference_yaml();
+
+}  // namespace aiacc::trainer

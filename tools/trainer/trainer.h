@@ -1,0 +1,54 @@
+// The training loop of one process: data loader -> model forward/backward -> optimiser step,
+// with a progress line, metrics as JSON lines in the run folder and evaluation per epoch.
+// Not thread-safe; one Trainer per process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "tools/trainer/job_options.h"
+
+namespace aiacc::trainer {
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;
+  std::int64_t examples = 0;
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  double last_train_loss = 0;        // mean loss over the last logging interval
+  double first_train_loss = 0;       // mean loss over the first logging interval
+  double samples_per_second = 0;
+  double seconds = 0;
+  std::optional<EvalResult> last_eval;
+};
+
+class Trainer {
+ public:
+  // Builds datasets, model and optimiser. Throws ConfigError or DataError.
+  explicit Trainer(const JobOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Prints the plan: data sizes, steps, every parameter (name, shape, elements, kind) and how
+  // it is synchronised.
+  void describe(std::ostream& out) const;
+
+  // Trains for the configured epochs / steps. Throws on failure.
+  TrainResult run();
+
+  // Evaluates the current model on the whole test split.
+  EvalResult evaluate();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace aiacc::trainer
