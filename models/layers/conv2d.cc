@@ -6,17 +6,10 @@
 
 #include "core/check.h"
 #include "core/util/random.h"
+#include "models/layers/detail/init.h"
 
 namespace aiacc::models {
-namespace {
-
-Tensor uniform_tensor(const Shape& shape, DType dtype, double bound, Rng& rng) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  for (double& v : t.span<double>()) v = rng.uniform(-bound, bound);
-  return dtype == DType::f64 ? t : t.to(dtype);
-}
-
-}  // namespace
+using detail::uniform_tensor;
 
 Conv2d::Conv2d(std::string name, std::int64_t in_channels, std::int64_t out_channels, int kernel,
                int stride, int padding, bool bias, std::uint64_t seed, DType dtype)

@@ -7,17 +7,10 @@
 #include "core/check.h"
 #include "core/kernels/linear.h"
 #include "core/util/random.h"
+#include "models/layers/detail/init.h"
 
 namespace aiacc::models {
-namespace {
-
-Tensor uniform_tensor(const Shape& shape, DType dtype, double bound, Rng& rng) {
-  Tensor t = Tensor::empty(shape, DType::f64);
-  for (double& v : t.span<double>()) v = rng.uniform(-bound, bound);
-  return dtype == DType::f64 ? t : t.to(dtype);
-}
-
-}  // namespace
+using detail::uniform_tensor;
 
 Linear::Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias,
                std::uint64_t seed, DType dtype)

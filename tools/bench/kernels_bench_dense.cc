@@ -3,6 +3,8 @@
 // is registered for 1 thread and for all cores, and reports GFLOP/s as "FLOPS" (2 per MAC).
 //   aiacc-bench-kernels --benchmark_filter='Gemm|Conv2d'
 #include <benchmark/benchmark.h>
+
+#include "tools/bench/bench_threads.h"
 #include <omp.h>
 
 #include <cstdint>
@@ -14,6 +16,8 @@
 
 namespace {
 
+using aiacc::bench::add_thread_counts;
+using aiacc::bench::set_threads;
 using aiacc::kernels::Conv2dGeometry;
 using aiacc::kernels::Trans;
 
@@ -24,23 +28,7 @@ std::vector<float> random_floats(std::int64_t count, std::uint64_t seed) {
   return values;
 }
 
-// The thread count is argument `index`, the last one of every benchmark here.
-void set_threads(const benchmark::State& state, int index) {
-  omp_set_num_threads(static_cast<int>(state.range(index)));
-}
 
-// Appends each shape twice: with 1 thread and with every core.
-void add_thread_counts(benchmark::internal::Benchmark* b,
-                       const std::vector<std::vector<std::int64_t>>& shapes) {
-  for (const auto& shape : shapes) {
-    for (const int threads : {1, omp_get_num_procs()}) {
-      std::vector<std::int64_t> args = shape;
-      args.push_back(threads);
-      b->Args(args);
-    }
-  }
-  b->UseRealTime()->Unit(benchmark::kMillisecond);
-}
 
 // ---- GEMM: C[M, N] = A[M, K] * B[K, N] ----
 void BM_Gemm(benchmark::State& state) {
@@ -59,7 +47,7 @@ void BM_Gemm(benchmark::State& state) {
 }
 BENCHMARK(BM_Gemm)->ArgNames({"M", "N", "K", "threads"})->Apply([](auto* b) {
   // Square products, and one image of a 64->64 3x3 conv on 28x28 as a GEMM (O x P x C*9).
-  add_thread_counts(b, {{512, 512, 512}, {1024, 1024, 1024}, {64, 784, 576}});
+  add_thread_counts(b, {{512, 512, 512}, {1024, 1024, 1024}, {64, 784, 576}}, benchmark::kMillisecond);
 });
 
 // ---- Conv2d: args N, C, H, W, O, kernel, stride, padding, threads ----
@@ -89,7 +77,7 @@ void conv_shapes(benchmark::internal::Benchmark* b) {
                            {128, 64, 28, 28, 128, 3, 2, 1},  // downsampling 3x3, stride 2
                            {128, 64, 28, 28, 256, 1, 1, 0},  // pointwise expansion (no im2col)
                            {1, 64, 28, 28, 64, 3, 1, 1},     // batch 1 (GEMM-parallel plan)
-                       });
+                       }, benchmark::kMillisecond);
 }
 
 void BM_Conv2dForward(benchmark::State& state) {

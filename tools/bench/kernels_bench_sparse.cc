@@ -7,6 +7,8 @@
 //              P gradient rows read + U written), unique: mean unique rows per field.
 //   aiacc-bench-kernels --benchmark_filter='EmbeddingBag|Dedup'
 #include <benchmark/benchmark.h>
+
+#include "tools/bench/bench_threads.h"
 #include <omp.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 
 namespace {
 
+using aiacc::bench::add_thread_counts;
 using aiacc::kernels::BagMode;
 using aiacc::kernels::EmbeddingBagGeometry;
 
@@ -62,23 +65,11 @@ double mean_unique(const std::vector<Field>& fields) {
   return total / static_cast<double>(fields.size());
 }
 
-// Appends each shape twice: with 1 thread and with every core.
-void add_thread_counts(benchmark::internal::Benchmark* b,
-                       const std::vector<std::vector<std::int64_t>>& shapes) {
-  for (const auto& shape : shapes) {
-    for (const int threads : {1, omp_get_num_procs()}) {
-      std::vector<std::int64_t> args = shape;
-      args.push_back(threads);
-      b->Args(args);
-    }
-  }
-  b->UseRealTime()->Unit(benchmark::kMicrosecond);
-}
 
 // Batch 512 with 26 one-hot fields (Criteo) and 26 multi-hot fields of 20 ids, dim 16 and 64.
 void ctr_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"N", "ids", "F", "D", "threads"});
-  add_thread_counts(b, {{512, 1, 26, 16}, {512, 1, 26, 64}, {512, 20, 26, 16}, {512, 20, 26, 64}});
+  add_thread_counts(b, {{512, 1, 26, 16}, {512, 1, 26, 64}, {512, 20, 26, 16}, {512, 20, 26, 64}}, benchmark::kMicrosecond);
 }
 
 void BM_EmbeddingBagForward(benchmark::State& state) {
@@ -149,7 +140,7 @@ void BM_Dedup(benchmark::State& state) {
   state.counters["unique"] = mean_unique(fields);
 }
 BENCHMARK(BM_Dedup)->ArgNames({"N", "ids", "F", "D", "threads"})->Apply([](auto* b) {
-  add_thread_counts(b, {{512, 1, 26, 0}, {512, 20, 26, 0}, {8192, 20, 26, 0}});
+  add_thread_counts(b, {{512, 1, 26, 0}, {512, 20, 26, 0}, {8192, 20, 26, 0}}, benchmark::kMicrosecond);
 });
 
 }  // namespace
