@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "core/embedding/embedding_store.h"
 #include "core/parameter.h"
 #include "core/registry.h"
 #include "core/tensor.h"
@@ -30,6 +31,9 @@ struct ModelContext {
   InputSpec input;
   std::uint64_t seed = 0;     // parameter initialisation seed (same on every rank)
   DType dtype = DType::f32;   // f64 for gradient checks of whole models
+  // Serves the model's sparse embedding tables (local or parameter servers, chosen by the
+  // trainer per table). Models with sparse tables require it.
+  EmbeddingStoreFactory embedding_stores;
 };
 
 class Model {

@@ -1,0 +1,56 @@
+// Where the rows of a sparse embedding table live. Models never own huge tables: they ask a
+// store for the rows a batch touches (pull) and hand back gradient rows (push); the store runs
+// the sparse optimiser on exactly those rows. The trainer decides per table which store serves
+// it: a local in-process store, or the sharded parameter servers (shared/DESIGN.md §3, §5).
+// Ids are 64-bit (hashed features, unbounded vocabulary); rows are created on first touch with a
+// deterministic initial value computed from (id, seed), so a restarted store recreates them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace aiacc {
+
+struct EmbeddingTableSpec {
+  std::string name;            // e.g. "deep.C7": unique within the model
+  std::int64_t dim = 0;        // floats per row
+  double init_scale = 0.05;    // new rows start uniform(-init_scale, init_scale)
+  std::uint64_t seed = 0;      // with the id, determines a new row's initial value
+};
+
+class EmbeddingStore {
+ public:
+  virtual ~EmbeddingStore() = default;
+  virtual const EmbeddingTableSpec& spec() const = 0;
+
+  // Copies the current rows of `ids` into `rows` ([ids.size(), dim], row-major), creating
+  // missing rows. `ids` should be unique (callers de-duplicate). Blocks until the rows are there.
+  virtual void pull(std::span<const std::int64_t> ids, float* rows) = 0;
+
+  // Applies the optimiser to the rows of `ids` with gradient rows `grads` ([ids.size(), dim]) at
+  // learning rate `lr`. `ids` must be unique. Blocks until applied (a remote store may return
+  // earlier under asynchronous consistency and says so in its own contract).
+  virtual void push(std::span<const std::int64_t> ids, const float* grads, double lr) = 0;
+
+  // Rows currently held (for logs and tests).
+  virtual std::int64_t num_rows() const = 0;
+
+  // Checkpointing: every row held, as named tensors "<table>.ids" (i64 [R]), "<table>.values"
+  // (f32 [R, dim]) and "<table>.state" (f32 [R, S], the optimiser's per-row state), and the
+  // inverse, which replaces the store's contents. Throws DataError on inconsistent input.
+  virtual std::vector<std::pair<std::string, Tensor>> save_rows() const = 0;
+  virtual void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) = 0;
+};
+
+// Creates (or connects to) the store of one table; the trainer provides it to models.
+using EmbeddingStoreFactory =
+    std::function<std::shared_ptr<EmbeddingStore>(const EmbeddingTableSpec& spec)>;
+
+}  // namespace aiacc
