@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -44,6 +45,11 @@ class Dataset {
   // read() may be called concurrently from several threads; the Loader calls it from its one
   // background thread. A dataset with mutable state must document its own rules.
   virtual void read(std::span<const std::int64_t> indices, Batch& batch) = 0;
+
+  // The best achievable AUC on this split when known (data sampled from a known teacher): the
+  // AUC of the teacher's own probabilities against this split's labels. A trained model's test
+  // AUC is judged against it. nullopt for real data (and for classification data).
+  virtual std::optional<double> reference_auc() const { return std::nullopt; }
 };
 
 using DatasetRegistry = Registry<Dataset, const DatasetContext&>;

@@ -34,8 +34,8 @@ Tensor Dropout::forward(const Tensor& input, bool training) {
   masked_ = training && p_ > 0.0;
   if (!masked_) return input;
   mask_.resize(static_cast<std::size_t>(input.numel()));
-  kernels::dropout_mask(input.numel(), p_, seed_, step_, mask_.data());
-  ++step_;
+  kernels::dropout_mask(input.numel(), p_, seed_, step(), mask_.data());
+  set_step(step() + 1);
   return apply_mask(input, mask_, p_);
 }
 

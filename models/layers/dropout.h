@@ -24,15 +24,17 @@ class Dropout : public Layer {
   std::string name() const override { return name_; }
 
   // The step the next training forward uses; set it when resuming so masks continue exactly.
-  std::uint64_t step() const { return step_; }
-  void set_step(std::uint64_t step) { step_ = step; }
+  std::uint64_t step() const { return static_cast<std::uint64_t>(*step_.data<std::int64_t>()); }
+  void set_step(std::uint64_t step) { *step_.data<std::int64_t>() = static_cast<std::int64_t>(step); }
+  // "<name>.rng_step": the step counter as an i64 scalar, so checkpoints restore the masks.
+  std::vector<std::pair<std::string, Tensor>> buffers() override { return {{name_ + ".rng_step", step_}}; }
   double p() const { return p_; }
 
  private:
   std::string name_;
   double p_;
   std::uint64_t seed_;
-  std::uint64_t step_ = 0;
+  Tensor step_ = Tensor::zeros(Shape{}, DType::i64);
   bool masked_ = false;             // whether the last forward applied a mask
   Shape shape_;                     // the last forward's input shape
   DType dtype_ = DType::f32;        // the last forward's input dtype

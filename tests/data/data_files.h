@@ -1,5 +1,5 @@
-// Test helpers for data/: a self-deleting temporary folder and writers for plain, gzip'd and
-// IDX files, so tests generate the tiny files they read.
+// Test helpers for data/: a self-deleting temporary folder and writers for plain, text, gzip'd
+// and IDX files, so tests generate the tiny files they read.
 #pragma once
 
 #include <zlib.h>
@@ -38,6 +38,10 @@ inline void write_plain(const std::string& path, const std::vector<std::uint8_t>
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  write_plain(path, std::vector<std::uint8_t>(text.begin(), text.end()));
 }
 
 inline void write_gzip(const std::string& path, const std::vector<std::uint8_t>& bytes) {

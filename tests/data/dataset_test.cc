@@ -29,7 +29,7 @@ std::string config_error(const std::string& text) {
 }
 
 TEST(DatasetRegistry, EveryBuiltInIsRegistered) {
-  for (const char* name : {"idx_images", "synthetic_images", "cifar"}) {
+  for (const char* name : {"idx_images", "synthetic_images", "cifar", "criteo_tsv", "synthetic_ctr"}) {
     EXPECT_TRUE(dataset_registry().contains(name)) << name;
   }
 }
@@ -107,7 +107,7 @@ TEST(DatasetRegistry, UnknownSplitAndType) {
     make_dataset(options, {"train", 0});
     ADD_FAILURE() << "no ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("unknown dataset type 'nope'; known: cifar, idx_images, synthetic_images"));
+    EXPECT_THAT(e.what(), HasSubstr("unknown dataset type 'nope'; known: cifar, criteo_tsv, idx_images, synthetic_ctr, synthetic_images"));
   }
 }
 

@@ -51,7 +51,7 @@ TEST(Registries, BuiltinsSurviveStaticLinking) {
   for (const char* name : {"mlp"}) {
     EXPECT_TRUE(models::model_registry().contains(name)) << name;
   }
-  for (const char* name : {"idx_images", "synthetic_images", "cifar"}) {
+  for (const char* name : {"idx_images", "synthetic_images", "cifar", "criteo_tsv", "synthetic_ctr"}) {
     EXPECT_TRUE(data::dataset_registry().contains(name)) << name;
   }
 }

@@ -28,11 +28,30 @@ struct JobSection {
   }
 };
 
+struct CheckpointOptions {
+  std::int64_t every_steps = 0;
+  bool at_end = true;
+  int keep_last = 3;
+  std::string resume = "auto";
+
+  template <class V>
+  void visit(V& v) {
+    v.field("every_steps", every_steps, "save a checkpoint every N steps (0: only at the end)",
+            config::at_least<std::int64_t>(0));
+    v.field("at_end", at_end, "save a checkpoint when training ends");
+    v.field("keep_last", keep_last, "complete checkpoints to keep (0: all)", config::at_least(0));
+    v.field("resume", resume,
+            "auto: continue from the newest complete checkpoint in the run folder; never: start fresh",
+            config::one_of({"auto", "never"}));
+  }
+};
+
 struct TrainOptions {
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;
   std::int64_t log_every_steps = 50;
   bool eval_each_epoch = true;
+  CheckpointOptions checkpoint;
 
   template <class V>
   void visit(V& v) {
@@ -42,6 +61,16 @@ struct TrainOptions {
     v.field("log_every_steps", log_every_steps, "progress line interval in steps",
             config::at_least<std::int64_t>(1));
     v.field("eval_each_epoch", eval_each_epoch, "evaluate on the test split after every epoch");
+    v.field("checkpoint", checkpoint, "checkpoints in <run_dir>/<name>/checkpoints (safetensors)");
+  }
+};
+
+// The optimiser of sparse embedding rows, run where the rows live (local store or parameter
+// servers). Adagrad is the usual choice for hashed CTR embeddings.
+struct SparseOptimizerOptions : optim::OptimizerOptions {
+  SparseOptimizerOptions() {
+    type = "adagrad";
+    lr = 0.05;
   }
 };
 
@@ -50,6 +79,7 @@ struct JobOptions {
   models::ModelOptions model;
   data::DataOptions data;
   optim::OptimizerOptions optimizer;
+  SparseOptimizerOptions sparse_optimizer;
   TrainOptions train;
   log::LogOptions log;
 
@@ -59,6 +89,8 @@ struct JobOptions {
     v.field("model", model, "the model to train");
     v.field("data", data, "training and test data, batching, augmentation");
     v.field("optimizer", optimizer, "dense optimiser and learning-rate schedule");
+    v.field("sparse_optimizer", sparse_optimizer,
+            "optimiser of sparse embedding rows: sgd | adagrad | adam | ftrl (and its schedule)");
     v.field("train", train, "the training loop");
     v.field("log", log, "log levels");
   }

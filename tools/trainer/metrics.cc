@@ -1,4 +1,11 @@
+// MetricMeter: accuracy by argmax (classification) or sign (binary), exact AUC by sorting, and
+// log loss from logits.
 #include "tools/trainer/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
 
 #include "core/check.h"
 
@@ -6,14 +13,14 @@ namespace aiacc::trainer {
 
 namespace {
 
-template <class T>
-std::int64_t count_correct(const Tensor& outputs, const Tensor& labels, Task task) {
+std::int64_t count_correct_classes(const Tensor& outputs, const Tensor& labels) {
+  AIACC_CHECK(outputs.rank() == 2, "classification outputs must be [N, C], got {}",
+              outputs.shape().str());
   const std::int64_t n = labels.dim(0);
-  const T* out = outputs.data<T>();
-  std::int64_t correct = 0;
-  if (task == Task::classification) {
-    const std::int64_t classes = outputs.dim(1);
-    const std::int64_t* label = labels.data<std::int64_t>();
+  const std::int64_t classes = outputs.dim(1);
+  const std::int64_t* label = labels.data<std::int64_t>();
+  auto count = [&](const auto* out) {
+    std::int64_t correct = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       std::int64_t best = 0;
       for (std::int64_t c = 1; c < classes; ++c) {
@@ -21,14 +28,25 @@ std::int64_t count_correct(const Tensor& outputs, const Tensor& labels, Task tas
       }
       correct += best == label[i];
     }
-  } else {
-    // Binary: logit > 0 predicts 1. Labels may be f32 or f64 0/1.
-    for (std::int64_t i = 0; i < n; ++i) {
-      double target = labels.dtype() == DType::f64 ? labels.data<double>()[i] : labels.data<float>()[i];
-      correct += (out[i] > 0) == (target > 0.5);
-    }
+    return correct;
+  };
+  return outputs.dtype() == DType::f64 ? count(outputs.data<double>())
+                                       : count(outputs.data<float>());
+}
+
+double element(const Tensor& t, std::int64_t i) {
+  switch (t.dtype()) {
+    case DType::f64: return t.data<double>()[i];
+    case DType::i64: return static_cast<double>(t.data<std::int64_t>()[i]);
+    default: return t.data<float>()[i];  // throws InternalError for any other dtype
   }
-  return correct;
+}
+
+// -log(sigmoid(x)) if y == 1, -log(1 - sigmoid(x)) if y == 0, and the mix for soft targets:
+// max(x, 0) - x*y + log(1 + exp(-|x|)). Never exponentiates a positive number, so it neither
+// overflows for large |x| nor loses the tail (log1p) for confident predictions.
+double binary_cross_entropy(double logit, double target) {
+  return std::max(logit, 0.0) - logit * target + std::log1p(std::exp(-std::abs(logit)));
 }
 
 }  // namespace
@@ -38,8 +56,77 @@ void MetricMeter::add(double mean_loss, const Tensor& outputs, const Tensor& lab
   AIACC_CHECK_EQ(outputs.dim(0), n, "outputs vs labels");
   loss_sum_ += mean_loss * static_cast<double>(n);
   examples_ += n;
-  correct_ += outputs.dtype() == DType::f64 ? count_correct<double>(outputs, labels, task_)
-                                            : count_correct<float>(outputs, labels, task_);
+  if (task_ == Task::classification) {
+    correct_ += count_correct_classes(outputs, labels);
+  } else {
+    add_binary(outputs, labels);
+  }
+}
+
+void MetricMeter::add_binary(const Tensor& outputs, const Tensor& labels) {
+  const std::int64_t n = labels.dim(0);
+  AIACC_CHECK_EQ(outputs.numel(), n, "binary outputs must hold one logit per example, got {}",
+                 outputs.shape().str());
+  scores_.reserve(scores_.size() + static_cast<std::size_t>(n));
+  positives_.reserve(positives_.size() + static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double logit = element(outputs, i);
+    const double target = element(labels, i);
+    const bool positive = target > 0.5;
+    correct_ += (logit > 0) == positive;
+    log_loss_sum_ += binary_cross_entropy(logit, target);
+    saw_nan_score_ = saw_nan_score_ || std::isnan(logit);
+    scores_.push_back(logit);
+    positives_.push_back(positive ? 1 : 0);
+  }
+}
+
+void MetricMeter::merge(const MetricMeter& other) {
+  AIACC_CHECK(task_ == other.task_, "merging meters of different tasks");
+  loss_sum_ += other.loss_sum_;
+  correct_ += other.correct_;
+  examples_ += other.examples_;
+  log_loss_sum_ += other.log_loss_sum_;
+  saw_nan_score_ = saw_nan_score_ || other.saw_nan_score_;
+  scores_.insert(scores_.end(), other.scores_.begin(), other.scores_.end());
+  positives_.insert(positives_.end(), other.positives_.begin(), other.positives_.end());
+}
+
+double MetricMeter::auc() const {
+  constexpr double kUndefined = std::numeric_limits<double>::quiet_NaN();
+  if (task_ != Task::binary || saw_nan_score_) return kUndefined;  // NaN would break the sort
+  const std::size_t n = scores_.size();
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return scores_[a] < scores_[b]; });
+  // Walk groups of equal scores from the lowest up. A positive beats every negative in lower
+  // groups (credit 1 each) and ties with the negatives of its own group (credit 1/2 each), which
+  // is exactly the Mann-Whitney statistic with average ranks. Kept doubled to stay in integers.
+  std::uint64_t twice_credit = 0;
+  std::uint64_t negatives_below = 0;
+  std::uint64_t total_positives = 0;
+  for (std::size_t begin = 0; begin < n;) {
+    std::size_t end = begin;
+    std::uint64_t group_positives = 0;
+    while (end < n && scores_[order[end]] == scores_[order[begin]]) {
+      group_positives += positives_[order[end]];
+      ++end;
+    }
+    const std::uint64_t group_negatives = (end - begin) - group_positives;
+    twice_credit += 2 * group_positives * negatives_below + group_positives * group_negatives;
+    negatives_below += group_negatives;
+    total_positives += group_positives;
+    begin = end;
+  }
+  if (total_positives == 0 || negatives_below == 0) return kUndefined;  // all one class
+  return static_cast<double>(twice_credit) /
+         (2.0 * static_cast<double>(total_positives) * static_cast<double>(negatives_below));
+}
+
+double MetricMeter::log_loss() const {
+  if (task_ != Task::binary || examples_ == 0) return std::numeric_limits<double>::quiet_NaN();
+  return log_loss_sum_ / static_cast<double>(examples_);
 }
 
 }  // namespace aiacc::trainer

@@ -1,30 +1,66 @@
-// Running metrics over a stream of batches: mean loss and, for classification, accuracy.
-// (AUC and log loss for CTR arrive with the Wide&Deep work.)
+// Running metrics over a stream of batches: mean loss and accuracy for every task; for binary
+// (CTR) tasks also exact ROC AUC and log loss over everything added since the last reset().
+// Meters merge, so ranks can evaluate shards and combine them (distributed evaluation).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/batch.h"
 #include "core/tensor.h"
 
 namespace aiacc::trainer {
 
+// Not thread-safe: one meter per thread, then merge().
 class MetricMeter {
  public:
   explicit MetricMeter(Task task) : task_(task) {}
+
   // Adds one batch: its mean loss, the model's outputs and the labels.
+  //   classification: outputs [N, C] logits (f32/f64), labels [N] i64 class ids.
+  //   binary:         outputs with N elements ([N] or [N, 1]) of logits (f32/f64), labels [N]
+  //                   0/1 targets (f32, f64 or i64; a target counts as positive when > 0.5).
+  // For binary tasks every (logit, label) is kept until reset() (9 bytes per example) because
+  // exact AUC needs the whole ranking. InternalError on mismatched sizes or dtypes.
   void add(double mean_loss, const Tensor& outputs, const Tensor& labels);
+
+  // Adds the sums of `other` (same task; InternalError otherwise). Metrics of the merged meter
+  // equal those of one meter that saw both streams.
+  void merge(const MetricMeter& other);
+
   void reset() { *this = MetricMeter(task_); }
+
+  // Example-weighted mean of the batches' mean losses; 0 before any example.
   double mean_loss() const { return examples_ ? loss_sum_ / static_cast<double>(examples_) : 0.0; }
-  double accuracy() const { return examples_ ? static_cast<double>(correct_) / static_cast<double>(examples_) : 0.0; }
+  // Share of examples predicted right (binary: logit > 0 predicts 1); 0 before any example.
+  double accuracy() const {
+    return examples_ ? static_cast<double>(correct_) / static_cast<double>(examples_) : 0.0;
+  }
+
+  // Binary only. Exact ROC AUC: the probability that a random positive outscores a random
+  // negative, ties counting one half (Mann-Whitney U / (P * N), i.e. average ranks). O(n log n).
+  // NaN when it is undefined: not a binary task, no positives or no negatives (all one class),
+  // or a NaN logit was added.
+  double auc() const;
+  // Binary only. Mean binary cross-entropy computed from the logits (stable for any logit, no
+  // clamping of probabilities). NaN when not a binary task or before any example.
+  double log_loss() const;
+
   std::int64_t examples() const { return examples_; }
   Task task() const { return task_; }
 
  private:
+  void add_binary(const Tensor& outputs, const Tensor& labels);
+
   Task task_;
   double loss_sum_ = 0;
   std::int64_t correct_ = 0;
   std::int64_t examples_ = 0;
+  // Binary task only.
+  double log_loss_sum_ = 0;
+  std::vector<double> scores_;           // logits, in arrival order
+  std::vector<std::uint8_t> positives_;  // 1 where the label is positive
+  bool saw_nan_score_ = false;
 };
 
 }  // namespace aiacc::trainer

@@ -1,21 +1,26 @@
 // Single-process training loop. Distributed synchronisation (ring, parameter servers) plugs in
-// through the parameters' grad-ready hooks in later work; here every gradient is local.
+// through the parameters' grad-ready hooks; here dense gradients are local and sparse rows live
+// in local embedding stores.
 #include "tools/trainer/trainer.h"
 
 #include <fmt/format.h>
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/embedding/local_embedding_store.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
 
 namespace aiacc::trainer {
@@ -32,6 +37,38 @@ data::LoaderOptions loader_options(const JobOptions& o, bool training) {
   return data::loader_options(o.data, training, o.job.seed);
 }
 
+// Copies `saved` into `targets` by name. Every target must be present with the same shape and
+// dtype; `what` and `where` name the checkpoint part in errors.
+void restore_by_name(const NamedTensors& saved, const NamedTensors& targets, const std::string& what,
+                     const std::string& where) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, tensor] : saved) by_name[name] = &tensor;
+  for (const auto& [name, target] : targets) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      throw DataError(fmt::format("{}: the {} has no tensor '{}' (was it saved by another model?)",
+                                  where, what, name));
+    }
+    const Tensor& source = *it->second;
+    if (source.shape() != target.shape() || source.dtype() != target.dtype()) {
+      throw DataError(fmt::format("{}: {} tensor '{}' is {} {} but the model has {} {}", where, what,
+                                  name, dtype_name(source.dtype()), source.shape().str(),
+                                  dtype_name(target.dtype()), target.shape().str()));
+    }
+    Tensor(target).copy_from(source);
+  }
+}
+
+// Splits "<table>.ids" style names by table: the part before the last dot.
+std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows) {
+  std::map<std::string, NamedTensors> tables;
+  for (const auto& [name, tensor] : rows) {
+    auto dot = name.rfind('.');
+    tables[dot == std::string::npos ? name : name.substr(0, dot)].emplace_back(name, tensor);
+  }
+  return tables;
+}
+
 }  // namespace
 
 struct Trainer::State {
@@ -41,7 +78,10 @@ struct Trainer::State {
   std::unique_ptr<data::Dataset> test_data;
   std::unique_ptr<models::Model> model;
   std::vector<Parameter*> dense_params;
+  std::vector<Parameter*> sparse_params;
+  std::map<std::string, std::shared_ptr<EmbeddingStore>> stores;  // by table name
   std::unique_ptr<optim::Optimizer> optimizer;
+  double sparse_lr = 0;  // the sparse optimiser's rate for the step in progress
   std::filesystem::path run_path;
   std::ofstream metrics;
   std::int64_t steps_per_epoch = 0;
@@ -50,6 +90,59 @@ struct Trainer::State {
   void write_metrics(const nlohmann::json& record) {
     metrics << record.dump() << '\n';
     metrics.flush();
+  }
+
+  NamedTensors model_tensors() const {
+    NamedTensors named;
+    for (Parameter* p : model->parameters()) {
+      if (p->kind() == ParamKind::dense) named.emplace_back(p->name(), p->value());
+    }
+    for (auto& buffer : model->buffers()) named.push_back(std::move(buffer));
+    return named;
+  }
+
+  Checkpoint snapshot(std::int64_t step, std::int64_t epoch, std::int64_t batch) const {
+    Checkpoint checkpoint;
+    checkpoint.step = step;
+    checkpoint.files["model"] = model_tensors();
+    checkpoint.files["optimizer"] = optimizer->state();
+    if (!stores.empty()) {
+      NamedTensors rows;
+      for (const auto& [name, store] : stores) {
+        for (auto& named : store->save_rows()) rows.push_back(std::move(named));
+      }
+      checkpoint.files["embeddings"] = std::move(rows);
+    }
+    checkpoint.state = {{"epoch", epoch}, {"batch", batch}, {"model", options.model.type},
+                        {"config", resolved_yaml(options)}};
+    return checkpoint;
+  }
+
+  // Restores everything a checkpoint holds; returns where training continues (epoch, batch).
+  std::pair<std::int64_t, std::int64_t> restore(const Checkpoint& checkpoint, const std::string& where) {
+    auto part = [&](const std::string& key) -> const NamedTensors& {
+      auto it = checkpoint.files.find(key);
+      if (it == checkpoint.files.end()) throw DataError(fmt::format("{}: no {} file", where, key));
+      return it->second;
+    };
+    restore_by_name(part("model"), model_tensors(), "model file", where);
+    optimizer->load_state(part("optimizer"));
+    if (!stores.empty()) {
+      auto tables = group_by_table(part("embeddings"));
+      for (const auto& [name, store] : stores) {
+        auto it = tables.find(name);
+        if (it == tables.end()) {
+          throw DataError(fmt::format("{}: the embeddings file has no table '{}'", where, name));
+        }
+        store->load_rows(it->second);
+      }
+    }
+    if (checkpoint.state.value("config", std::string()) != resolved_yaml(options)) {
+      log->warn("{}: the checkpoint was written with a different configuration; continuing with "
+                "the current one", where);
+    }
+    return {checkpoint.state.at("epoch").get<std::int64_t>(),
+            checkpoint.state.at("batch").get<std::int64_t>()};
   }
 };
 
@@ -64,15 +157,33 @@ Trainer::Trainer(const JobOptions& options) : state_(std::make_unique<State>()) 
   models::ModelContext context;
   context.input = s.train_data->spec();
   context.seed = options.job.seed;
+  // Every table lives in a local store in this process (parameter-server placement comes with
+  // the distributed trainer); the store runs the sparse optimiser on the rows a batch touched.
+  context.embedding_stores = [&s](const EmbeddingTableSpec& spec) -> std::shared_ptr<EmbeddingStore> {
+    if (s.stores.count(spec.name)) {
+      throw InternalError(fmt::format("embedding table '{}' requested twice", spec.name));
+    }
+    auto store = std::make_shared<LocalEmbeddingStore>(spec, s.options.sparse_optimizer);
+    s.stores.emplace(spec.name, store);
+    return store;
+  };
   s.model = models::make_model(options.model, context);
   for (Parameter* p : s.model->parameters()) {
-    if (p->kind() != ParamKind::dense) {
-      throw ConfigError(fmt::format(
-          "model.type '{}' has the sparse parameter '{}', which needs an embedding store "
-          "(local sparse updates or parameter servers); this build trains dense models only",
-          options.model.type, p->name()));
+    if (p->kind() == ParamKind::dense) {
+      s.dense_params.push_back(p);
+      continue;
     }
-    s.dense_params.push_back(p);
+    auto it = s.stores.find(p->name());
+    if (it == s.stores.end()) {
+      throw InternalError(fmt::format("sparse parameter '{}' has no embedding store of that name",
+                                      p->name()));
+    }
+    EmbeddingStore* store = it->second.get();
+    p->add_grad_ready_hook([&s, store](Parameter& param) {
+      const SparseGrad& grad = param.sparse_grad();
+      store->push(grad.ids, grad.rows.data<float>(), s.sparse_lr);
+    });
+    s.sparse_params.push_back(p);
   }
   s.optimizer = std::make_unique<optim::Optimizer>(options.optimizer, s.dense_params);
 
@@ -84,9 +195,14 @@ Trainer::Trainer(const JobOptions& options) : state_(std::make_unique<State>()) 
     throw ConfigError(fmt::format("data.batch_size {} leaves no full batch in {} training examples",
                                   options.data.batch_size, s.train_data->size()));
   }
+  s.run_path = std::filesystem::path(options.job.run_dir) / options.job.name;
 }
 
 Trainer::~Trainer() = default;
+
+std::vector<std::pair<std::string, Tensor>> Trainer::model_tensors() const {
+  return state_->model_tensors();
+}
 
 void Trainer::describe(std::ostream& out) const {
   const State& s = *state_;
@@ -99,13 +215,18 @@ void Trainer::describe(std::ostream& out) const {
   out << fmt::format("{:<32} {:>18} {:>12}  {:<6} {}\n", "parameter", "shape", "elements", "kind",
                      "synchronisation");
   std::int64_t total = 0;
-  for (Parameter* p : s.model->parameters()) {
+  for (Parameter* p : s.dense_params) {
     total += p->value().numel();
     out << fmt::format("{:<32} {:>18} {:>12}  {:<6} {}\n", p->name(), p->value().shape().str(),
-                       p->value().numel(), p->kind() == ParamKind::dense ? "dense" : "sparse",
-                       "local (1 process)");
+                       p->value().numel(), "dense", "local (1 process)");
   }
-  out << fmt::format("{} parameters, {:.1f} MiB in f32\n", total, total * 4.0 / (1 << 20));
+  out << fmt::format("{} dense parameters, {:.1f} MiB in f32\n", total, total * 4.0 / (1 << 20));
+  for (const auto& [name, store] : s.stores) {
+    out << fmt::format("{:<32} {:>18} {:>12}  {:<6} {}\n", name,
+                       fmt::format("[ids, {}]", store->spec().dim), "on demand", "sparse",
+                       fmt::format("local store, {} lr {}", s.options.sparse_optimizer.type,
+                                   s.options.sparse_optimizer.lr));
+  }
 }
 
 EvalResult Trainer::evaluate() {
@@ -117,13 +238,14 @@ EvalResult Trainer::evaluate() {
     double loss = s.model->forward(*batch, /*training=*/false);
     meter.add(loss, s.model->outputs(), batch->labels);
   }
-  return EvalResult{meter.mean_loss(), meter.accuracy(), meter.examples()};
+  const bool binary = meter.task() == Task::binary;
+  return EvalResult{meter.mean_loss(), meter.accuracy(), binary ? meter.auc() : NAN,
+                    binary ? meter.log_loss() : NAN, meter.examples()};
 }
 
-TrainResult Trainer::run() {
+TrainResult Trainer::run(const RunControl& control) {
   State& s = *state_;
   const JobOptions& o = s.options;
-  s.run_path = std::filesystem::path(o.job.run_dir) / o.job.name;
   std::error_code ec;
   std::filesystem::create_directories(s.run_path, ec);
   if (ec) throw IoError(fmt::format("cannot create the run folder {}: {}", s.run_path.string(), ec.message()));
@@ -131,56 +253,112 @@ TrainResult Trainer::run() {
   if (!s.metrics) throw IoError(fmt::format("cannot write {}", (s.run_path / "metrics.jsonl").string()));
   std::ofstream(s.run_path / "config.yaml") << resolved_yaml(o);
 
+  CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
+  TrainResult result;
+  std::int64_t step = 0, first_epoch = 0, first_batch = 0;
+  if (o.train.checkpoint.resume == "auto") {
+    if (auto latest = checkpoints.load_latest()) {
+      const std::string where = checkpoints.path_for(latest->step).string();
+      std::tie(first_epoch, first_batch) = s.restore(*latest, where);
+      step = latest->step;
+      result.resumed_from_step = step;
+      s.log->info("resumed from {} (step {}, epoch {}, batch {})", where, step, first_epoch + 1,
+                  first_batch);
+    }
+  }
+
   optim::LrSchedule schedule(o.optimizer.schedule, o.optimizer.lr, s.total_steps);
+  optim::LrSchedule sparse_schedule(o.sparse_optimizer.schedule, o.sparse_optimizer.lr, s.total_steps);
   data::Loader loader(*s.train_data, loader_options(o, true), 0, 1);
   const Task task = s.train_data->spec().task;
   MetricMeter interval(task);
-  TrainResult result;
   const auto start = Clock::now();
   auto interval_start = start;
   double eval_seconds = 0;
-  std::int64_t step = 0;
+  const std::int64_t start_step = step;
+  std::int64_t last_saved = step;
   const std::int64_t epochs = (s.total_steps + s.steps_per_epoch - 1) / s.steps_per_epoch;
   s.log->info("training {} for {} steps ({} epochs of {}), run folder {}", o.model.type,
               s.total_steps, epochs, s.steps_per_epoch, s.run_path.string());
+  if (auto best = s.test_data->reference_auc()) {
+    s.log->info("the test split comes from a known teacher: best achievable AUC {:.4f}", *best);
+  }
 
-  for (std::int64_t epoch = 0; epoch < epochs && step < s.total_steps; ++epoch) {
-    loader.start_epoch(epoch);
+  auto save = [&](std::int64_t epoch, std::int64_t batch) {
+    auto dir = checkpoints.save(s.snapshot(step, epoch, batch));
+    last_saved = step;
+    s.log->info("checkpoint at step {}: {}", step, dir.string());
+  };
+
+  bool stopped = false;
+  for (std::int64_t epoch = first_epoch; epoch < epochs && step < s.total_steps && !stopped; ++epoch) {
+    std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
+    loader.start_epoch(epoch, batch_index);
     while (step < s.total_steps) {
       auto batch = loader.next();
       if (!batch) break;
       const double lr = schedule.lr_at(step);
+      s.sparse_lr = sparse_schedule.lr_at(step);
       const double loss = s.model->forward(*batch, /*training=*/true);
       if (!std::isfinite(loss)) {
         throw Error(fmt::format("the training loss became {} at step {} (epoch {}); lower "
-                                "optimizer.lr or check the data", loss, step, epoch));
+                                "optimizer.lr or check the data", loss, step, epoch + 1));
       }
       s.model->backward();
       s.optimizer->step(lr);
       interval.add(loss, s.model->outputs(), batch->labels);
       ++step;
+      ++batch_index;
       if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
         const double elapsed = seconds_since(interval_start);
         const double rate = static_cast<double>(interval.examples()) / std::max(elapsed, 1e-9);
+        const bool binary = task == Task::binary;
+        const double metric = binary ? interval.auc() : interval.accuracy();
         s.log->info("epoch {}/{} step {}/{} loss {:.4f} {} {:.4f} lr {:.5f} samples/s {:.1f}",
                     epoch + 1, epochs, step, s.total_steps, interval.mean_loss(),
-                    task == Task::classification ? "acc" : "acc@0.5", interval.accuracy(), lr, rate);
+                    binary ? "auc" : "acc", metric, lr, rate);
         s.write_metrics({{"kind", "train"}, {"step", step}, {"epoch", epoch + 1},
-                         {"loss", interval.mean_loss()}, {"accuracy", interval.accuracy()},
+                         {"loss", interval.mean_loss()}, {binary ? "auc" : "accuracy", metric},
                          {"lr", lr}, {"samples_per_s", rate}});
         if (result.first_train_loss == 0) result.first_train_loss = interval.mean_loss();
         result.last_train_loss = interval.mean_loss();
         interval.reset();
         interval_start = Clock::now();
       }
+      // The position after this step: the rest of this epoch, or the next epoch.
+      const bool epoch_done = batch_index >= s.steps_per_epoch;
+      const std::int64_t next_epoch = epoch_done ? epoch + 1 : epoch;
+      const std::int64_t next_batch = epoch_done ? 0 : batch_index;
+      const auto& every = o.train.checkpoint.every_steps;
+      if (every > 0 && step % every == 0) save(next_epoch, next_batch);
+      if (control.stop_after_step > 0 && step >= control.stop_after_step) {
+        stopped = true;
+        break;
+      }
+      if (step == s.total_steps && o.train.checkpoint.at_end && last_saved != step) {
+        save(next_epoch, next_batch);
+      }
     }
-    if (o.train.eval_each_epoch) {
+    if (o.train.eval_each_epoch && !stopped) {
       const auto eval_start = Clock::now();
       EvalResult eval = evaluate();
-      s.log->info("epoch {}/{} test loss {:.4f} accuracy {:.4f} ({} examples)", epoch + 1, epochs,
-                  eval.loss, eval.accuracy, eval.examples);
-      s.write_metrics({{"kind", "eval"}, {"step", step}, {"epoch", epoch + 1}, {"loss", eval.loss},
-                       {"accuracy", eval.accuracy}, {"examples", eval.examples}});
+      const bool binary = task == Task::binary;
+      if (binary) {
+        s.log->info("epoch {}/{} test loss {:.4f} auc {:.4f} log loss {:.4f} accuracy {:.4f} ({} examples)",
+                    epoch + 1, epochs, eval.loss, eval.auc, eval.log_loss, eval.accuracy, eval.examples);
+      } else {
+        s.log->info("epoch {}/{} test loss {:.4f} accuracy {:.4f} ({} examples)", epoch + 1,
+                    epochs, eval.loss, eval.accuracy, eval.examples);
+      }
+      nlohmann::json record = {{"kind", "eval"}, {"step", step}, {"epoch", epoch + 1},
+                               {"loss", eval.loss}, {"accuracy", eval.accuracy},
+                               {"examples", eval.examples}};
+      if (binary) {
+        record["auc"] = eval.auc;
+        record["log_loss"] = eval.log_loss;
+        if (auto best = s.test_data->reference_auc()) record["reference_auc"] = *best;
+      }
+      s.write_metrics(record);
       result.last_eval = eval;
       // Evaluation time is not training time: shift the interval's start past it.
       interval_start += Clock::now() - eval_start;
@@ -190,10 +368,18 @@ TrainResult Trainer::run() {
   result.steps = step;
   result.seconds = seconds_since(start) - eval_seconds;
   result.samples_per_second =
-      static_cast<double>(step * o.data.batch_size) / std::max(result.seconds, 1e-9);
-  s.log->info("done: {} steps in {:.1f} s of training ({:.1f} samples/s){}", step, result.seconds,
-              result.samples_per_second,
-              result.last_eval ? fmt::format(", test accuracy {:.4f}", result.last_eval->accuracy) : "");
+      static_cast<double>((step - start_step) * o.data.batch_size) / std::max(result.seconds, 1e-9);
+  for (const auto& [name, store] : s.stores) {
+    s.log->info("embedding table {}: {} rows", name, store->num_rows());
+  }
+  std::string summary;
+  if (result.last_eval) {
+    summary = task == Task::binary ? fmt::format(", test auc {:.4f}", result.last_eval->auc)
+                                   : fmt::format(", test accuracy {:.4f}", result.last_eval->accuracy);
+  }
+  s.log->info("{}: {} steps in {:.1f} s of training ({:.1f} samples/s){}",
+              stopped ? "stopped" : "done", step - start_step, result.seconds,
+              result.samples_per_second, summary);
   return result;
 }
 

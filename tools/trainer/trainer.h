@@ -16,11 +16,20 @@ namespace aiacc::trainer {
 struct EvalResult {
   double loss = 0;
   double accuracy = 0;
+  double auc = 0;        // binary tasks (NaN otherwise)
+  double log_loss = 0;   // binary tasks (NaN otherwise)
   std::int64_t examples = 0;
 };
 
+// Test and tooling controls of one run() (not part of the job config).
+struct RunControl {
+  // Stop after this global step as if the process were killed right after it (0: never).
+  std::int64_t stop_after_step = 0;
+};
+
 struct TrainResult {
-  std::int64_t steps = 0;
+  std::int64_t steps = 0;              // the global step reached
+  std::int64_t resumed_from_step = -1; // the checkpoint's step when resumed, else -1
   double last_train_loss = 0;        // mean loss over the last logging interval
   double first_train_loss = 0;       // mean loss over the first logging interval
   double samples_per_second = 0;
@@ -40,8 +49,12 @@ class Trainer {
   // it is synchronised.
   void describe(std::ostream& out) const;
 
-  // Trains for the configured epochs / steps. Throws on failure.
-  TrainResult run();
+  // Trains for the configured epochs / steps, resuming from the newest complete checkpoint when
+  // train.checkpoint.resume is auto. Throws on failure.
+  TrainResult run(const RunControl& control = {});
+
+  // The model's parameters and buffers by name (what a checkpoint's model file holds).
+  std::vector<std::pair<std::string, Tensor>> model_tensors() const;
 
   // Evaluates the current model on the whole test split.
   EvalResult evaluate();

@@ -1,0 +1,79 @@
+// The criteo_tsv dataset: option checks, loading through detail::read_criteo_file, the load log.
+#include "data/criteo_tsv.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace aiacc::data {
+
+std::vector<std::string> default_field_names(const std::vector<std::string>& names, std::int64_t count) {
+  if (!names.empty()) return names;
+  std::vector<std::string> result;
+  for (std::int64_t c = 1; c <= count; ++c) result.push_back(fmt::format("C{}", c));
+  return result;
+}
+
+void CriteoTsv::Options::validate(const config::Node& node) const {
+  if (num_integer + num_categorical == 0) node.fail("num_integer and num_categorical are both 0: no features");
+  if (categorical_names.empty()) return;
+  const config::Node names = node.child("categorical_names");
+  if (static_cast<std::int64_t>(categorical_names.size()) != num_categorical) {
+    names.fail(fmt::format("{} names for num_categorical = {} columns", categorical_names.size(), num_categorical));
+  }
+  std::set<std::string> seen;
+  for (const std::string& name : categorical_names) {
+    if (name.empty()) names.fail("a name is empty");
+    if (!seen.insert(name).second) names.fail(fmt::format("'{}' appears twice", name));
+  }
+}
+
+CriteoTsv::CriteoTsv(const Options& options, const DatasetContext& context) {
+  check_split(context, "criteo_tsv");
+  const bool train = context.split == "train";
+  path_ = train ? options.train_file : options.test_file;
+  if (path_.empty()) {
+    throw ConfigError(fmt::format("dataset criteo_tsv: {} is not set (the {} split's TSV file)",
+                                  train ? "train_file" : "test_file", context.split));
+  }
+  layout_.num_integer = static_cast<int>(options.num_integer);
+  layout_.num_categorical = static_cast<int>(options.num_categorical);
+  for (std::int64_t i = 1; i <= options.num_integer; ++i) layout_.integer_names.push_back(fmt::format("I{}", i));
+  layout_.categorical_names = default_field_names(options.categorical_names, options.num_categorical);
+
+  detail::CriteoReadOptions read_options;
+  read_options.skip_malformed = options.malformed == "skip";
+  read_options.limit = options.limit;
+  read_options.threads = static_cast<int>(options.parse_threads);
+  columns_ = detail::read_criteo_file(path_, layout_, read_options, report_);
+
+  const double mb = static_cast<double>(report_.bytes) / 1e6;
+  const double seconds = std::max(report_.seconds, 1e-9);
+  auto logger = log::get("data");
+  logger->info("criteo_tsv {}: {} examples from {} lines, {:.1f} MB in {:.2f} s ({:.0f} MB/s, {:.2f}M lines/s, "
+               "{} threads); {} bytes per example, {:.1f} MB in memory",
+               path_, columns_.size(), report_.lines, mb, report_.seconds, mb / seconds,
+               static_cast<double>(report_.lines) / seconds / 1e6, report_.threads,
+               columns_.bytes_per_example(),
+               static_cast<double>(columns_.bytes_per_example() * static_cast<std::size_t>(columns_.size())) / 1e6);
+  if (report_.malformed > 0) {
+    logger->warn("criteo_tsv {}: skipped {} malformed line{} (first at line{} {}; line {}: {})", path_,
+                 report_.malformed, report_.malformed == 1 ? "" : "s", report_.malformed_lines.size() == 1 ? "" : "s",
+                 fmt::join(report_.malformed_lines, ", "), report_.malformed_lines.front(), report_.first_malformed);
+  }
+}
+
+InputSpec CriteoTsv::spec() const { return detail::ctr_spec(layout_.num_integer, layout_.categorical_names); }
+
+void CriteoTsv::read(std::span<const std::int64_t> indices, Batch& batch) {
+  detail::read_ctr_batch(columns_, indices, batch);
+}
+
+AIACC_REGISTER_DATASET("criteo_tsv", CriteoTsv);
+
+}  // namespace aiacc::data

@@ -1,0 +1,84 @@
+// `criteo_tsv`: click-through data in the Criteo format, one example per line, tab-separated:
+//   label (0/1), I integer columns (signed decimal, may be empty), C categorical columns (1-8 hex
+//   digits, normally 8 lowercase, either case accepted; empty = missing); LF or CRLF line ends,
+//   the final newline optional; plain or gzip'd. I and C come from the options (Criteo: 13 + 26,
+//   the flights data of tools/flights: 5 + 3).
+//
+// Batches follow the CTR contract (data/detail/ctr_columns.h): inputs [N, I] f32 holding
+// log1p(max(x, 0)) of each integer (missing and negative: 0), labels [N] f32 0/1, and one
+// SparseField per categorical column with exactly one id per example: the 32-bit value as a
+// non-negative int64, or -1 when missing. spec(): Task::binary, example_shape [I], the field names.
+//
+// The split's whole file is loaded into memory at construction, compactly: 1 + 4*I + 4*C +
+// ceil(C/8) bytes per example (Criteo: 161 bytes, so Kaggle's 45.8M lines take ~7.4 GB; flights:
+// 34 bytes). Streaming files larger than memory is not supported yet.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/detail/criteo_file.h"
+
+namespace aiacc::data {
+
+class CriteoTsv final : public Dataset {
+ public:
+  struct Options {
+    std::string train_file;
+    std::string test_file;
+    std::int64_t num_integer = 13;
+    std::int64_t num_categorical = 26;
+    std::vector<std::string> categorical_names;
+    std::string malformed = "fail";
+    std::int64_t limit = 0;
+    std::int64_t parse_threads = 0;
+
+    template <class V>
+    void visit(V& v) {
+      v.field("train_file", train_file, "TSV file of the train split (plain or .gz); required when "
+              "the train split uses criteo_tsv");
+      v.field("test_file", test_file, "TSV file of the test split; required when the test split uses it");
+      v.field("num_integer", num_integer, "integer columns after the label (Criteo: 13)",
+              config::in_range<std::int64_t>(0, 10000));
+      v.field("num_categorical", num_categorical, "categorical (hex) columns after the integers (Criteo: 26)",
+              config::in_range<std::int64_t>(0, 10000));
+      v.field("categorical_names", categorical_names, "names of the categorical fields, as models see "
+              "them (empty: C1..Cn)");
+      v.field("malformed", malformed, "a malformed line: fail (stop at the first, naming file and "
+              "line) or skip (count them, log the first few)", config::one_of({"fail", "skip"}));
+      v.field("limit", limit, "use only the first N valid lines (0: all); for quick runs",
+              config::at_least<std::int64_t>(0));
+      v.field("parse_threads", parse_threads, "threads parsing the file (0: OpenMP's default)",
+              config::in_range<std::int64_t>(0, 1024));
+    }
+    // Checks that span fields: names match the column count, are non-empty and distinct; at
+    // least one feature column.
+    void validate(const config::Node& node) const;
+  };
+
+  // Loads the split's file (DataError naming file and line, see detail::read_criteo_file) and
+  // logs one line with the speed and, with malformed: skip, the skipped lines. ConfigError for
+  // an unknown split or when the split's file is not set.
+  CriteoTsv(const Options& options, const DatasetContext& context);
+
+  InputSpec spec() const override;
+  std::int64_t size() const override { return columns_.size(); }
+  // Thread-safe (immutable after construction).
+  void read(std::span<const std::int64_t> indices, Batch& batch) override;
+
+  const detail::CriteoLoadReport& load_report() const { return report_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  detail::CriteoLayout layout_;
+  detail::CriteoLoadReport report_;
+  detail::CtrColumns columns_;
+};
+
+// The field names: `names` when given, else C1..C<count>.
+std::vector<std::string> default_field_names(const std::vector<std::string>& names, std::int64_t count);
+
+}  // namespace aiacc::data

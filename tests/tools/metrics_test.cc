@@ -1,0 +1,180 @@
+// MetricMeter: exact AUC against an O(n^2) pair count (ties at half credit), log loss against a
+// float64 formula at extreme logits, the undefined cases, accuracy, and merge() == one meter.
+#include "tools/trainer/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+
+namespace aiacc::trainer {
+namespace {
+
+// AUC by definition: over all (positive, negative) pairs, 1 when the positive scores higher,
+// 1/2 on a tie.
+double brute_force_auc(const std::vector<float>& scores, const std::vector<float>& labels) {
+  double credit = 0;
+  double pairs = 0;
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    if (labels[i] < 0.5f) continue;
+    for (std::size_t j = 0; j < scores.size(); ++j) {
+      if (labels[j] > 0.5f) continue;
+      pairs += 1;
+      credit += scores[i] > scores[j] ? 1.0 : scores[i] == scores[j] ? 0.5 : 0.0;
+    }
+  }
+  return credit / pairs;
+}
+
+// Textbook formula in long double, written differently from the implementation: clamp-free
+// -y*log(p) - (1-y)*log(1-p) with p computed in extended precision, or the asymptote when p
+// rounds to 0 or 1.
+double reference_log_loss(const std::vector<float>& logits, const std::vector<float>& labels) {
+  long double sum = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    long double x = logits[i];
+    long double y = labels[i];
+    // log(sigmoid(x)) = -log(1 + e^-x); log(1 - sigmoid(x)) = -log(1 + e^x).
+    long double log_p = x < -40 ? x : -std::log1p(std::exp(-x));
+    long double log_q = x > 40 ? -x : -std::log1p(std::exp(x));
+    sum += -(y * log_p + (1 - y) * log_q);
+  }
+  return static_cast<double>(sum / logits.size());
+}
+
+void add(MetricMeter& meter, const std::vector<float>& logits, const std::vector<float>& labels,
+         double mean_loss = 0.0) {
+  const auto n = static_cast<std::int64_t>(logits.size());
+  meter.add(mean_loss, Tensor::from_vector(logits, Shape{n, 1}),
+            Tensor::from_vector(labels, Shape{n}));
+}
+
+TEST(MetricMeterTest, AucMatchesPairCountWithManyTies) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int n = 50 + trial * 13;
+    std::vector<float> scores(n), labels(n);
+    // Scores from a small set of values so that ties are common, including ties across classes.
+    std::uniform_int_distribution<int> level(-4, 4);
+    std::bernoulli_distribution coin(0.3 + 0.02 * trial);
+    for (int i = 0; i < n; ++i) {
+      labels[i] = coin(rng) ? 1.0f : 0.0f;
+      scores[i] =
+          0.5f * static_cast<float>(level(rng)) + (labels[i] > 0 ? 0.25f * (trial % 3) : 0.0f);
+    }
+    MetricMeter meter(Task::binary);
+    add(meter, scores, labels);
+    EXPECT_NEAR(meter.auc(), brute_force_auc(scores, labels), 1e-12) << "trial " << trial;
+  }
+}
+
+TEST(MetricMeterTest, AucHandCases) {
+  MetricMeter perfect(Task::binary);
+  add(perfect, {-2, -1, 1, 2}, {0, 0, 1, 1});
+  EXPECT_DOUBLE_EQ(perfect.auc(), 1.0);
+  MetricMeter inverted(Task::binary);
+  add(inverted, {-2, -1, 1, 2}, {1, 1, 0, 0});
+  EXPECT_DOUBLE_EQ(inverted.auc(), 0.0);
+  MetricMeter all_tied(Task::binary);
+  add(all_tied, {3, 3, 3, 3, 3}, {1, 0, 0, 1, 0});
+  EXPECT_DOUBLE_EQ(all_tied.auc(), 0.5);
+  // Positives at 0.3, 0.8; negatives at 0.3, 0.1: pairs (0.3>0.1)=1, (0.3=0.3)=.5, 0.8 beats both.
+  MetricMeter mixed(Task::binary);
+  add(mixed, {0.3f, 0.8f, 0.3f, 0.1f}, {1, 1, 0, 0});
+  EXPECT_DOUBLE_EQ(mixed.auc(), 3.5 / 4.0);
+}
+
+TEST(MetricMeterTest, AucIsNanWhenUndefined) {
+  MetricMeter empty(Task::binary);
+  EXPECT_TRUE(std::isnan(empty.auc()));
+  EXPECT_TRUE(std::isnan(empty.log_loss()));
+  MetricMeter positives_only(Task::binary);
+  add(positives_only, {0.1f, 2.0f}, {1, 1});
+  EXPECT_TRUE(std::isnan(positives_only.auc()));
+  EXPECT_FALSE(std::isnan(positives_only.log_loss()));
+  MetricMeter negatives_only(Task::binary);
+  add(negatives_only, {0.1f, 2.0f}, {0, 0});
+  EXPECT_TRUE(std::isnan(negatives_only.auc()));
+  MetricMeter nan_logit(Task::binary);
+  add(nan_logit, {0.1f, NAN, 1.0f}, {0, 1, 1});
+  EXPECT_TRUE(std::isnan(nan_logit.auc()));
+  MetricMeter classification(Task::classification);
+  EXPECT_TRUE(std::isnan(classification.auc()));
+  EXPECT_TRUE(std::isnan(classification.log_loss()));
+}
+
+TEST(MetricMeterTest, LogLossIsStableAtExtremeLogits) {
+  const std::vector<float> logits{0.0f,   1e-8f,   -3.5f, 20.0f, -20.0f, 50.0f,  -50.0f,
+                                  100.0f, -100.0f, 1e4f,  -1e4f, 88.7f,  -88.8f, 1e30f};
+  const std::vector<float> labels{1, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 1, 1, 0};
+  MetricMeter meter(Task::binary);
+  add(meter, logits, labels);
+  const double expected = reference_log_loss(logits, labels);
+  ASSERT_TRUE(std::isfinite(meter.log_loss()));
+  EXPECT_NEAR(meter.log_loss(), expected, 1e-12 * expected);
+  // A confident right answer costs almost nothing, without rounding to exactly 0 or log(0).
+  MetricMeter confident(Task::binary);
+  add(confident, {40.0f}, {1});
+  EXPECT_GT(confident.log_loss(), 0.0);
+  EXPECT_NEAR(confident.log_loss(), std::exp(-40.0), 1e-30);
+  MetricMeter wrong(Task::binary);
+  add(wrong, {-1000.0f}, {1});
+  EXPECT_DOUBLE_EQ(wrong.log_loss(), 1000.0);
+}
+
+TEST(MetricMeterTest, BinaryAccuracyAndMeanLoss) {
+  MetricMeter meter(Task::binary);
+  add(meter, {1, -1, 2, -2}, {1, 1, 0, 0}, /*mean_loss=*/0.5);
+  add(meter, {3, 4}, {1, 1}, /*mean_loss=*/2.0);
+  EXPECT_EQ(meter.examples(), 6);
+  EXPECT_DOUBLE_EQ(meter.accuracy(), 4.0 / 6.0);
+  EXPECT_DOUBLE_EQ(meter.mean_loss(), (0.5 * 4 + 2.0 * 2) / 6.0);
+  // f64 logits and i64 labels are accepted too.
+  MetricMeter other(Task::binary);
+  other.add(0, Tensor::from_vector<double>({-1, 1}, Shape{2}),
+            Tensor::from_vector<std::int64_t>({0, 1}, Shape{2}));
+  EXPECT_DOUBLE_EQ(other.auc(), 1.0);
+  EXPECT_DOUBLE_EQ(other.accuracy(), 1.0);
+}
+
+TEST(MetricMeterTest, ClassificationAccuracyIsUnchanged) {
+  MetricMeter meter(Task::classification);
+  meter.add(1.0, Tensor::from_vector<float>({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, Shape{3, 2}),
+            Tensor::from_vector<std::int64_t>({1, 0, 0}, Shape{3}));
+  EXPECT_DOUBLE_EQ(meter.accuracy(), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(meter.mean_loss(), 1.0);
+  meter.reset();
+  EXPECT_EQ(meter.examples(), 0);
+  EXPECT_EQ(meter.task(), Task::classification);
+}
+
+TEST(MetricMeterTest, MergeEqualsOneMeterOverAllData) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> noise(0.0f, 2.0f);
+  std::bernoulli_distribution coin(0.4);
+  MetricMeter whole(Task::binary);
+  std::vector<MetricMeter> parts(3, MetricMeter(Task::binary));
+  for (int batch = 0; batch < 12; ++batch) {
+    std::vector<float> logits(17), labels(17);
+    for (int i = 0; i < 17; ++i) {
+      labels[i] = coin(rng) ? 1.0f : 0.0f;
+      logits[i] = std::round(noise(rng) + labels[i]);  // rounded: ties across parts
+    }
+    add(whole, logits, labels, 0.1 * batch);
+    add(parts[batch % 3], logits, labels, 0.1 * batch);
+  }
+  MetricMeter merged(Task::binary);
+  for (const auto& part : parts) merged.merge(part);
+  EXPECT_EQ(merged.examples(), whole.examples());
+  EXPECT_DOUBLE_EQ(merged.auc(), whole.auc());
+  EXPECT_NEAR(merged.log_loss(), whole.log_loss(), 1e-14);
+  EXPECT_NEAR(merged.mean_loss(), whole.mean_loss(), 1e-14);
+  EXPECT_DOUBLE_EQ(merged.accuracy(), whole.accuracy());
+  EXPECT_THROW(merged.merge(MetricMeter(Task::classification)), InternalError);
+}
+
+}  // namespace
+}  // namespace aiacc::trainer

@@ -1,0 +1,89 @@
+// Checkpoint and resume: a job stopped right after a checkpoint at step k and resumed with
+// `resume: auto` ends with bitwise the same parameters and buffers as a job that never stopped
+// (dropout masks, augmentation, shuffling, optimiser state, schedule and data position included).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tools/trainer/checkpoint.h"
+#include "tools/trainer/job_options.h"
+#include "tools/trainer/trainer.h"
+
+namespace aiacc::trainer {
+namespace {
+
+JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block,
+                  const std::string& data_block) {
+  std::filesystem::remove_all(run_dir);
+  std::filesystem::create_directories(run_dir);
+  auto path = run_dir / "job.yaml";
+  std::ofstream(path) << "job: {name: resume, run_dir: " << run_dir.string() << ", threads: 2}\n"
+                      << model_block << data_block
+                      << "optimizer: {type: sgd, lr: 0.05, momentum: 0.9, nesterov: true,\n"
+                         "            schedule: {type: cosine, warmup_steps: 4}}\n"
+                         "train: {epochs: 3, max_steps: 20, log_every_steps: 5, eval_each_epoch: false,\n"
+                         "        checkpoint: {every_steps: 5, keep_last: 2}}\n";
+  return load_job(path.string(), {});
+}
+
+::testing::AssertionResult bitwise_equal(const NamedTensors& a, const NamedTensors& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "tensor counts differ";
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first) return ::testing::AssertionFailure() << a[i].first << " vs " << b[i].first;
+    if (a[i].second.num_bytes() != b[i].second.num_bytes() ||
+        std::memcmp(a[i].second.raw_data(), b[i].second.raw_data(), a[i].second.num_bytes()) != 0) {
+      return ::testing::AssertionFailure() << "tensor " << a[i].first << " differs";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void expect_resume_is_bitwise(const std::string& model_block, const std::string& data_block,
+                              const std::string& tag) {
+  auto base = std::filesystem::temp_directory_path() / ("aiacc_resume_" + tag);
+  JobOptions straight = job_in(base / "straight", model_block, data_block);
+  Trainer uninterrupted(straight);
+  TrainResult full = uninterrupted.run();
+  EXPECT_EQ(full.steps, 20);
+  EXPECT_EQ(full.resumed_from_step, -1);
+
+  JobOptions stopped = job_in(base / "stopped", model_block, data_block);
+  {
+    Trainer first(stopped);
+    TrainResult partial = first.run(RunControl{.stop_after_step = 10});
+    EXPECT_EQ(partial.steps, 10);
+  }
+  Trainer second(stopped);  // a new process would rebuild everything from the config
+  TrainResult resumed = second.run();
+  EXPECT_EQ(resumed.resumed_from_step, 10);
+  EXPECT_EQ(resumed.steps, 20);
+  EXPECT_TRUE(bitwise_equal(uninterrupted.model_tensors(), second.model_tensors()));
+}
+
+TEST(Resume, DenseModelWithDropoutAndAugmentation) {
+  expect_resume_is_bitwise(
+      "model: {type: mlp, mlp: {hidden: [32, 16], dropout: 0.2}}\n",
+      "data:\n  batch_size: 16\n  augment: {random_crop_padding: 2, horizontal_flip: true}\n"
+      "  train: {type: synthetic_images, synthetic_images: {size: 120, height: 12, width: 12}}\n"
+      "  test: {type: synthetic_images, synthetic_images: {size: 32, height: 12, width: 12}}\n",
+      "dense");
+}
+
+TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
+  auto base = std::filesystem::temp_directory_path() / "aiacc_resume_never";
+  JobOptions job = job_in(base, "model: {type: mlp, mlp: {hidden: [8]}}\n",
+                          "data:\n  batch_size: 16\n"
+                          "  train: {type: synthetic_images, synthetic_images: {size: 64, height: 8, width: 8}}\n"
+                          "  test: {type: synthetic_images, synthetic_images: {size: 16, height: 8, width: 8}}\n");
+  { Trainer t(job); EXPECT_EQ(t.run().resumed_from_step, -1); }
+  // 64 examples / batch 16 = 4 steps per epoch, 3 epochs: the job ends at step 12. Resuming a
+  // finished job finds nothing left to do.
+  { Trainer t(job); TrainResult r = t.run(); EXPECT_EQ(r.resumed_from_step, 12); EXPECT_EQ(r.steps, 12); }
+  job.train.checkpoint.resume = "never";
+  { Trainer t(job); EXPECT_EQ(t.run().resumed_from_step, -1); }
+}
+
+}  // namespace
+}  // namespace aiacc::trainer

@@ -1,0 +1,308 @@
+// CheckpointManager: save into a .tmp directory, manifest last, rename; load with size and
+// CRC-32 verification; pick the newest complete checkpoint; prune old ones.
+#include "tools/trainer/checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <memory>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/io/atomic_file.h"
+#include "core/io/safetensors.h"
+#include "core/log.h"
+
+namespace aiacc::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kFormatName = "aiacc-checkpoint";
+constexpr std::string_view kPrefix = "step-";
+constexpr std::string_view kTmpSuffix = ".tmp";
+
+std::shared_ptr<spdlog::logger> logger() { return log::get("checkpoint"); }
+
+bool valid_key(const std::string& key) {
+  if (key.empty() || key[0] == '.' || key.size() > 200) return false;
+  return std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+// "step-000000001000" -> 1000; nullopt for any other name (including the .tmp ones).
+std::optional<std::int64_t> parse_step_name(const std::string& name) {
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return std::nullopt;
+  }
+  const char* begin = name.data() + kPrefix.size();
+  const char* end = name.data() + name.size();
+  std::int64_t step = 0;
+  auto [stop, error] = std::from_chars(begin, end, step);
+  if (error != std::errc() || stop != end || step < 0) return std::nullopt;
+  return step;
+}
+
+bool is_tmp_name(const std::string& name) {
+  return name.size() > kTmpSuffix.size() && name.compare(0, kPrefix.size(), kPrefix) == 0 &&
+         name.compare(name.size() - kTmpSuffix.size(), kTmpSuffix.size(), kTmpSuffix) == 0;
+}
+
+// std::filesystem errors carry the path already; rewrap them in our IoError type.
+template <class F>
+auto fs_call(const char* what, const fs::path& path, F&& call) {
+  try {
+    return call();
+  } catch (const fs::filesystem_error& e) {
+    throw IoError(
+        fmt::format("checkpoint: cannot {} {}: {}", what, path.string(), e.code().message()));
+  }
+}
+
+void remove_tree(const fs::path& path) {
+  fs_call("remove", path, [&] { return fs::remove_all(path); });
+}
+
+// The member `key` of a JSON object, or nullptr (also when `object` is not an object).
+const nlohmann::json* field(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+// Reads manifest.json; DataError naming the directory for anything malformed.
+nlohmann::json read_manifest(const fs::path& directory) {
+  const fs::path path = directory / kManifestName;
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) {
+    throw DataError(fmt::format("checkpoint {}: {} is missing (the save did not complete)",
+                                directory.string(), kManifestName));
+  }
+  auto bytes = fs_call("read", path, [&] { return fs::file_size(path); });
+  if (bytes > (std::uintmax_t{64} << 20)) {
+    throw DataError(fmt::format("checkpoint {}: {} is implausibly large ({} bytes)",
+                                directory.string(), kManifestName, bytes));
+  }
+  std::string text(bytes, '\0');
+  io::FileDescriptor fd = io::open_for_reading(path);
+  io::read_exact(fd, path, 0, text.data(), text.size());
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("checkpoint {}: {} is not valid JSON: {}", directory.string(),
+                                kManifestName, e.what()));
+  }
+}
+
+// Writes every file and then the manifest into `directory`.
+void write_contents(const Checkpoint& checkpoint, const fs::path& directory) {
+  nlohmann::json files = nlohmann::json::object();
+  const io::Metadata metadata{{"format", "pt"}, {"aiacc.step", std::to_string(checkpoint.step)}};
+  for (const auto& [key, tensors] : checkpoint.files) {
+    const std::string file_name = key + ".safetensors";
+    io::SafetensorsWriteResult written =
+        io::write_safetensors((directory / file_name).string(), tensors, metadata);
+    files[key] = {{"file", file_name},
+                  {"bytes", written.num_bytes},
+                  {"crc32", written.crc32},
+                  {"tensors", tensors.size()}};
+  }
+  nlohmann::json manifest = {{"format", kFormatName},
+                             {"version", CheckpointManager::kFormatVersion},
+                             {"step", checkpoint.step},
+                             {"files", files},
+                             {"state", checkpoint.state}};
+  // Written last: a directory whose manifest exists has all its files (each fsync'd already).
+  io::write_file_atomically(directory / kManifestName, manifest.dump(2) + "\n");
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(fs::path run_path, int keep_last)
+    : directory_(std::move(run_path) / "checkpoints"), keep_last_(keep_last) {
+  AIACC_CHECK_GE(keep_last, 0, "checkpoint keep_last");
+}
+
+fs::path CheckpointManager::path_for(std::int64_t step) const {
+  return directory_ / fmt::format("{}{:012d}", kPrefix, step);
+}
+
+fs::path CheckpointManager::save(const Checkpoint& checkpoint) const {
+  AIACC_CHECK_GE(checkpoint.step, 0, "checkpoint step");
+  for (const auto& [key, tensors] : checkpoint.files) {
+    AIACC_CHECK(valid_key(key), "checkpoint file key '{}' is not a plain file-name stem", key);
+  }
+  const fs::path final_path = path_for(checkpoint.step);
+  const fs::path tmp_path = final_path.string() + std::string(kTmpSuffix);
+  fs_call("create", directory_, [&] { return fs::create_directories(directory_); });
+  remove_tree(tmp_path);  // left by a crash during an earlier save of this step
+  fs_call("create", tmp_path, [&] { return fs::create_directory(tmp_path); });
+  try {
+    write_contents(checkpoint, tmp_path);
+  } catch (...) {
+    std::error_code ignored;  // best effort: the original error is the one to report
+    fs::remove_all(tmp_path, ignored);
+    throw;
+  }
+
+  // Replacing a checkpoint of the same step: between the removal and the rename only the .tmp
+  // copy exists, which load_latest ignores, so a crash there falls back to the previous step.
+  remove_tree(final_path);
+  fs_call("rename", tmp_path, [&] {
+    fs::rename(tmp_path, final_path);
+    return 0;
+  });
+  io::fsync_directory(directory_);
+  logger()->info("saved checkpoint {} ({} files)", final_path.string(), checkpoint.files.size());
+  prune(checkpoint.step);
+  return final_path;
+}
+
+void CheckpointManager::prune(std::int64_t saved_step) const {
+  // The save has succeeded by now; failing to tidy up must not make it look failed.
+  try {
+    std::vector<fs::path> stale;
+    std::vector<std::pair<std::int64_t, fs::path>> older;
+    for (const auto& entry :
+         fs_call("list", directory_, [&] { return fs::directory_iterator(directory_); })) {
+      const std::string name = entry.path().filename().string();
+      if (is_tmp_name(name)) {
+        stale.push_back(entry.path());
+      } else if (auto step = parse_step_name(name); step && *step < saved_step) {
+        older.emplace_back(*step, entry.path());
+      }
+    }
+    // Removed after the listing: deleting entries while iterating a directory is unspecified.
+    for (const fs::path& path : stale) {
+      logger()->warn("removing incomplete checkpoint {}", path.string());
+      remove_tree(path);
+    }
+    if (keep_last_ == 0) return;
+    std::sort(older.begin(), older.end());
+    const std::size_t keep_older = static_cast<std::size_t>(keep_last_ - 1);
+    for (std::size_t i = 0; i + keep_older < older.size(); ++i) {
+      logger()->info("removing old checkpoint {}", older[i].second.string());
+      remove_tree(older[i].second);
+    }
+  } catch (const IoError& e) {
+    logger()->warn("could not remove old checkpoints: {}", e.what());
+  } catch (const fs::filesystem_error& e) {
+    logger()->warn("could not remove old checkpoints: {}", e.what());
+  }
+}
+
+std::vector<fs::path> CheckpointManager::list() const {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::error_code error;
+  if (!fs::is_directory(directory_, error)) return {};
+  for (const auto& entry :
+       fs_call("list", directory_, [&] { return fs::directory_iterator(directory_); })) {
+    if (auto step = parse_step_name(entry.path().filename().string())) {
+      found.emplace_back(*step, entry.path());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> paths;
+  for (auto& [step, path] : found) paths.push_back(std::move(path));
+  return paths;
+}
+
+Checkpoint CheckpointManager::load(const fs::path& directory) const {
+  const std::string where = directory.string();
+  auto fail = [&](const std::string& problem) {
+    throw DataError(fmt::format("checkpoint {}: {}", where, problem));
+  };
+  const nlohmann::json manifest = read_manifest(directory);
+  if (!manifest.is_object() || field(manifest, "format") == nullptr ||
+      *field(manifest, "format") != kFormatName) {
+    fail(fmt::format("{} is not an aiacc checkpoint manifest", kManifestName));
+  }
+  const nlohmann::json* version = field(manifest, "version");
+  if (!version || !version->is_number_integer() || version->get<std::int64_t>() < 1) {
+    fail("the manifest has no valid version");
+  }
+  if (version->get<std::int64_t>() > kFormatVersion) {
+    fail(fmt::format("format version {} is newer than this program's {}",
+                     version->get<std::int64_t>(), kFormatVersion));
+  }
+  const nlohmann::json* step = field(manifest, "step");
+  const nlohmann::json* files = field(manifest, "files");
+  const nlohmann::json* state = field(manifest, "state");
+  if (!step || !step->is_number_integer() || !files || !files->is_object() || !state) {
+    fail("the manifest lacks step, files or state");
+  }
+  Checkpoint checkpoint;
+  checkpoint.step = step->get<std::int64_t>();
+  checkpoint.state = *state;
+  if (auto named = parse_step_name(directory.filename().string());
+      named && *named != checkpoint.step) {
+    fail(fmt::format("the manifest says step {}, the directory name says {}", checkpoint.step,
+                     *named));
+  }
+  for (const auto& [key, info] : files->items()) {
+    // The file name must be what save() writes: a manifest must not point outside its directory.
+    const nlohmann::json* file_name = field(info, "file");
+    const nlohmann::json* recorded_bytes = field(info, "bytes");
+    const nlohmann::json* recorded_crc = field(info, "crc32");
+    if (!valid_key(key) || !file_name || *file_name != key + ".safetensors" || !recorded_bytes ||
+        !recorded_bytes->is_number_unsigned() || !recorded_crc ||
+        !recorded_crc->is_number_unsigned()) {
+      fail(fmt::format("malformed manifest entry for '{}'", key));
+    }
+    const fs::path path = directory / (key + ".safetensors");
+    const std::uint64_t bytes = recorded_bytes->get<std::uint64_t>();
+    std::error_code error;
+    if (!fs::is_regular_file(path, error))
+      fail(fmt::format("{} is missing", path.filename().string()));
+    const std::uintmax_t actual = fs::file_size(path, error);
+    if (error || actual != bytes) {
+      fail(fmt::format("{} has {} bytes, the manifest says {}", path.filename().string(), actual,
+                       bytes));
+    }
+    io::SafetensorsFile file;
+    try {
+      file = io::read_safetensors(path.string());
+    } catch (const DataError& e) {
+      fail(e.what());
+    }
+    if (file.crc32 != recorded_crc->get<std::uint64_t>()) {
+      fail(fmt::format("{} is corrupt: CRC-32 {:#010x}, the manifest says {:#010x}",
+                       path.filename().string(), file.crc32, recorded_crc->get<std::uint64_t>()));
+    }
+    checkpoint.files[key] = std::move(file.tensors);
+  }
+  return checkpoint;
+}
+
+std::optional<Checkpoint> CheckpointManager::load_latest() const {
+  std::error_code error;
+  if (!fs::is_directory(directory_, error)) return std::nullopt;
+  for (const auto& entry :
+       fs_call("list", directory_, [&] { return fs::directory_iterator(directory_); })) {
+    if (is_tmp_name(entry.path().filename().string())) {
+      logger()->warn("ignoring incomplete checkpoint {} (a save was interrupted)",
+                     entry.path().string());
+    }
+  }
+  std::vector<fs::path> candidates = list();
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    try {
+      Checkpoint checkpoint = load(*it);
+      logger()->info("found checkpoint {} (step {})", it->string(), checkpoint.step);
+      return checkpoint;
+    } catch (const DataError& e) {  // the message names the directory already
+      logger()->warn("skipping invalid {}", e.what());
+    } catch (const IoError& e) {
+      logger()->warn("skipping unreadable checkpoint {}: {}", it->string(), e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace aiacc::trainer

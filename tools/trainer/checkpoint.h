@@ -1,0 +1,95 @@
+// Checkpoints: a training run's tensors in safetensors files plus a manifest, written so that a
+// crash at any moment leaves the previous checkpoints loadable, and found again by
+// `resume: auto` (shared/DESIGN.md §7).
+//
+// On-disk layout (one directory per checkpoint; the 12-digit zero-padded step sorts by name):
+//   <run_path>/checkpoints/
+//     step-000000001000/
+//       model.safetensors         one file per Checkpoint::files entry, "<key>.safetensors";
+//       optimizer.safetensors     tensor names as given (PyTorch names for the dense model, so
+//       embeddings.safetensors    model.safetensors loads with safetensors.torch.load_file)
+//       manifest.json             written LAST; its presence marks the checkpoint complete
+//     step-000000002000.tmp/      a save in progress, or one a crash interrupted: never loaded,
+//                                 removed by the next save
+// Every safetensors file carries metadata {"format": "pt", "aiacc.step": "<step>"}.
+// manifest.json:
+//   {"format": "aiacc-checkpoint", "version": 1, "step": 1000,
+//    "files": {"model": {"file": "model.safetensors", "bytes": 4242, "crc32": 305419896,
+//                        "tensors": 12}, ...},
+//    "state": {...}}                       the caller's JSON (epoch, data position, rng, hash)
+// A save writes everything into step-<N>.tmp/ (each file atomically, fsync'd), the manifest
+// last, then renames the directory to step-<N>/ and fsyncs checkpoints/.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+
+namespace aiacc::trainer {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct Checkpoint {
+  std::int64_t step = 0;
+  // File key -> tensors, e.g. "model" (parameters and buffers under PyTorch names),
+  // "optimizer" (Optimizer::state()), "embeddings" or one key per table / PS shard. Keys are
+  // file-name stems: letters, digits, '_', '-' and '.', not starting with '.'.
+  std::map<std::string, NamedTensors> files;
+  // Everything else needed to continue bit for bit: epoch, batch position, rng counters, config
+  // hash, ... Stored verbatim in the manifest.
+  nlohmann::json state = nlohmann::json::object();
+};
+
+class CheckpointManager {
+ public:
+  static constexpr int kFormatVersion = 1;
+
+  // Manages <run_path>/checkpoints (created on the first save). keep_last: how many complete
+  // checkpoints to keep after a save, the new one included; 0 keeps all. Negative keep_last is
+  // an InternalError (the config layer validates it).
+  CheckpointManager(std::filesystem::path run_path, int keep_last);
+
+  // Writes `checkpoint` as checkpoints/step-<12-digit step>/ and returns that directory. A
+  // checkpoint of the same step already there is replaced. After a successful save, stale
+  // .tmp directories are removed and, of the checkpoints with a lower step, only the newest
+  // keep_last - 1 are kept (checkpoints with a higher step, from an abandoned longer run, are
+  // left alone); failures while removing them are logged, not thrown. Blocks until everything
+  // is durable (fsync). Not thread-safe: one manager per run directory. Tensors must be on the
+  // CPU. Throws IoError on filesystem failures (the previous checkpoints are intact then, and
+  // the partial .tmp directory is removed), InternalError on a bad key or negative step.
+  std::filesystem::path save(const Checkpoint& checkpoint) const;
+
+  // The newest complete checkpoint, or nullopt when there is none. Candidates are the step-<N>
+  // directories, newest first; one that fails load() (and every .tmp directory) is skipped with
+  // a warning naming it and the reason.
+  std::optional<Checkpoint> load_latest() const;
+
+  // Loads and verifies one checkpoint directory: manifest present and well-formed, every file it
+  // lists present with the recorded size and CRC-32, and each a valid safetensors file. Throws
+  // DataError naming the directory (and file) otherwise, IoError when a file cannot be read.
+  Checkpoint load(const std::filesystem::path& directory) const;
+
+  // checkpoints/step-<N> directories that look complete by name (no .tmp), oldest first. They
+  // are not verified.
+  std::vector<std::filesystem::path> list() const;
+
+  const std::filesystem::path& directory() const { return directory_; }
+  // checkpoints/step-<12-digit step> (whether or not it exists).
+  std::filesystem::path path_for(std::int64_t step) const;
+
+ private:
+  void prune(std::int64_t saved_step) const;
+
+  std::filesystem::path directory_;  // <run_path>/checkpoints
+  int keep_last_;
+};
+
+}  // namespace aiacc::trainer
