@@ -1,0 +1,85 @@
+// The ResNet model: builds the trunk (models/resnet_architecture.h), adds pooling and the
+// classifier, initialises like torchvision, and registers itself as "resnet".
+#include "models/resnet.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/util/random.h"
+#include "models/layers/linear.h"
+#include "models/layers/pooling.h"
+
+namespace aiacc::models {
+namespace {
+
+// Seed streams, so that the conv draws, the layers' own draws and the classifier never overlap.
+constexpr std::uint64_t kConvInitStream = 0x7265736e6574ull;  // "resnet"
+constexpr std::uint64_t kClassifierSeedOffset = 1u << 20;
+
+// torchvision's kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / fan_out),
+// which keeps activations' scale through the ReLU stack at the start of training.
+void init_conv(Conv2d& conv, std::uint64_t seed, std::uint64_t index) {
+  Tensor& w = conv.weight().value();
+  const std::int64_t fan_out = w.dim(0) * w.dim(2) * w.dim(3);
+  const double std_dev = std::sqrt(2.0 / static_cast<double>(fan_out));
+  Rng rng(seed ^ kConvInitStream, index);
+  Tensor draws = Tensor::empty(w.shape(), DType::f64);
+  for (double& v : draws.span<double>()) v = rng.normal() * std_dev;
+  w.copy_from(w.dtype() == DType::f64 ? draws : draws.to(w.dtype()));
+}
+
+}  // namespace
+
+void ResNet::Options::validate(const config::Node& node) const {
+  const std::string problem = resnet_choice_problem(choice());
+  if (!problem.empty()) node.fail(problem);
+}
+
+ResNet::ResNet(const Options& options, const ModelContext& context)
+    : example_shape_(context.input.example_shape), net_("resnet"), loss_(options.label_smoothing) {
+  if (context.input.task != Task::classification) {
+    throw ConfigError("model resnet: needs a classification task (the data is binary)");
+  }
+  if (context.input.num_classes < 2) {
+    throw ConfigError(fmt::format("model resnet: classification needs at least 2 classes, the "
+                                  "data has {}", context.input.num_classes));
+  }
+  arch_ = resolve_resnet(options.choice(), example_shape_);
+  log::get("model")->info("resnet depth {}: {}", options.depth, arch_.str());
+  ResNetInitTargets targets;
+  build_resnet_trunk(arch_, example_shape_[0], context.seed, context.dtype, net_, targets);
+  // [N, F, H', W'] -> [N, F]: the classifier works at any input resolution.
+  net_.add(std::make_unique<GlobalAvgPool>("avgpool"));
+  net_.add(std::make_unique<Linear>("fc", arch_.feature_channels(), context.input.num_classes,
+                                    /*bias=*/true, context.seed + kClassifierSeedOffset,
+                                    context.dtype));
+
+  for (std::size_t i = 0; i < targets.convs.size(); ++i) {
+    init_conv(*targets.convs[i], context.seed, i);
+  }
+  // Each block then starts as the identity, which helps large-batch training (Goyal et al.).
+  if (options.zero_init_residual) {
+    for (BatchNorm* norm : targets.residual_norms) norm->weight().value().zero();
+  }
+}
+
+double ResNet::forward(const Batch& batch, bool training) {
+  const std::int64_t n = batch.inputs.dim(0);
+  const Shape image{n, example_shape_[0], example_shape_[1], example_shape_[2]};
+  if (batch.inputs.numel() != image.numel()) {
+    throw InternalError(fmt::format("model resnet: inputs {} do not hold {} images of {}",
+                                    batch.inputs.shape().str(), n, example_shape_.str()));
+  }
+  logits_ = net_.forward(batch.inputs.reshape(image), training);
+  return loss_.forward(logits_, batch.labels);
+}
+
+void ResNet::backward() { net_.backward(loss_.backward(), /*need_input_grad=*/false); }
+
+AIACC_REGISTER_MODEL("resnet", ResNet);
+
+}  // namespace aiacc::models

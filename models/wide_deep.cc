@@ -1,0 +1,204 @@
+// "wide_deep": construction (tables from the context's store factory, MLP), forward and backward
+// of Wide & Deep (see models/wide_deep_model.h), and its registration.
+#include <fmt/format.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/kernels/concat.h"
+#include "core/util/random.h"
+#include "models/layers/activation.h"
+#include "models/layers/dropout.h"
+#include "models/wide_deep_model.h"
+
+namespace aiacc::models {
+namespace {
+
+// Seeds the MLP's layers apart from the Linear of the wide part.
+constexpr std::uint64_t kWideDenseSeed = 0x77696465;  // "wide"
+
+std::unique_ptr<SparseEmbedding> make_table(const ModelContext& context, const std::string& name,
+                                            std::int64_t dim, double init_scale,
+                                            kernels::BagMode mode) {
+  // Each table's initial rows depend on the job seed and the table's name only.
+  const EmbeddingTableSpec spec{name, dim, init_scale,
+                                mix64(context.seed ^ FeatureHasher::salt_of(name))};
+  std::shared_ptr<EmbeddingStore> store = context.embedding_stores(spec);
+  if (!store) throw ConfigError(fmt::format("model wide_deep: no embedding store for table {}", name));
+  if (store->spec().name != name || store->spec().dim != dim) {
+    throw ConfigError(fmt::format("model wide_deep: the store for table {} (dim {}) serves table "
+                                  "{} (dim {})",
+                                  name, dim, store->spec().name, store->spec().dim));
+  }
+  return std::make_unique<SparseEmbedding>(std::move(store), mode, context.dtype);
+}
+
+}  // namespace
+
+void WideDeep::Options::validate(const config::Node& node) const {
+  if (!wide && !deep) node.child("deep").fail("wide and deep are both false: nothing to train");
+}
+
+WideDeep::WideDeep(const Options& options, const ModelContext& context)
+    : dtype_(context.dtype),
+      num_int_(context.input.example_shape.numel()),
+      wide_(options.wide),
+      deep_(options.deep),
+      hasher_(context.input.sparse_fields,
+              parse_cross_features(options.cross_features, context.input.sparse_fields),
+              static_cast<std::uint64_t>(options.hash_buckets)) {
+  const std::vector<std::string>& fields = context.input.sparse_fields;
+  if (context.input.task != Task::binary) {
+    throw ConfigError("model wide_deep: needs a binary (CTR) data set, e.g. criteo_tsv or synthetic_ctr");
+  }
+  if (fields.empty()) throw ConfigError("model wide_deep: the data has no categorical fields");
+  if (!context.embedding_stores) {
+    throw ConfigError("model wide_deep: needs embedding stores for its sparse tables (the trainer "
+                      "provides them; none was given)");
+  }
+  if (!wide_ && !deep_) throw ConfigError("model wide_deep: wide and deep are both false");
+  if (dtype_ != DType::f32 && dtype_ != DType::f64) {
+    throw ConfigError(fmt::format("model wide_deep: dtype {} (f32 or f64)", dtype_name(dtype_)));
+  }
+  const kernels::BagMode mode = options.pooling == "mean" ? kernels::BagMode::mean : kernels::BagMode::sum;
+
+  if (wide_) {
+    for (const std::string& field : fields) {
+      wide_fields_.push_back(make_table(context, "wide." + field, 1, options.wide_init_scale, mode));
+      params_.push_back(&wide_fields_.back()->parameter());
+    }
+    for (const CrossFeature& cross : hasher_.crosses()) {
+      wide_crosses_.push_back(make_table(context, "wide." + cross.name, 1, options.wide_init_scale, mode));
+      params_.push_back(&wide_crosses_.back()->parameter());
+    }
+    if (options.wide_dense && num_int_ > 0) {
+      wide_dense_ = std::make_unique<Linear>("wide.dense", num_int_, 1, /*bias=*/false,
+                                             context.seed + kWideDenseSeed, dtype_);
+      params_.push_back(&wide_dense_->weight());
+    }
+    wide_bias_ = std::make_unique<Parameter>("wide.bias", Tensor::zeros(Shape{1}, dtype_));
+    wide_bias_->set_decays(false);
+    params_.push_back(wide_bias_.get());
+  } else if (!hasher_.crosses().empty()) {
+    throw ConfigError("model wide_deep: cross_features belong to the wide part, which is off");
+  }
+
+  if (deep_) {
+    for (const std::string& field : fields) {
+      deep_fields_.push_back(
+          make_table(context, "deep." + field, options.embedding_dim, options.init_scale, mode));
+      params_.push_back(&deep_fields_.back()->parameter());
+    }
+    mlp_ = std::make_unique<Sequential>("deep");
+    std::int64_t width = static_cast<std::int64_t>(fields.size()) * options.embedding_dim + num_int_;
+    int index = 1;
+    for (std::int64_t units : options.hidden) {
+      mlp_->add(std::make_unique<Linear>(fmt::format("deep.fc{}", index), width, units, true,
+                                         context.seed + index, dtype_));
+      mlp_->add(std::make_unique<ReLU>(fmt::format("deep.relu{}", index)));
+      if (options.dropout > 0) {
+        mlp_->add(std::make_unique<Dropout>(fmt::format("deep.dropout{}", index), options.dropout,
+                                            context.seed + 1000 + index));
+      }
+      width = units;
+      ++index;
+    }
+    mlp_->add(std::make_unique<Linear>(fmt::format("deep.fc{}", index), width, 1, true,
+                                       context.seed + index, dtype_));
+    for (Parameter* p : mlp_->parameters()) params_.push_back(p);
+  }
+}
+
+Tensor WideDeep::dense_input(const Batch& batch, std::int64_t n) const {
+  if (num_int_ == 0) return Tensor::zeros(Shape{n, 0}, dtype_);
+  if (!batch.inputs.defined() || batch.inputs.numel() != n * num_int_ || batch.inputs.dim(0) != n) {
+    throw DataError(fmt::format("model wide_deep: expected integer features [{}, {}], got {}", n,
+                                num_int_, batch.inputs.defined() ? batch.inputs.shape().str() : "none"));
+  }
+  Tensor x = batch.inputs.reshape(Shape{n, num_int_});
+  return x.dtype() == dtype_ ? x : x.to(dtype_);
+}
+
+double WideDeep::forward(const Batch& batch, bool training) {
+  const std::int64_t n = batch.size();
+  if (n < 1) throw DataError("model wide_deep: empty batch");
+  batch_ = n;
+  hasher_.hash(batch.sparse, n, ids_, cross_ids_);
+  const Tensor ints = dense_input(batch, n);
+
+  logits_ = Tensor::zeros(Shape{n}, dtype_);
+  auto accumulate = [&](const Tensor& column) {  // logits += column ([N, 1] or [N])
+    if (dtype_ == DType::f64) {
+      const double* c = column.data<double>();
+      double* out = logits_.data<double>();
+      for (std::int64_t i = 0; i < n; ++i) out[i] += c[i];
+    } else {
+      const float* c = column.data<float>();
+      float* out = logits_.data<float>();
+      for (std::int64_t i = 0; i < n; ++i) out[i] += c[i];
+    }
+  };
+
+  if (wide_) {
+    logits_.fill(dtype_ == DType::f64 ? wide_bias_->value().data<double>()[0]
+                                      : wide_bias_->value().data<float>()[0]);
+    for (std::size_t f = 0; f < wide_fields_.size(); ++f) accumulate(wide_fields_[f]->forward(ids_[f]));
+    for (std::size_t c = 0; c < wide_crosses_.size(); ++c) {
+      accumulate(wide_crosses_[c]->forward(cross_ids_[c]));
+    }
+    if (wide_dense_) accumulate(wide_dense_->forward(ints, training));
+  }
+  if (deep_) {
+    std::vector<Tensor> parts;
+    parts.reserve(deep_fields_.size() + 1);
+    for (std::size_t f = 0; f < deep_fields_.size(); ++f) parts.push_back(deep_fields_[f]->forward(ids_[f]));
+    if (num_int_ > 0) parts.push_back(ints);
+    accumulate(mlp_->forward(kernels::concat_features(parts), training));
+  }
+  const Tensor targets = batch.labels.dtype() == dtype_ ? batch.labels : batch.labels.to(dtype_);
+  return loss_.forward(logits_, targets);
+}
+
+void WideDeep::backward() {
+  const Tensor dlogits = loss_.backward().reshape(Shape{batch_, 1});
+  Tensor dints;
+  if (deep_) {
+    const Tensor dx = mlp_->backward(dlogits, /*need_input_grad=*/true);
+    std::vector<std::int64_t> widths(deep_fields_.size(), deep_fields_.front()->dim());
+    if (num_int_ > 0) widths.push_back(num_int_);
+    std::vector<Tensor> parts = kernels::split_features(dx, widths);
+    for (std::size_t f = 0; f < deep_fields_.size(); ++f) deep_fields_[f]->backward(parts[f]);
+    if (num_int_ > 0) dints = parts.back();
+  }
+  if (wide_) {
+    // d logit / d (each wide pooled value) = 1: every wide table gets dlogits as its [N, 1].
+    for (auto& table : wide_fields_) table->backward(dlogits);
+    for (auto& table : wide_crosses_) table->backward(dlogits);
+    if (wide_dense_) {
+      const Tensor d = wide_dense_->backward(dlogits, compute_input_grad_);
+      if (compute_input_grad_) {
+        if (!dints.defined()) {
+          dints = d;
+        } else if (dtype_ == DType::f64) {
+          for (std::int64_t k = 0; k < d.numel(); ++k) dints.data<double>()[k] += d.data<double>()[k];
+        } else {
+          for (std::int64_t k = 0; k < d.numel(); ++k) dints.data<float>()[k] += d.data<float>()[k];
+        }
+      }
+    }
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < batch_; ++i) {
+      sum += dtype_ == DType::f64 ? dlogits.data<double>()[i] : dlogits.data<float>()[i];
+    }
+    wide_bias_->grad().fill(sum);
+    wide_bias_->grad_ready();
+  }
+  if (compute_input_grad_) {
+    input_grad_ = dints.defined() ? dints : Tensor::zeros(Shape{batch_, num_int_}, dtype_);
+  }
+}
+
+AIACC_REGISTER_MODEL("wide_deep", WideDeep);
+
+}  // namespace aiacc::models

@@ -1,0 +1,113 @@
+// "wide_deep": Wide & Deep for CTR (Cheng et al. 2016). Registered in wide_deep.cc; declared here
+// so tests can reach what the Model interface hides (the gradient w.r.t. the dense features).
+//   wide  = bias + Linear(num_int -> 1)(ints) + sum_f wide.<f>[id] + sum_c wide.<a>_x_<b>[id]
+//   deep  = MLP(concat(sum-bag deep.<f> for each field, ints))       (Linear+ReLU(+Dropout), -> 1)
+//   logit = wide + deep;  loss = binary cross-entropy with logits, mean over the batch.
+// Every embedding table lives in an EmbeddingStore from ModelContext::embedding_stores and shows
+// up as one sparse Parameter named like its table; the model pulls in forward and never pushes.
+// Legend: N = batch, F = categorical fields, I = integer features, D = embedding_dim.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config/schema.h"
+#include "models/layers/linear.h"
+#include "models/layers/loss.h"
+#include "models/layers/sequential.h"
+#include "models/layers/sparse_embedding.h"
+#include "models/model.h"
+#include "models/wide_deep_features.h"
+
+namespace aiacc::models {
+
+class WideDeep final : public Model {
+ public:
+  struct Options {
+    std::int64_t embedding_dim = 16;
+    std::vector<std::int64_t> hidden = {256, 128};
+    double dropout = 0.0;
+    std::vector<std::string> cross_features;
+    bool wide = true;
+    bool deep = true;
+    double init_scale = 0.05;
+    double wide_init_scale = 0.0;
+    bool wide_dense = true;
+    std::string pooling = "sum";
+    std::int64_t hash_buckets = 0;
+
+    template <class V>
+    void visit(V& v) {
+      v.field("embedding_dim", embedding_dim, "floats per row of the deep tables (deep.<field>)",
+              config::in_range<std::int64_t>(1, 4096));
+      v.field("hidden", hidden, "units of each hidden layer of the deep MLP, input to output",
+              [](const std::vector<std::int64_t>& h) {
+                for (auto units : h) if (units < 1) return std::string("expected positive unit counts");
+                return std::string();
+              });
+      v.field("dropout", dropout, "dropout probability after each hidden layer",
+              config::in_range(0.0, 0.95));
+      v.field("cross_features", cross_features,
+              "crossed field pairs '<a>_x_<b>' of the wide part (table wide.<a>_x_<b>)");
+      v.field("wide", wide, "include the wide (linear) part; wide alone = logistic regression");
+      v.field("deep", deep, "include the deep part (embeddings + MLP)");
+      v.field("init_scale", init_scale, "deep rows start uniform(-init_scale, init_scale)",
+              config::at_least(0.0));
+      v.field("wide_init_scale", wide_init_scale,
+              "wide rows start uniform(-s, s); 0: zeros, like logistic regression",
+              config::at_least(0.0));
+      v.field("wide_dense", wide_dense, "the integer features also feed a linear term of the wide part");
+      v.field("pooling", pooling, "pooling of a multi-hot field's rows", config::one_of({"sum", "mean"}));
+      v.field("hash_buckets", hash_buckets,
+              "0: 64-bit ids (unbounded tables); > 0: ids folded modulo this many rows per table",
+              config::at_least<std::int64_t>(0));
+    }
+    // Needs wide or deep.
+    void validate(const config::Node& node) const;
+  };
+
+  // Throws ConfigError for a non-binary task, a missing embedding store factory, no categorical
+  // fields, unknown cross fields, or neither wide nor deep.
+  WideDeep(const Options& options, const ModelContext& context);
+
+  std::vector<Parameter*> parameters() override { return params_; }
+  // batch: inputs [N, I] f32, labels [N] f32 0/1, sparse: F fields of raw values. Throws
+  // DataError for a batch of another layout.
+  double forward(const Batch& batch, bool training) override;
+  Tensor outputs() const override { return logits_; }
+  void backward() override;
+
+  // When set, backward() also computes dL/d inputs [N, I] (model dtype): for gradient checks.
+  void set_compute_input_grad(bool compute) { compute_input_grad_ = compute; }
+  const Tensor& input_grad() const { return input_grad_; }
+  const FeatureHasher& hasher() const { return hasher_; }
+
+ private:
+  Tensor dense_input(const Batch& batch, std::int64_t n) const;
+
+  DType dtype_;
+  std::int64_t num_int_;
+  bool wide_;
+  bool deep_;
+  FeatureHasher hasher_;
+  std::vector<std::unique_ptr<SparseEmbedding>> wide_fields_;   // [F]
+  std::vector<std::unique_ptr<SparseEmbedding>> wide_crosses_;  // one per cross
+  std::unique_ptr<Linear> wide_dense_;                          // null without I or wide_dense
+  std::unique_ptr<Parameter> wide_bias_;                        // [1]
+  std::vector<std::unique_ptr<SparseEmbedding>> deep_fields_;   // [F]
+  std::unique_ptr<Sequential> mlp_;
+  std::vector<Parameter*> params_;
+  BinaryCrossEntropyWithLogits loss_;
+  bool compute_input_grad_ = false;
+
+  // The last forward's batch size, hashed ids and logits [N].
+  std::int64_t batch_ = 0;
+  std::vector<SparseField> ids_;
+  std::vector<SparseField> cross_ids_;
+  Tensor logits_;
+  Tensor input_grad_;
+};
+
+}  // namespace aiacc::models
