@@ -73,6 +73,10 @@ class WideDeep final : public Model {
   WideDeep(const Options& options, const ModelContext& context);
 
   std::vector<Parameter*> parameters() override { return params_; }
+  // The deep MLP's buffers (dropout step counters), so checkpoints resume masks exactly.
+  std::vector<std::pair<std::string, Tensor>> buffers() override {
+    return mlp_ ? mlp_->buffers() : std::vector<std::pair<std::string, Tensor>>{};
+  }
   // batch: inputs [N, I] f32, labels [N] f32 0/1, sparse: F fields of raw values. Throws
   // DataError for a batch of another layout.
   double forward(const Batch& batch, bool training) override;

@@ -60,6 +60,7 @@ void expect_resume_is_bitwise(const std::string& model_block, const std::string&
   EXPECT_EQ(resumed.resumed_from_step, 10);
   EXPECT_EQ(resumed.steps, 20);
   EXPECT_TRUE(bitwise_equal(uninterrupted.model_tensors(), second.model_tensors()));
+  EXPECT_TRUE(bitwise_equal(uninterrupted.embedding_rows(), second.embedding_rows()));
 }
 
 TEST(Resume, DenseModelWithDropoutAndAugmentation) {
@@ -69,6 +70,17 @@ TEST(Resume, DenseModelWithDropoutAndAugmentation) {
       "  train: {type: synthetic_images, synthetic_images: {size: 120, height: 12, width: 12}}\n"
       "  test: {type: synthetic_images, synthetic_images: {size: 32, height: 12, width: 12}}\n",
       "dense");
+}
+
+TEST(Resume, WideDeepWithSparseTablesInLocalStores) {
+  expect_resume_is_bitwise(
+      "model: {type: wide_deep, wide_deep: {embedding_dim: 4, hidden: [8], dropout: 0.1,\n"
+      "        cross_features: [C1_x_C2]}}\n"
+      "sparse_optimizer: {type: adagrad, lr: 0.05}\n",
+      "data:\n  batch_size: 16\n"
+      "  train: {type: synthetic_ctr, synthetic_ctr: {size: 200, num_integer: 3, num_categorical: 4, vocabulary: 50}}\n"
+      "  test: {type: synthetic_ctr, synthetic_ctr: {size: 64, num_integer: 3, num_categorical: 4, vocabulary: 50}}\n",
+      "wide_deep");
 }
 
 TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {

@@ -101,18 +101,20 @@ struct Trainer::State {
     return named;
   }
 
+  NamedTensors embedding_rows() const {
+    NamedTensors rows;
+    for (const auto& [name, store] : stores) {
+      for (auto& named : store->save_rows()) rows.push_back(std::move(named));
+    }
+    return rows;
+  }
+
   Checkpoint snapshot(std::int64_t step, std::int64_t epoch, std::int64_t batch) const {
     Checkpoint checkpoint;
     checkpoint.step = step;
     checkpoint.files["model"] = model_tensors();
     checkpoint.files["optimizer"] = optimizer->state();
-    if (!stores.empty()) {
-      NamedTensors rows;
-      for (const auto& [name, store] : stores) {
-        for (auto& named : store->save_rows()) rows.push_back(std::move(named));
-      }
-      checkpoint.files["embeddings"] = std::move(rows);
-    }
+    if (!stores.empty()) checkpoint.files["embeddings"] = embedding_rows();
     checkpoint.state = {{"epoch", epoch}, {"batch", batch}, {"model", options.model.type},
                         {"config", resolved_yaml(options)}};
     return checkpoint;
@@ -202,6 +204,10 @@ Trainer::~Trainer() = default;
 
 std::vector<std::pair<std::string, Tensor>> Trainer::model_tensors() const {
   return state_->model_tensors();
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::embedding_rows() const {
+  return state_->embedding_rows();
 }
 
 void Trainer::describe(std::ostream& out) const {

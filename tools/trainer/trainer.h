@@ -55,6 +55,8 @@ class Trainer {
 
   // The model's parameters and buffers by name (what a checkpoint's model file holds).
   std::vector<std::pair<std::string, Tensor>> model_tensors() const;
+  // Every embedding table's rows and optimiser state (what a checkpoint's embeddings file holds).
+  std::vector<std::pair<std::string, Tensor>> embedding_rows() const;
 
   // Evaluates the current model on the whole test split.
   EvalResult evaluate();
