@@ -10,6 +10,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   dataset-fashion-mnist
+  # Reference checks (ResNet vs torchvision, safetensors files in PyTorch) and the PyTorch
+  # speed comparison; OpenBLAS keeps Debian's torch off the slow reference BLAS.
+  python3-torch python3-torchvision python3-numpy libopenblas0-pthread
 )
 
 sudo_cmd=()

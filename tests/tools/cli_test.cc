@@ -2,7 +2,6 @@
 // configs and usage, 0 for a dry run. Runs the real binary (path in argv[1]).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -10,27 +9,16 @@
 #include <fstream>
 #include <string>
 
+#include "tests/testing/process.h"
+
 namespace {
 
 using ::testing::HasSubstr;
 
 std::string g_program;
 
-struct Outcome {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Outcome run(const std::string& arguments) {
-  Outcome outcome;
-  std::string command = g_program + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return outcome;
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) outcome.output += buffer.data();
-  int raw = pclose(pipe);
-  outcome.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return outcome;
+aiacc::testing::CommandResult run(const std::string& arguments) {
+  return aiacc::testing::run_command(g_program + " " + arguments + " 2>&1");
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
@@ -49,7 +37,7 @@ const char* kSmallJob =
 
 TEST(Cli, UnknownKeyFromSetExitsTwoAndNamesKey) {
   std::string job = write_temp("aiacc_cli_job.yaml", kSmallJob);
-  Outcome o = run(job + " --set model.no_such_key=1 --dry-run");
+  aiacc::testing::CommandResult o = run(job + " --set model.no_such_key=1 --dry-run");
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("model.no_such_key"));
   EXPECT_THAT(o.output, HasSubstr("--set model.no_such_key=1"));
@@ -58,7 +46,7 @@ TEST(Cli, UnknownKeyFromSetExitsTwoAndNamesKey) {
 TEST(Cli, UnknownKeyInFileNamesLineAndSuggestion) {
   std::string job = write_temp("aiacc_cli_typo.yaml",
                                std::string(kSmallJob) + "optimizer: {type: sgd, lr: 0.1, momentun: 0.9}\n");
-  Outcome o = run(job + " --dry-run");
+  aiacc::testing::CommandResult o = run(job + " --dry-run");
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("aiacc_cli_typo.yaml:7:"));
   EXPECT_THAT(o.output, HasSubstr("optimizer.momentun"));
@@ -67,7 +55,7 @@ TEST(Cli, UnknownKeyInFileNamesLineAndSuggestion) {
 
 TEST(Cli, YamlSyntaxErrorNamesLine) {
   std::string job = write_temp("aiacc_cli_syntax.yaml", "job: {name: x}\nmodel: {type: mlp\ndata: {}\n");
-  Outcome o = run(job);
+  aiacc::testing::CommandResult o = run(job);
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("aiacc_cli_syntax.yaml:"));
   EXPECT_THAT(o.output, HasSubstr("YAML syntax error"));
@@ -75,10 +63,10 @@ TEST(Cli, YamlSyntaxErrorNamesLine) {
 
 TEST(Cli, WrongTypeAndRangeSayWhatWasExpected) {
   std::string job = write_temp("aiacc_cli_range.yaml", kSmallJob);
-  Outcome bad_type = run(job + " --set data.batch_size=lots --dry-run");
+  aiacc::testing::CommandResult bad_type = run(job + " --set data.batch_size=lots --dry-run");
   EXPECT_EQ(bad_type.status, 2);
   EXPECT_THAT(bad_type.output, HasSubstr("data.batch_size: expected an integer"));
-  Outcome bad_model = run(job + " --set model.type=resnt --dry-run");
+  aiacc::testing::CommandResult bad_model = run(job + " --set model.type=resnt --dry-run");
   EXPECT_EQ(bad_model.status, 2);
   EXPECT_THAT(bad_model.output, HasSubstr("model.type"));
 }
@@ -86,14 +74,14 @@ TEST(Cli, WrongTypeAndRangeSayWhatWasExpected) {
 TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(run("").status, 2);
   EXPECT_EQ(run("--no-such-flag x.yaml").status, 2);
-  Outcome missing = run("/nonexistent/job.yaml");
+  aiacc::testing::CommandResult missing = run("/nonexistent/job.yaml");
   EXPECT_EQ(missing.status, 2);
   EXPECT_THAT(missing.output, HasSubstr("/nonexistent/job.yaml"));
 }
 
 TEST(Cli, DryRunPrintsResolvedConfigAndPlan) {
   std::string job = write_temp("aiacc_cli_dry.yaml", kSmallJob);
-  Outcome o = run(job + " --set optimizer.lr=0.05 --dry-run");
+  aiacc::testing::CommandResult o = run(job + " --set optimizer.lr=0.05 --dry-run");
   EXPECT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, HasSubstr("lr: 0.05"));
   EXPECT_THAT(o.output, HasSubstr("fc1.weight"));
@@ -103,7 +91,7 @@ TEST(Cli, DryRunPrintsResolvedConfigAndPlan) {
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {
   std::string job = write_temp("aiacc_cli_data.yaml",
                                "data:\n  train: {type: idx_images, idx_images: {directory: /nonexistent}}\n");
-  Outcome o = run(job + " --dry-run");
+  aiacc::testing::CommandResult o = run(job + " --dry-run");
   EXPECT_EQ(o.status, 1) << o.output;
   EXPECT_THAT(o.output, HasSubstr("/nonexistent"));
 }

@@ -37,9 +37,8 @@ def fail(message):
     sys.exit(1)
 
 
-def main(path):
-    with open(path, "rb") as f:
-        data = f.read()
+def parse(data):
+    """Returns ({name: tensor} in file order, metadata) of a safetensors file's bytes."""
     if len(data) < 8:
         fail("shorter than 8 bytes")
     (header_size,) = struct.unpack("<Q", data[:8])
@@ -79,7 +78,13 @@ def main(path):
         tensors[name] = tensor
     if expected_begin != len(buffer):
         fail(f"{len(buffer) - expected_begin} bytes after the last tensor")
+    ordered = sorted(header.items(), key=lambda item: tuple(item[1]["data_offsets"]))
+    return {name: tensors[name] for name, _ in ordered}, metadata
 
+
+def main(path):
+    with open(path, "rb") as f:
+        tensors, metadata = parse(f.read())
     result = {"metadata": metadata, "tensors": {}}
     for name, tensor in tensors.items():
         result["tensors"][name] = {

@@ -15,44 +15,12 @@
 
 #include "core/io/safetensors.h"
 #include "tests/core/io/temp_dir.h"
+#include "tests/testing/process.h"
 
 namespace aiacc::io {
 namespace {
 
 constexpr int kSkip = 77;
-
-struct Outcome {
-  int status = -1;
-  std::string output;
-};
-
-Outcome run(const std::string& command) {
-  Outcome outcome;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return outcome;
-  std::array<char, 4096> buffer{};
-  while (std::size_t got = std::fread(buffer.data(), 1, buffer.size(), pipe)) {
-    outcome.output.append(buffer.data(), got);
-  }
-  int raw = pclose(pipe);
-  outcome.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return outcome;
-}
-
-std::filesystem::path script_path() {
-  const char* root = std::getenv("AIACC_SOURCE_ROOT");
-  return std::filesystem::path(root ? root : ".") / "tests/tools/safetensors_torch_check.py";
-}
-
-// The first interpreter that can import torch: PATH's python3 may be a pyenv build without
-// Debian's python3-torch, which lives under /usr/bin/python3.
-std::string python_with_torch() {
-  for (const char* candidate : {"python3", "/usr/bin/python3"}) {
-    if (run(std::string(candidate) + " -c 'import torch' >/dev/null 2>&1").status == 0)
-      return candidate;
-  }
-  return {};
-}
 
 double sum_of(const Tensor& t) {
   double sum = 0;
@@ -84,7 +52,7 @@ const char* torch_dtype(DType dtype) {
 }
 
 TEST(SafetensorsTorchTest, PyTorchReadsOurFileWithSameNamesAndValues) {
-  const std::string python = python_with_torch();
+  const std::string python = aiacc::testing::python_with({"torch"});
   if (python.empty())
     GTEST_SKIP() << "no python3 with torch found (tried python3, /usr/bin/python3)";
   aiacc::testing::TempDir dir;
@@ -106,7 +74,7 @@ TEST(SafetensorsTorchTest, PyTorchReadsOurFileWithSameNamesAndValues) {
   };
   write_safetensors(path, tensors, {{"format", "pt"}, {"aiacc.step", "42"}});
 
-  Outcome outcome = run(python + " " + script_path().string() + " " + path + " 2>&1");
+  aiacc::testing::CommandResult outcome = aiacc::testing::run_command(python + " " + (aiacc::testing::source_root() / "tests/tools/safetensors_torch_check.py").string() + " " + path + " 2>&1");
   if (outcome.status == kSkip) GTEST_SKIP() << outcome.output;
   ASSERT_EQ(outcome.status, 0) << outcome.output;
   nlohmann::json result = nlohmann::json::parse(outcome.output);

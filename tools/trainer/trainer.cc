@@ -206,6 +206,8 @@ std::vector<std::pair<std::string, Tensor>> Trainer::model_tensors() const {
   return state_->model_tensors();
 }
 
+models::Model& Trainer::model() { return *state_->model; }
+
 std::vector<std::pair<std::string, Tensor>> Trainer::embedding_rows() const {
   return state_->embedding_rows();
 }

@@ -55,6 +55,9 @@ class Trainer {
 
   // The model's parameters and buffers by name (what a checkpoint's model file holds).
   std::vector<std::pair<std::string, Tensor>> model_tensors() const;
+  // The model being trained (for tools and tests that run it directly).
+  models::Model& model();
+
   // Every embedding table's rows and optimiser state (what a checkpoint's embeddings file holds).
   std::vector<std::pair<std::string, Tensor>> embedding_rows() const;
 

@@ -13,7 +13,11 @@ line measured after a few warm-up steps:
       --image 3,224,224 --classes 1000 --steps 5 --warmup 2
   /usr/bin/python3 tools/bench/pytorch/resnet.py --depth 20 --epochs 12   # full run + accuracy
   /usr/bin/python3 tools/bench/pytorch/resnet.py --depth 18 --image 3,224,224 --classes 1000 \
-      --print-state-dict-names
+      --data synthetic --print-state-dict-names
+  /usr/bin/python3 tools/bench/pytorch/resnet.py --depth 20 \
+      --eval-checkpoint runs/resnet_fashion_mnist/checkpoints/step-000000007020/model.safetensors
+      (loads an aiacc-train dense checkpoint strictly by torchvision names and prints the test
+      accuracy PyTorch computes with it: it must equal aiacc-train's eval accuracy)
 Needs python3-torch (Debian: /usr/bin/python3); python3-torchvision for ImageNet-style nets.
 """
 
@@ -188,6 +192,27 @@ def make_optimizer(model, args):
                            lr=args.lr, momentum=args.momentum, nesterov=args.momentum > 0)
 
 
+SAFETENSORS_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "F16": np.float16}
+
+
+def read_safetensors(path):
+    """{name: torch.Tensor} of a safetensors file (little-endian header length, JSON header,
+    raw data), read with numpy so the `safetensors` package is not needed."""
+    with open(path, "rb") as f:
+        data = f.read()
+    header_len = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + header_len])
+    body = memoryview(data)[8 + header_len:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        array = np.frombuffer(body[begin:end], dtype=SAFETENSORS_DTYPES[info["dtype"]])
+        tensors[name] = torch.from_numpy(array.reshape(info["shape"]).copy())
+    return tensors
+
+
 def evaluate(model, images, labels, batch):
     model.eval()
     correct = 0
@@ -229,6 +254,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--print-state-dict-names", action="store_true",
                    help="print 'name shape' per state-dict entry and exit")
+    p.add_argument("--eval-checkpoint", metavar="MODEL_SAFETENSORS",
+                   help="load an aiacc-train model.safetensors (strict) and print test accuracy")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -244,6 +271,13 @@ def main():
     if args.print_state_dict_names:
         for key, tensor in model.state_dict().items():
             print(key, list(tensor.shape))
+        return
+    if args.eval_checkpoint:
+        state = read_safetensors(args.eval_checkpoint)
+        model.load_state_dict(state, strict=True)  # raises naming missing/unexpected keys
+        test_x, test_y = fashion_mnist.load("test", args.data_dir)
+        print(json.dumps({"checkpoint": args.eval_checkpoint, "tensors": len(state),
+                          "test_accuracy": evaluate(model, test_x, test_y, 500)}))
         return
 
     if args.data == "synthetic":  # a fixed pool, so data generation is not timed
