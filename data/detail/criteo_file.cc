@@ -18,21 +18,10 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "data/detail/gzip.h"
 
 namespace aiacc::data::detail {
 namespace {
-
-struct GzCloser {
-  void operator()(gzFile file) const { gzclose(file); }
-};
-using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
-
-std::string gz_message(gzFile file) {
-  int code = Z_OK;
-  const char* text = gzerror(file, &code);
-  if (code == Z_ERRNO) return std::strerror(errno);
-  return text ? text : "unknown zlib error";
-}
 
 // A gzip stream cut short reads as end-of-file with Z_BUF_ERROR set.
 void check_gzip_end(gzFile file, const std::string& path) {

@@ -11,23 +11,9 @@
 #include <memory>
 
 #include "core/error.h"
+#include "data/detail/gzip.h"
 
 namespace aiacc::data::detail {
-namespace {
-
-struct GzCloser {
-  void operator()(gzFile file) const { gzclose(file); }
-};
-using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
-
-std::string gz_message(gzFile file) {
-  int code = Z_OK;
-  const char* text = gzerror(file, &code);
-  if (code == Z_ERRNO) return std::strerror(errno);
-  return text ? text : "unknown zlib error";
-}
-
-}  // namespace
 
 std::string join_path(const std::string& directory, const std::string& name) {
   if (directory.empty() || (!name.empty() && name.front() == '/')) return name;

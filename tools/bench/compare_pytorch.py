@@ -35,6 +35,7 @@ PRESETS = {
         "needs": ["data-cache/flights/train.tsv"],
         "hint": "run tools/flights/fetch_flights.sh first",
         "log_every": 50,
+        "steps": 200,
         "torch": ["tools/bench/pytorch/wide_deep.py", "--train", "data-cache/flights/train.tsv",
                   "--num-integer", "5", "--num-categorical", "3", "--names", "origin,dest,route",
                   "--cross", "origin_x_dest", "--embedding-dim", "16", "--hidden", "256,128",
@@ -45,6 +46,7 @@ PRESETS = {
         "config": "configs/wide_deep_synthetic.yaml",
         "needs": [],
         "log_every": 50,
+        "steps": 200,
         "torch": None,  # the twin reads TSV files; synthetic data has no file form
     },
     "resnet_fashion_mnist": {
@@ -52,7 +54,9 @@ PRESETS = {
         "needs": ["/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"],
         "hint": "apt-get install dataset-fashion-mnist",
         "log_every": 5,
-        "torch": ["tools/bench/pytorch/resnet.py", "--config", "configs/resnet_fashion_mnist.yaml",
+        # ResNet-20 (CIFAR-style), batch 128, SGD Nesterov, crop padding 2 + flip, as the config.
+        "torch": ["tools/bench/pytorch/resnet.py", "--depth", "20", "--batch", "128",
+                  "--data", "fashion_mnist", "--crop-padding", "2", "--warmup", "5",
                   "--threads", "{threads}", "--steps", "{steps}"],
     },
 }
@@ -101,7 +105,8 @@ def main():
     p.add_argument("presets", nargs="+", choices=sorted(PRESETS))
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "aiacc-train"))
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--steps", type=int, default=200, help="timed steps per run")
+    p.add_argument("--steps", type=int, default=0,
+                   help="timed steps per run (0: each preset's default)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", help="append one JSON object per preset to this file")
     a = p.parse_args()
@@ -114,12 +119,13 @@ def main():
         if missing:
             print(f"{name:<24} skipped: missing {missing[0]} ({preset.get('hint', '')})")
             continue
+        steps = a.steps or preset["steps"]
         with tempfile.TemporaryDirectory() as workdir:
             aiacc, torch = [], []
             for _ in range(a.repeats):
-                aiacc.append(run_aiacc(a.binary, preset, a.threads, a.steps, workdir))
+                aiacc.append(run_aiacc(a.binary, preset, a.threads, steps, workdir))
                 if preset["torch"]:
-                    torch.append(run_torch(preset, a.threads, a.steps))
+                    torch.append(run_torch(preset, a.threads, steps))
         ours = summary(aiacc)
         theirs = summary(torch) if torch else None
         ratio = ours["median"] / theirs["median"] if theirs else None
@@ -127,7 +133,7 @@ def main():
         print(f"{name:<24} {fmt(ours):>22} {fmt(theirs):>22} {ratio if ratio is None else f'{ratio:.2f}x':>7}")
         if a.json:
             with open(a.json, "a") as f:
-                f.write(json.dumps({"preset": name, "threads": a.threads, "steps": a.steps,
+                f.write(json.dumps({"preset": name, "threads": a.threads, "steps": steps,
                                     "repeats": a.repeats, "aiacc_samples_per_s": ours,
                                     "pytorch_samples_per_s": theirs, "ratio": ratio}) + "\n")
 
