@@ -15,6 +15,12 @@ packages=(
   python3-torch python3-torchvision python3-numpy libopenblas0-pthread
 )
 
+# Node.js and npm run tools/flights (the flights CTR data); install Debian's only when absent, so an
+# existing Node.js installation (e.g. one that bundles npm) is left alone.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
+
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
