@@ -71,6 +71,15 @@ TEST(Cli, WrongTypeAndRangeSayWhatWasExpected) {
   EXPECT_THAT(bad_model.output, HasSubstr("model.type"));
 }
 
+TEST(Cli, ScheduleThatDoesNotFitTheJobNamesTheFullKey) {
+  std::string job = write_temp("aiacc_cli_schedule.yaml", kSmallJob);
+  auto o = run(job + " --set train.max_steps=5 --set optimizer.schedule.type=cosine"
+                     " --set optimizer.schedule.warmup_steps=10 --dry-run");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("optimizer.schedule.total_steps"));
+  EXPECT_THAT(o.output, HasSubstr("the job has 5 steps"));
+}
+
 TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(run("").status, 2);
   EXPECT_EQ(run("--no-such-flag x.yaml").status, 2);

@@ -48,7 +48,7 @@ TEST(ConfigReference, EveryExampleConfigReads) {
 }
 
 TEST(Registries, BuiltinsSurviveStaticLinking) {
-  for (const char* name : {"mlp"}) {
+  for (const char* name : {"mlp", "resnet", "wide_deep"}) {
     EXPECT_TRUE(models::model_registry().contains(name)) << name;
   }
   for (const char* name : {"idx_images", "synthetic_images", "cifar", "criteo_tsv", "synthetic_ctr"}) {

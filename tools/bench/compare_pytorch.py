@@ -54,6 +54,8 @@ PRESETS = {
         "needs": ["/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"],
         "hint": "apt-get install dataset-fashion-mnist",
         "log_every": 5,
+        "steps": 30,
+        "overrides": ["optimizer.schedule.warmup_steps=0"],  # short timed runs
         # ResNet-20 (CIFAR-style), batch 128, SGD Nesterov, crop padding 2 + flip, as the config.
         "torch": ["tools/bench/pytorch/resnet.py", "--depth", "20", "--batch", "128",
                   "--data", "fashion_mnist", "--crop-padding", "2", "--warmup", "5",
@@ -73,6 +75,8 @@ def run_aiacc(binary, preset, threads, steps, workdir):
            "--set", f"train.log_every_steps={log_every}", "--set", "train.eval_each_epoch=false",
            "--set", "train.checkpoint.at_end=false", "--set", "train.checkpoint.resume=never",
            "--set", "log.level=warn"]
+    for override in preset.get("overrides", []):
+        cmd += ["--set", override]
     subprocess.run(cmd, cwd=ROOT, check=True)
     rates, batch = [], None
     with open(os.path.join(run_dir, "bench", "metrics.jsonl")) as f:

@@ -59,6 +59,18 @@ void restore_by_name(const NamedTensors& saved, const NamedTensors& targets, con
   }
 }
 
+// The learning-rate schedule of the optimiser section `section` ("optimizer" or
+// "sparse_optimizer"); its errors name the full key, e.g. optimizer.schedule.total_steps.
+std::unique_ptr<optim::LrSchedule> make_schedule(const optim::OptimizerOptions& options,
+                                                 std::int64_t total_steps, const std::string& section) {
+  try {
+    return std::make_unique<optim::LrSchedule>(options.schedule, options.lr, total_steps);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}.{} (the job has {} steps: train.epochs x steps per epoch, "
+                                  "capped by train.max_steps)", section, e.what(), total_steps));
+  }
+}
+
 // Splits "<table>.ids" style names by table: the part before the last dot.
 std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows) {
   std::map<std::string, NamedTensors> tables;
@@ -81,6 +93,8 @@ struct Trainer::State {
   std::vector<Parameter*> sparse_params;
   std::map<std::string, std::shared_ptr<EmbeddingStore>> stores;  // by table name
   std::unique_ptr<optim::Optimizer> optimizer;
+  std::unique_ptr<optim::LrSchedule> schedule;
+  std::unique_ptr<optim::LrSchedule> sparse_schedule;
   double sparse_lr = 0;  // the sparse optimiser's rate for the step in progress
   std::filesystem::path run_path;
   std::ofstream metrics;
@@ -197,6 +211,8 @@ Trainer::Trainer(const JobOptions& options) : state_(std::make_unique<State>()) 
     throw ConfigError(fmt::format("data.batch_size {} leaves no full batch in {} training examples",
                                   options.data.batch_size, s.train_data->size()));
   }
+  s.schedule = make_schedule(options.optimizer, s.total_steps, "optimizer");
+  s.sparse_schedule = make_schedule(options.sparse_optimizer, s.total_steps, "sparse_optimizer");
   s.run_path = std::filesystem::path(options.job.run_dir) / options.job.name;
 }
 
@@ -275,8 +291,6 @@ TrainResult Trainer::run(const RunControl& control) {
     }
   }
 
-  optim::LrSchedule schedule(o.optimizer.schedule, o.optimizer.lr, s.total_steps);
-  optim::LrSchedule sparse_schedule(o.sparse_optimizer.schedule, o.sparse_optimizer.lr, s.total_steps);
   data::Loader loader(*s.train_data, loader_options(o, true), 0, 1);
   const Task task = s.train_data->spec().task;
   MetricMeter interval(task);
@@ -305,8 +319,8 @@ TrainResult Trainer::run(const RunControl& control) {
     while (step < s.total_steps) {
       auto batch = loader.next();
       if (!batch) break;
-      const double lr = schedule.lr_at(step);
-      s.sparse_lr = sparse_schedule.lr_at(step);
+      const double lr = s.schedule->lr_at(step);
+      s.sparse_lr = s.sparse_schedule->lr_at(step);
       const double loss = s.model->forward(*batch, /*training=*/true);
       if (!std::isfinite(loss)) {
         throw Error(fmt::format("the training loss became {} at step {} (epoch {}); lower "

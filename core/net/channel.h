@@ -1,0 +1,105 @@
+// Channel: a reliable, ordered, message-based connection to one peer rank over one TCP
+// connection. The unit ring/ and ps/ build on: send bytes, receive a Message, each bounded by a
+// deadline and labelled with what it is doing so a failure names the peer and the operation.
+//
+// Socket type: ZMQ_PAIR. A channel has exactly one peer, so DEALER/ROUTER's routing (identity
+// frames, fair-queueing over many peers, ROUTER silently dropping on HWM) buys nothing and
+// costs a frame per message. PAIR is exclusive (a second connection to a bound PAIR is refused),
+// ordered and lossless, and blocks at the high-water mark instead of dropping.
+//
+// Copy vs zero-copy: both, by size (ChannelOptions::zero_copy_min_bytes, default 128 KiB).
+// A copied send costs a malloc + memcpy but returns once the message is queued; a zero-copy
+// send hands ZeroMQ the caller's buffer and waits for its release callback (the bytes are in
+// the kernel). Measured with tools/bench/net_bench.cc on loopback (2 cores): the hand-off
+// dominates small messages (1 KiB: copy 10x faster), the memcpy large ones (256 KiB and up:
+// zero-copy 1.5-2x faster, because the copy competes with ZeroMQ's I/O threads for CPU).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/net/channel_options.h"
+#include "core/net/deadline.h"
+#include "core/net/message.h"
+#include "core/net/socket.h"
+
+namespace aiacc::net {
+
+class Channel {
+ public:
+  // A ZMQ_PAIR socket configured from `options` (HWMs, kernel buffers, no message size limit,
+  // linger), ready to bind or connect. Used by Mesh; exposed for tests.
+  static Socket make_socket(std::shared_ptr<Context> context, const ChannelOptions& options);
+
+  // Takes a bound-and-accepted or connected socket whose peer is `peer` (handshake done).
+  Channel(Socket socket, int peer, int stream, const ChannelOptions& options);
+  Channel(Channel&&) noexcept = default;
+  Channel& operator=(Channel&&) noexcept = default;
+
+  // Sends `bytes` as one message. Blocks until the caller may reuse `bytes`: for a copied
+  // message, until it is queued (may wait while send_hwm messages are queued); for a zero-copy
+  // one (size >= zero_copy_min_bytes), until ZeroMQ has finished reading the buffer.
+  // Throws TimeoutError at `deadline` (naming the peer, `what` and the time waited) and
+  // CommError on a transport failure or a disconnected peer. A send to a peer that has just
+  // died may still succeed (the message is queued); the failure then surfaces at the next
+  // recv or blocking send. After a zero-copy timeout the channel is closed (the only way to
+  // make ZeroMQ release the caller's buffer) and later calls throw CommError.
+  // Not thread-safe: one thread per channel at a time.
+  void send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what);
+
+  // Sends `parts` as one multipart message, delivered atomically (all parts or none) and read
+  // with recv_parts(). Same blocking and buffer contract as send() for every part.
+  void send_parts(std::span<const std::span<const std::byte>> parts, Deadline deadline,
+                  std::string_view what);
+
+  // Receives the next message; it must be single-frame (else CommError naming the count).
+  // Blocks until it arrives or `deadline` (TimeoutError). Zero copies after the kernel's.
+  // If the peer's connection drops (its process died or it closed the channel), messages it
+  // sent before are still delivered, then recv throws CommError "... disconnected" at once
+  // instead of waiting for the deadline.
+  Message recv(Deadline deadline, std::string_view what);
+  // Receives the next message with all of its frames.
+  std::vector<Message> recv_parts(Deadline deadline, std::string_view what);
+
+  int peer() const { return peer_; }
+  int stream() const { return stream_; }
+  const std::string& endpoint() const { return socket_.endpoint(); }
+  bool is_open() const { return socket_.is_open(); }
+  // Closes the connection now (messages already sent still go out within linger_ms); the
+  // peer's next recv that finds nothing queued throws CommError "disconnected".
+  void close() {
+    monitor_.close();
+    socket_.close();
+  }
+
+ private:
+  class ZeroCopyTracker;
+  // Sends one frame (takes ownership of `msg`'s content on success).
+  void send_frame(zmq_msg_t* msg, bool more, Deadline deadline, std::string_view what,
+                  Clock::time_point start);
+  void recv_frame(Message& message, Deadline deadline, std::string_view what,
+                  Clock::time_point start);
+  // Waits until `event` is possible on the socket; TimeoutError at `deadline`.
+  void wait_for(short event, Deadline deadline, std::string_view what, Clock::time_point start);
+  void require_open(std::string_view what) const;
+  // Closes the socket discarding queued messages (after a failure that broke the stream).
+  void abandon() noexcept;
+  [[noreturn]] void fail(const char* call, std::string_view what) const;
+  // Reads pending connection events; sets peer_gone_ on a disconnect.
+  void drain_monitor();
+  std::string describe(short event) const;  // "send to rank 2 (stream 0, tcp://...)"
+
+  Socket socket_;
+  // Receives socket_'s ZMQ_EVENT_DISCONNECTED events (inproc PAIR), so a dead peer is
+  // reported at once rather than at the deadline.
+  Socket monitor_;
+  bool peer_gone_ = false;
+  int peer_;
+  int stream_;
+  std::int64_t zero_copy_min_bytes_;
+};
+
+}  // namespace aiacc::net

@@ -1,0 +1,26 @@
+// The mesh handshake messages, internal to core/net (tests use them to impersonate a peer).
+// A connecting rank sends a Hello naming itself, the rank it wants and the stream; the binding
+// rank answers with an accept Hello or a reject carrying the reason.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace aiacc::net::detail {
+
+struct Hello {
+  enum Kind : std::uint32_t { kHello = 1, kAccept = 2, kReject = 3 };
+  Kind kind = kHello;
+  int from_rank = -1;
+  int to_rank = -1;
+  int stream = -1;
+  std::string job;
+  std::string reason;  // kReject only
+};
+
+std::string encode_hello(const Hello& hello);
+// Throws CommError naming `source` if the bytes are not a Hello.
+Hello decode_hello(std::span<const std::byte> bytes, const std::string& source);
+
+}  // namespace aiacc::net::detail

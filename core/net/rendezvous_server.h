@@ -1,0 +1,50 @@
+// RendezvousServer: the small store on rank 0 through which ranks find each other (DESIGN §6).
+// It records each rank's addresses, a key-value map (start-up checks such as the config-hash
+// exchange) and barrier arrivals, and answers RendezvousClient requests from a background
+// thread. A duplicate rank, a world-size disagreement or a rank out of range breaks the job:
+// every later request from any rank gets that CommError, so all ranks fail fast and alike.
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/net/context.h"
+#include "core/net/socket.h"
+
+namespace aiacc::net {
+
+class RendezvousServer {
+ public:
+  // Binds tcp://`host`:`port` (port 0: the OS chooses; see port()) and starts serving. Throws
+  // CommError if the address cannot be bound (e.g. the port is taken).
+  RendezvousServer(std::shared_ptr<Context> context, const std::string& host, int port);
+  // Stops serving and joins the thread (within ~50 ms). Clients still waiting then time out,
+  // so keep the server alive until the job's last barrier has been passed by every rank.
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  int port() const { return port_; }
+  // "tcp://host:port" as bound, for RendezvousClient.
+  const std::string& endpoint() const { return endpoint_; }
+  // Rethrows an error that stopped the background thread, if any. Thread-safe.
+  void check() const;
+
+ private:
+  class State;
+  void serve();
+
+  Socket socket_;  // used only by the background thread once it runs
+  std::string endpoint_;
+  int port_ = 0;
+  std::unique_ptr<State> state_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;  // written by the thread before failed_ is set
+  std::thread thread_;
+};
+
+}  // namespace aiacc::net

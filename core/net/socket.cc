@@ -1,0 +1,102 @@
+// Socket: checked wrappers around zmq_socket, setsockopt, bind, connect, poll and close.
+#include "core/net/socket.h"
+
+#include <zmq.h>
+
+#include <cerrno>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace aiacc::net {
+
+Socket::Socket(std::shared_ptr<Context> context, int type, int linger_ms)
+    : context_(std::move(context)) {
+  handle_ = zmq_socket(context_->handle(), type);
+  if (handle_ == nullptr) fail("zmq_socket");
+  set_int(ZMQ_LINGER, linger_ms, "ZMQ_LINGER");
+}
+
+Socket::Socket(Socket&& other) noexcept
+    : context_(std::move(other.context_)),
+      handle_(std::exchange(other.handle_, nullptr)),
+      endpoint_(std::move(other.endpoint_)) {}
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    close();
+    context_ = std::move(other.context_);
+    handle_ = std::exchange(other.handle_, nullptr);
+    endpoint_ = std::move(other.endpoint_);
+  }
+  return *this;
+}
+
+void Socket::fail(const char* call) const {
+  const int error = zmq_errno();
+  throw CommError(fmt::format("{} on {} failed: {} (errno {})", call, endpoint_,
+                              zmq_strerror(error), error));
+}
+
+void Socket::set_int(int option, int value, const char* option_name) {
+  if (zmq_setsockopt(handle_, option, &value, sizeof value) != 0) {
+    fail(fmt::format("zmq_setsockopt({}, {})", option_name, value).c_str());
+  }
+}
+
+void Socket::set_int64(int option, std::int64_t value, const char* option_name) {
+  if (zmq_setsockopt(handle_, option, &value, sizeof value) != 0) {
+    fail(fmt::format("zmq_setsockopt({}, {})", option_name, value).c_str());
+  }
+}
+
+void Socket::set_bytes(int option, std::string_view value, const char* option_name) {
+  if (zmq_setsockopt(handle_, option, value.data(), value.size()) != 0) {
+    fail(fmt::format("zmq_setsockopt({})", option_name).c_str());
+  }
+}
+
+std::string Socket::bind(const std::string& endpoint) {
+  endpoint_ = endpoint;
+  if (zmq_bind(handle_, endpoint.c_str()) != 0) fail("zmq_bind");
+  char actual[256];
+  std::size_t size = sizeof actual;
+  if (zmq_getsockopt(handle_, ZMQ_LAST_ENDPOINT, actual, &size) != 0) {
+    fail("zmq_getsockopt(ZMQ_LAST_ENDPOINT)");
+  }
+  endpoint_ = actual;
+  return endpoint_;
+}
+
+void Socket::connect(const std::string& endpoint) {
+  endpoint_ = endpoint;
+  if (zmq_connect(handle_, endpoint.c_str()) != 0) fail("zmq_connect");
+}
+
+void Socket::monitor(const std::string& monitor_endpoint, int events) {
+  if (zmq_socket_monitor(handle_, monitor_endpoint.c_str(), events) != 0) {
+    fail("zmq_socket_monitor");
+  }
+}
+
+short Socket::poll(short events, long timeout_ms) {
+  zmq_pollitem_t item{handle_, 0, events, 0};
+  for (;;) {
+    const int rc = zmq_poll(&item, 1, timeout_ms);
+    if (rc >= 0) return rc == 0 ? 0 : item.revents;
+    // A signal cut the wait short: the caller's loop recomputes the remaining time.
+    if (zmq_errno() == EINTR) return 0;
+    fail("zmq_poll");
+  }
+}
+
+void Socket::close() noexcept {
+  if (handle_ == nullptr) return;
+  zmq_close(handle_);  // only fails for an invalid handle, which ours never is
+  handle_ = nullptr;
+  context_.reset();
+}
+
+}  // namespace aiacc::net

@@ -1,0 +1,217 @@
+// Rendezvous: ranks as threads register with a server in this process and find each other,
+// for world sizes 1, 2, 3, 5, 8; the key-value API and barriers; and the job-breaking errors
+// (missing rank -> TimeoutError listing it, duplicate rank, world-size disagreement, rank out
+// of range -> CommError naming the ranks, for every rank). Also connect_mesh on top of it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "core/error.h"
+#include "core/net/mesh_bootstrap.h"
+#include "core/net/rendezvous_client.h"
+#include "core/net/rendezvous_server.h"
+#include "tests/core/net/net_fixture.h"
+#include "tests/testing/run_ranks.h"
+
+namespace aiacc::net {
+namespace {
+
+using aiacc::testing::fast_options;
+using aiacc::testing::run_ranks;
+using ::testing::HasSubstr;
+
+class RendezvousWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(RendezvousWorld, EveryRankGetsEveryRanksAddresses) {
+  const int world = GetParam();
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  run_ranks(world, [&](int rank) {
+    RendezvousClient client(Context::create(), "127.0.0.1:" + std::to_string(server.port()));
+    const auto deadline = deadline_after(10);
+    client.register_rank(rank, world, {"addr-" + std::to_string(rank), "second"}, deadline);
+    const AddressTable table = client.wait_all(deadline);
+    ASSERT_EQ(static_cast<int>(table.size()), world);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(table[r], (std::vector<std::string>{"addr-" + std::to_string(r), "second"}));
+    }
+    client.barrier("done", deadline);
+  });
+  server.check();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, RendezvousWorld, ::testing::Values(1, 2, 3, 5, 8));
+
+TEST(Rendezvous, KeyValueGetBlocksUntilSet) {
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  run_ranks(3, [&](int rank) {
+    RendezvousClient client(Context::create(), server.endpoint());
+    const auto deadline = deadline_after(10);
+    if (rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // others wait first
+      const std::byte binary[] = {std::byte{0}, std::byte{255}, std::byte{7}};
+      client.set("binary", binary, deadline);
+      client.set_string("config-hash", "abc123", deadline);
+    }
+    EXPECT_EQ(client.get_string("config-hash", deadline), "abc123");
+    const auto value = client.get("binary", deadline);
+    ASSERT_EQ(value.size(), 3u);
+    EXPECT_EQ(value[1], std::byte{255});
+  });
+}
+
+TEST(Rendezvous, GetOfAKeyNeverSetTimesOutNamingIt) {
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  RendezvousClient client(Context::create(), server.endpoint());
+  const auto start = Clock::now();
+  try {
+    client.get_string("plan-hash", deadline_after(0.3));
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_LT(seconds_since(start), 1.3);
+    EXPECT_THAT(e.what(), HasSubstr("'plan-hash'"));
+  }
+}
+
+TEST(Rendezvous, BarrierReleasesNoRankBeforeTheLastArrives) {
+  const int world = 4;
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  std::atomic<int> arrived{0};
+  run_ranks(world, [&](int rank) {
+    RendezvousClient client(Context::create(), server.endpoint());
+    const auto deadline = deadline_after(10);
+    client.register_rank(rank, world, {}, deadline);
+    for (int round = 0; round < 3; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 * rank));
+      ++arrived;
+      client.barrier("round-" + std::to_string(round), deadline);
+      EXPECT_GE(arrived.load(), world * (round + 1));
+    }
+  });
+}
+
+TEST(Rendezvous, MissingRankIsATimeoutListingIt) {
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  std::atomic<int> timeouts{0};
+  run_ranks(4, [&](int rank) {
+    if (rank == 1 || rank == 3) return;  // never arrive
+    RendezvousClient client(Context::create(), server.endpoint());
+    client.register_rank(rank, 4, {}, deadline_after(5));
+    const auto start = Clock::now();
+    try {
+      client.wait_all(deadline_after(0.4));
+      ADD_FAILURE() << "expected TimeoutError";
+    } catch (const TimeoutError& e) {
+      EXPECT_LT(seconds_since(start), 1.4);
+      EXPECT_THAT(e.what(), HasSubstr("missing ranks: 1, 3"));
+      ++timeouts;
+    }
+  });
+  EXPECT_EQ(timeouts, 2);
+}
+
+TEST(Rendezvous, MissingRankInBarrierIsListed) {
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  RendezvousClient client(Context::create(), server.endpoint());
+  client.register_rank(0, 2, {}, deadline_after(5));
+  try {
+    client.barrier("start", deadline_after(0.3));
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("barrier 'start'"));
+    EXPECT_THAT(e.what(), HasSubstr("missing ranks: 1"));
+  }
+}
+
+// Registers `ranks` (rank, world) pairs from distinct clients, the last one breaking the job;
+// every rank must then fail with a CommError (not a timeout) whose message has `expected`.
+void expect_job_broken(const std::vector<std::pair<int, int>>& ranks, const std::string& expected) {
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  std::vector<std::unique_ptr<RendezvousClient>> clients;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    clients.push_back(std::make_unique<RendezvousClient>(Context::create(), server.endpoint()));
+  }
+  // The breaking registration itself fails...
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const bool breaks = i + 1 == ranks.size();
+    try {
+      clients[i]->register_rank(ranks[i].first, ranks[i].second, {}, deadline_after(5));
+      EXPECT_FALSE(breaks) << "registration should have failed";
+    } catch (const CommError& e) {
+      EXPECT_TRUE(breaks) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(expected));
+    }
+  }
+  // ...and every rank learns of it on its next request, fast, with the same message.
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    try {
+      clients[i]->wait_all(deadline_after(5));
+      ADD_FAILURE() << "expected CommError";
+    } catch (const TimeoutError& e) {
+      ADD_FAILURE() << "timeout instead of CommError: " << e.what();
+    } catch (const CommError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(expected));
+    }
+  }
+}
+
+TEST(Rendezvous, DuplicateRankIsACommError) {
+  expect_job_broken({{0, 3}, {1, 3}, {1, 3}}, "duplicate rank 1");
+}
+
+TEST(Rendezvous, WorldSizeDisagreementNamesBothRanks) {
+  expect_job_broken({{0, 2}, {1, 3}}, "rank 1 says 3, but rank 0 said 2");
+}
+
+TEST(Rendezvous, RankOutOfRangeIsACommError) {
+  expect_job_broken({{0, 4}, {5, 4}}, "rank 5 is out of range for world size 4");
+}
+
+TEST(Rendezvous, NoServerIsATimeoutNamingIt) {
+  // A port nothing listens on: bind one and close it.
+  int port = 0;
+  {
+    RendezvousServer probe(Context::create(), "127.0.0.1", 0);
+    port = probe.port();
+  }
+  RendezvousClient client(Context::create(), "127.0.0.1:" + std::to_string(port));
+  try {
+    client.register_rank(0, 1, {}, deadline_after(0.3));
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rendezvous server tcp://127.0.0.1:" + std::to_string(port)));
+    EXPECT_THAT(e.what(), HasSubstr("register rank 0 of 1"));
+  }
+}
+
+TEST(Rendezvous, ConnectMeshThroughTheStore) {
+  const int world = 3;
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  run_ranks(world, [&](int rank) {
+    auto context = Context::create();
+    RendezvousClient client(context, server.endpoint());
+    const auto deadline = deadline_after(10);
+    client.register_rank(rank, world, {}, deadline);
+    MeshSpec spec;
+    spec.rank = rank;
+    spec.world_size = world;
+    spec.streams = 2;
+    spec.channel = fast_options();
+    Mesh mesh = connect_mesh(context, client, spec, "ring", deadline);
+    for (int peer : mesh.peers()) {
+      const int value = rank;
+      mesh.channel(peer, 1).send(std::as_bytes(std::span(&value, 1)), deadline, "hello");
+    }
+    for (int peer : mesh.peers()) {
+      Message message = mesh.channel(peer, 1).recv(deadline, "hello");
+      int value = -1;
+      std::memcpy(&value, message.bytes().data(), sizeof value);
+      EXPECT_EQ(value, peer);
+    }
+    client.barrier("mesh-done", deadline);
+  });
+}
+
+}  // namespace
+}  // namespace aiacc::net

@@ -1,0 +1,236 @@
+// net_bench: core/net channel throughput and latency between 2 ranks (threads of this process,
+// each with its own ZeroMQ context, as separate processes would have) over loopback TCP.
+// For each message size, stream count K and send mode (copy / zero-copy), a message is split
+// into K parts sent concurrently, one thread per stream:
+//   one-way: rank 0 sends `iters` messages, rank 1 receives them and acks; GB/s = bytes / time
+//   ping-pong: rank 0 sends, rank 1 echoes the received buffer; µs = round trip / 2
+// Each figure is the median of --reps repetitions (min and max printed too).
+//
+//   aiacc-bench-net [--sizes 4,1024,...] [--streams 1,4] [--modes copy,zerocopy,default]
+//                   [--reps 3] [--max-size BYTES] [--json FILE]
+#include <algorithm>
+#include <barrier>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/net/mesh_bootstrap.h"
+#include "core/net/rendezvous_client.h"
+#include "core/net/rendezvous_server.h"
+
+namespace {
+
+using namespace aiacc::net;
+
+struct Args {
+  std::vector<std::size_t> sizes;
+  std::vector<int> streams = {1, 4};
+  std::vector<std::string> modes = {"copy", "zerocopy", "default"};
+  int reps = 3;
+  std::string json;
+};
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+
+Stats stats_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return {values[values.size() / 2], values.front(), values.back()};
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) items.push_back(item);
+  return items;
+}
+
+Args parse(int argc, char** argv) {
+  Args args;
+  std::size_t max_size = std::size_t{256} << 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--sizes") {
+      for (const auto& s : split(value)) args.sizes.push_back(std::stoull(s));
+    } else if (flag == "--streams") {
+      args.streams.clear();
+      for (const auto& s : split(value)) args.streams.push_back(std::stoi(s));
+    } else if (flag == "--modes") {
+      args.modes = split(value);
+    } else if (flag == "--reps") {
+      args.reps = std::stoi(value);
+    } else if (flag == "--max-size") {
+      max_size = std::stoull(value);
+    } else if (flag == "--json") {
+      args.json = value;
+    } else {
+      throw std::runtime_error("unknown flag " + flag);
+    }
+  }
+  if (args.sizes.empty()) {
+    for (std::size_t size = 4; size <= max_size; size *= 4) args.sizes.push_back(size);
+  }
+  return args;
+}
+
+// Bytes of part `s` of a `size`-byte message split into `k` parts (first parts get the rest).
+std::size_t part_size(std::size_t size, int k, int s) {
+  return size / k + (static_cast<std::size_t>(s) < size % k ? 1 : 0);
+}
+
+int throughput_iters(std::size_t size) {
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 30) / std::max<std::size_t>(size, 1), 3, 20000));
+}
+int latency_iters(std::size_t size) {
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{128} << 20) / std::max<std::size_t>(size, 1), 3, 2000));
+}
+
+struct Row {
+  std::size_t bytes;
+  int streams;
+  std::string mode;
+  Stats gbps;
+  Stats latency_us;
+};
+
+// Runs every size for one (K, mode) on a fresh pair of meshes.
+std::vector<Row> run_config(const Args& args, int k, const std::string& mode) {
+  ChannelOptions options;
+  // "copy": always copy; "zerocopy": never copy; "default": ChannelOptions' size threshold.
+  if (mode == "copy") options.zero_copy_min_bytes = -1;
+  if (mode == "zerocopy") options.zero_copy_min_bytes = 0;
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  std::barrier sync(2 * k);
+  std::vector<double> seconds(k);  // per stream of rank 0, one measurement
+  std::vector<Row> rows;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  const std::size_t largest = *std::max_element(args.sizes.begin(), args.sizes.end());
+
+  auto rank_main = [&](int rank) {
+    try {
+      auto context = Context::create();
+      RendezvousClient client(context, server.endpoint());
+      const auto setup = deadline_after(30);
+      client.register_rank(rank, 2, {}, setup);
+      MeshSpec spec;
+      spec.rank = rank;
+      spec.world_size = 2;
+      spec.streams = k;
+      spec.channel = options;
+      Mesh mesh = connect_mesh(context, client, spec, "bench", setup);
+      std::vector<std::byte> buffer(part_size(largest, k, 0), std::byte{1});
+      std::vector<std::thread> threads;
+      for (int s = 0; s < k; ++s) {
+        threads.emplace_back([&, s] {
+          Channel& channel = mesh.channel(1 - rank, s);
+          const std::byte ack{0};
+          std::vector<double> samples;  // rank 0, stream 0: one per repetition
+          for (std::size_t size : args.sizes) {
+            const std::span<const std::byte> part(buffer.data(), part_size(size, k, s));
+            for (int kind = 0; kind < 2; ++kind) {  // 0: one-way, 1: ping-pong
+              const int iters = kind == 0 ? throughput_iters(size) : latency_iters(size);
+              for (int rep = 0; rep < args.reps; ++rep) {
+                sync.arrive_and_wait();
+                const auto deadline = deadline_after(120);
+                const auto start = Clock::now();
+                if (rank == 0) {
+                  for (int i = 0; i < iters; ++i) {
+                    channel.send(part, deadline, "bench send");
+                    if (kind == 1) channel.recv(deadline, "bench pong");
+                  }
+                  if (kind == 0) channel.recv(deadline, "bench ack");
+                  seconds[s] = seconds_since(start);
+                } else {
+                  for (int i = 0; i < iters; ++i) {
+                    Message message = channel.recv(deadline, "bench recv");
+                    if (kind == 1) channel.send(message.bytes(), deadline, "bench ping");
+                  }
+                  if (kind == 0) channel.send({&ack, 1}, deadline, "bench ack");
+                }
+                sync.arrive_and_wait();
+                if (rank == 0 && s == 0) {
+                  const double t = *std::max_element(seconds.begin(), seconds.end());
+                  if (rep == 0 && kind == 0) rows.push_back({size, k, mode, {}, {}});
+                  auto& row = rows.back();
+                  if (rep == 0) samples.clear();
+                  samples.push_back(kind == 0 ? static_cast<double>(size) * iters / t / 1e9
+                                              : t / iters / 2 * 1e6);
+                  if (rep + 1 == args.reps) {
+                    (kind == 0 ? row.gbps : row.latency_us) = stats_of(samples);
+                  }
+                }
+              }
+            }
+          }
+        });
+      }
+      for (auto& thread : threads) thread.join();
+      client.barrier("bench-done", deadline_after(60));
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
+  std::thread peer(rank_main, 1);
+  rank_main(0);
+  peer.join();
+  if (error) std::rethrow_exception(error);
+  return rows;
+}
+
+std::string human(std::size_t bytes) {
+  if (bytes >= (1u << 20)) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1u << 10)) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args args = parse(argc, argv);
+    std::ofstream json;
+    if (!args.json.empty()) json.open(args.json);
+    fmt::print("core/net loopback, 2 ranks as threads, {} reps (median [min, max]), "
+               "{} hardware threads\n",
+               args.reps, std::thread::hardware_concurrency());
+    fmt::print("{:>9} {:>2} {:>8} | {:>24} | {:>30}\n", "size", "K", "mode",
+               "one-way GB/s", "ping-pong latency µs");
+    for (const auto& mode : args.modes) {
+      for (int k : args.streams) {
+        for (const Row& row : run_config(args, k, mode)) {
+          fmt::print("{:>9} {:>2} {:>8} | {:7.3f} [{:6.3f}, {:6.3f}] | {:9.1f} [{:8.1f}, {:8.1f}]\n",
+                     human(row.bytes), row.streams, row.mode, row.gbps.median, row.gbps.min,
+                     row.gbps.max, row.latency_us.median, row.latency_us.min,
+                     row.latency_us.max);
+          std::fflush(stdout);
+          if (json.is_open()) {
+            json << fmt::format(
+                "{{\"bytes\": {}, \"streams\": {}, \"mode\": \"{}\", \"reps\": {}, "
+                "\"gbps\": {{\"median\": {:.4f}, \"min\": {:.4f}, \"max\": {:.4f}}}, "
+                "\"latency_us\": {{\"median\": {:.2f}, \"min\": {:.2f}, \"max\": {:.2f}}}}}\n",
+                row.bytes, row.streams, row.mode, args.reps, row.gbps.median, row.gbps.min,
+                row.gbps.max, row.latency_us.median, row.latency_us.min, row.latency_us.max);
+          }
+        }
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "net_bench: %s\n", e.what());
+    return 1;
+  }
+}
