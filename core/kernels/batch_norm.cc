@@ -34,17 +34,37 @@ void for_channel_blocks(const BatchNormGeometry& g, Fn&& fn) {
   }
 }
 
-// sums[k] = sum over (n, s) of f(x value, channel c0 + k), for channels [c0, c1).
-template <class T, class F>
-void channel_sums(const BatchNormGeometry& g, const T* x, std::int64_t c0, std::int64_t c1,
-                  std::vector<double>& sums, F&& f) {
-  sums.assign(static_cast<std::size_t>(c1 - c0), 0.0);
+// Mean and sum of squared deviations (M2) of each channel in [c0, c1). Each [n, c] plane is
+// contiguous: its mean and M2 come from two vectorised passes in T while it sits in L1 (the
+// explicit SIMD reductions reassociate the sums, identically on any thread count), and the
+// planes are merged in n order with Chan's update, which, like the two passes, avoids the
+// cancellation of E[x^2] - E[x]^2.
+template <class T>
+void channel_moments(const BatchNormGeometry& g, const T* x, std::int64_t c0, std::int64_t c1,
+                     std::vector<double>& mean, std::vector<double>& m2) {
+  mean.assign(static_cast<std::size_t>(c1 - c0), 0.0);
+  m2.assign(static_cast<std::size_t>(c1 - c0), 0.0);
+  const std::int64_t s_count = g.spatial;
   for (std::int64_t n = 0; n < g.batch; ++n) {
     for (std::int64_t c = c0; c < c1; ++c) {
-      const T* xs = x + (n * g.channels + c) * g.spatial;
-      double acc = 0.0;
-      for (std::int64_t s = 0; s < g.spatial; ++s) acc += f(static_cast<double>(xs[s]), c);
-      sums[static_cast<std::size_t>(c - c0)] += acc;
+      const T* xs = x + (n * g.channels + c) * s_count;
+      T sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t s = 0; s < s_count; ++s) sum += xs[s];
+      const double plane_mean = static_cast<double>(sum) / static_cast<double>(s_count);
+      const T centre = static_cast<T>(plane_mean);
+      T plane_m2_t = 0;
+#pragma omp simd reduction(+ : plane_m2_t)
+      for (std::int64_t s = 0; s < s_count; ++s) {
+        const T d = xs[s] - centre;
+        plane_m2_t += d * d;
+      }
+      const auto plane_m2 = static_cast<double>(plane_m2_t);
+      const auto k = static_cast<std::size_t>(c - c0);
+      const double seen = static_cast<double>(n * s_count), total = seen + s_count;
+      const double delta = plane_mean - mean[k];
+      mean[k] += delta * (static_cast<double>(s_count) / total);
+      m2[k] += plane_m2 + delta * delta * (seen * static_cast<double>(s_count) / total);
     }
   }
 }
@@ -56,11 +76,9 @@ void affine_channels(const BatchNormGeometry& g, const T* x, std::int64_t c0, st
   for (std::int64_t n = 0; n < g.batch; ++n) {
     for (std::int64_t c = c0; c < c1; ++c) {
       const std::int64_t base = (n * g.channels + c) * g.spatial;
-      const double a = scale[static_cast<std::size_t>(c - c0)];
-      const double b = shift[static_cast<std::size_t>(c - c0)];
-      for (std::int64_t s = 0; s < g.spatial; ++s) {
-        y[base + s] = static_cast<T>(static_cast<double>(x[base + s]) * a + b);
-      }
+      const auto a = static_cast<T>(scale[static_cast<std::size_t>(c - c0)]);
+      const auto b = static_cast<T>(shift[static_cast<std::size_t>(c - c0)]);
+      for (std::int64_t s = 0; s < g.spatial; ++s) y[base + s] = x[base + s] * a + b;
     }
   }
 }
@@ -84,13 +102,7 @@ void batch_norm_forward_train(const BatchNormGeometry& g, const BatchNormOptions
   for_channel_blocks(g, [&](std::int64_t c0, std::int64_t c1) {
     const auto k_count = static_cast<std::size_t>(c1 - c0);
     std::vector<double> mean, centred_sq;
-    channel_sums(g, x, c0, c1, mean, [](double v, std::int64_t) { return v; });
-    for (double& v : mean) v /= static_cast<double>(m);
-    // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
-    channel_sums(g, x, c0, c1, centred_sq, [&](double v, std::int64_t c) {
-      const double d = v - mean[static_cast<std::size_t>(c - c0)];
-      return d * d;
-    });
+    channel_moments(g, x, c0, c1, mean, centred_sq);
     std::vector<double> scale(k_count), shift(k_count);
     for (std::size_t k = 0; k < k_count; ++k) {
       const std::int64_t c = c0 + static_cast<std::int64_t>(k);
@@ -145,15 +157,17 @@ void batch_norm_backward(const BatchNormGeometry& g, BatchNormStats stats, const
       for (std::int64_t n = 0; n < g.batch; ++n) {
         for (std::int64_t c = c0; c < c1; ++c) {
           const std::int64_t base = (n * g.channels + c) * g.spatial;
-          const double mu = mean[c], is = inv_std[c];
-          double a = 0.0, b = 0.0;
+          // Per-plane sums in T (vectorised, L1-resident); planes accumulate in double.
+          const T mu = mean[c];
+          T a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
           for (std::int64_t s = 0; s < g.spatial; ++s) {
-            const double d = dy[base + s];
-            a += d;
-            b += d * (static_cast<double>(x[base + s]) - mu) * is;
+            a += dy[base + s];
+            b += dy[base + s] * (x[base + s] - mu);
           }
-          sum_dy[static_cast<std::size_t>(c - c0)] += a;
-          sum_dy_xhat[static_cast<std::size_t>(c - c0)] += b;
+          sum_dy[static_cast<std::size_t>(c - c0)] += static_cast<double>(a);
+          sum_dy_xhat[static_cast<std::size_t>(c - c0)] +=
+              static_cast<double>(b) * static_cast<double>(inv_std[c]);
         }
       }
     }
@@ -174,9 +188,13 @@ void batch_norm_backward(const BatchNormGeometry& g, BatchNormStats stats, const
         // subtracts the mean of dy and the projection of dy on xhat.
         const double mean_dy = through_batch ? sum_dy[k] / static_cast<double>(m) : 0.0;
         const double mean_dy_xhat = through_batch ? sum_dy_xhat[k] / static_cast<double>(m) : 0.0;
+        // dx = gain * (dy - mean_dy - xhat * mean_dy_xhat), folded into one FMA chain in T.
+        const auto dy_gain = static_cast<T>(gain);
+        const auto x_gain = static_cast<T>(-gain * is * mean_dy_xhat);
+        const auto offset = static_cast<T>(-gain * mean_dy);
+        const auto mu_t = static_cast<T>(mu);
         for (std::int64_t s = 0; s < g.spatial; ++s) {
-          const double xhat = (static_cast<double>(x[base + s]) - mu) * is;
-          dx[base + s] = static_cast<T>(gain * (dy[base + s] - mean_dy - xhat * mean_dy_xhat));
+          dx[base + s] = dy_gain * dy[base + s] + x_gain * (x[base + s] - mu_t) + offset;
         }
       }
     }

@@ -47,10 +47,94 @@ ColumnRange valid_columns(const Conv2dGeometry& g, std::int64_t kj) {
   return {lo, std::max(lo, hi)};
 }
 
+// A stride-1 "same" convolution (out_w == width, e.g. 3x3 with padding 1): for a kernel tap
+// (ki, kj) the valid part of a column row is ONE contiguous run of the input plane shifted by
+// (ki - ph) * W + (kj - pw). Copying that run in one go, then fixing the few entries that
+// wrapped around a row edge (they belong to the padding), replaces many short per-row copies,
+// which dominate for the 7- to 28-wide planes of small networks.
+bool is_same_stride1(const Conv2dGeometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.out_width() == g.width &&
+         g.out_height() == g.height;
+}
+
+// For tap (ki, kj) of a same/stride-1 convolution: valid output rows [row_lo, row_hi), valid
+// columns [lo, hi) within each row, and the offset from an output position to its input.
+struct TapRange {
+  std::int64_t row_lo, row_hi, lo, hi, shift;
+};
+TapRange tap_range(const Conv2dGeometry& g, std::int64_t ki, std::int64_t kj) {
+  const std::int64_t dh = ki - g.pad_h, dw = kj - g.pad_w;
+  const std::int64_t row_lo = std::max<std::int64_t>(0, -dh);
+  const std::int64_t row_hi = std::max(row_lo, std::min(g.height, g.height - dh));
+  const std::int64_t lo = std::min(g.width, std::max<std::int64_t>(0, -dw));
+  const std::int64_t hi = std::max(lo, std::min(g.width, g.width - dw));
+  return {row_lo, row_hi, lo, hi, dh * g.width + dw};
+}
+
+// Zeroes columns [0, lo) and [hi, W) of rows [row_lo, row_hi) of one column-matrix row. Walks
+// column by column: per-row loops of one or two elements would become memset calls.
+template <class T>
+void clear_border_columns(const Conv2dGeometry& g, const TapRange& t, T* row) {
+  const std::int64_t w = g.width;
+  for (std::int64_t ow = 0; ow < w; ++ow) {
+    if (ow == t.lo) ow = t.hi;
+    if (ow >= w) break;
+    for (std::int64_t oh = t.row_lo; oh < t.row_hi; ++oh) row[oh * w + ow] = T(0);
+  }
+}
+
+template <class T>
+void im2col_same_stride1(const Conv2dGeometry& g, const T* x, T* col) {
+  const std::int64_t w = g.width, plane = g.height * g.width;
+  for (std::int64_t c = 0; c < g.in_channels; ++c) {
+    const T* x_c = x + c * plane;
+    for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      for (std::int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        T* out = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * plane;
+        const TapRange t = tap_range(g, ki, kj);
+        std::fill(out, out + t.row_lo * w, T(0));
+        std::fill(out + t.row_hi * w, out + plane, T(0));
+        if (t.row_lo >= t.row_hi || t.lo >= t.hi) {
+          std::fill(out + t.row_lo * w, out + t.row_hi * w, T(0));
+          continue;
+        }
+        // The run [first, last) stays inside the input plane; entries outside [lo, hi) of
+        // each row picked up neighbouring pixels and are zeroed below.
+        const std::int64_t first = t.row_lo * w + t.lo, last = (t.row_hi - 1) * w + t.hi;
+        std::copy(x_c + first + t.shift, x_c + last + t.shift, out + first);
+        clear_border_columns(g, t, out);
+      }
+    }
+  }
+}
+
+// The adjoint of im2col_same_stride1. It clears the wrapped entries of `col` (scratch owned by
+// the caller) so that each tap becomes one contiguous, vectorisable add.
+template <class T>
+void col2im_same_stride1(const Conv2dGeometry& g, T* col, T* dx) {
+  const std::int64_t w = g.width, plane = g.height * g.width;
+  for (std::int64_t c = 0; c < g.in_channels; ++c) {
+    T* dx_c = dx + c * plane;
+    std::fill(dx_c, dx_c + plane, T(0));
+    for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      for (std::int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        T* in = col + ((c * g.kernel_h + ki) * g.kernel_w + kj) * plane;
+        const TapRange t = tap_range(g, ki, kj);
+        if (t.row_lo >= t.row_hi || t.lo >= t.hi) continue;
+        clear_border_columns(g, t, in);
+        const std::int64_t first = t.row_lo * w + t.lo, last = (t.row_hi - 1) * w + t.hi;
+        T* dst = dx_c + first + t.shift;
+        const T* src = in + first;
+        for (std::int64_t q = 0; q < last - first; ++q) dst[q] += src[q];
+      }
+    }
+  }
+}
+
 // col [K, P] <- patches of one image x [C, H, W]; row (c, ki, kj), column (oh, ow) holds
 // x[c, oh*sh - ph + ki, ow*sw - pw + kj], or 0 in the padding.
 template <class T>
-void im2col(const Conv2dGeometry& g, const T* x, T* col) {
+void im2col_general(const Conv2dGeometry& g, const T* x, T* col) {
   const std::int64_t out_h = g.out_height(), out_w = g.out_width(), plane = out_h * out_w;
   for (std::int64_t c = 0; c < g.in_channels; ++c) {
     for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
@@ -82,7 +166,7 @@ void im2col(const Conv2dGeometry& g, const T* x, T* col) {
 // dx [C, H, W] <- the adjoint of im2col: every column entry is added back to the input pixel it
 // was copied from (padding entries are dropped). dx is overwritten.
 template <class T>
-void col2im(const Conv2dGeometry& g, const T* col, T* dx) {
+void col2im_general(const Conv2dGeometry& g, const T* col, T* dx) {
   const std::int64_t out_h = g.out_height(), out_w = g.out_width(), plane = out_h * out_w;
   std::fill(dx, dx + g.in_channels * g.height * g.width, T(0));
   for (std::int64_t c = 0; c < g.in_channels; ++c) {
@@ -103,6 +187,25 @@ void col2im(const Conv2dGeometry& g, const T* col, T* dx) {
         }
       }
     }
+  }
+}
+
+template <class T>
+void im2col(const Conv2dGeometry& g, const T* x, T* col) {
+  if (is_same_stride1(g)) {
+    im2col_same_stride1(g, x, col);
+  } else {
+    im2col_general(g, x, col);
+  }
+}
+
+// col is scratch: the fast path overwrites its padding entries.
+template <class T>
+void col2im(const Conv2dGeometry& g, T* col, T* dx) {
+  if (is_same_stride1(g)) {
+    col2im_same_stride1(g, col, dx);
+  } else {
+    col2im_general(g, col, dx);
   }
 }
 

@@ -49,6 +49,7 @@ AIACC_REGISTER_MODEL("user_softmax_regression", UserSoftmaxRegression);
 
 TEST(UserModel, RegisteredOutsideModelsTrainsFromAYamlJob) {
   auto dir = std::filesystem::temp_directory_path() / "aiacc_user_model_test";
+  std::filesystem::remove_all(dir);  // a previous run's checkpoint would be resumed
   std::filesystem::create_directories(dir);
   auto path = dir / "job.yaml";
   std::ofstream(path) << "job: {name: user_model, run_dir: " << dir.string() << ", threads: 1}\n"
