@@ -52,7 +52,7 @@ detail::U8Images load(const Cifar::Options& options, const DatasetContext& conte
 }  // namespace
 
 Cifar::Cifar(const Options& options, const DatasetContext& context)
-    : reader_(load(options, context), options.num_classes, options.normalize_mean, options.normalize_std) {}
+    : U8ImageDataset(detail::U8ImageReader(load(options, context), options.num_classes, options.normalize_mean, options.normalize_std)) {}
 
 AIACC_REGISTER_DATASET("cifar", Cifar);
 

@@ -11,7 +11,7 @@
 
 namespace aiacc::data {
 
-class Cifar final : public Dataset {
+class Cifar final : public detail::U8ImageDataset {
  public:
   static constexpr std::int64_t kChannels = 3, kHeight = 32, kWidth = 32;
   static constexpr std::int64_t kRecordBytes = 1 + kChannels * kHeight * kWidth;  // 3073
@@ -58,13 +58,6 @@ class Cifar final : public Dataset {
   // file and record, ConfigError for an unknown split.
   Cifar(const Options& options, const DatasetContext& context);
 
-  InputSpec spec() const override { return reader_.spec(); }
-  std::int64_t size() const override { return reader_.size(); }
-  // Thread-safe (immutable after construction).
-  void read(std::span<const std::int64_t> indices, Batch& batch) override { reader_.read(indices, batch); }
-
- private:
-  detail::U8ImageReader reader_;
 };
 
 }  // namespace aiacc::data

@@ -97,7 +97,7 @@ detail::U8Images load(const IdxImages::Options& options, const DatasetContext& c
 }  // namespace
 
 IdxImages::IdxImages(const Options& options, const DatasetContext& context)
-    : reader_(load(options, context), options.num_classes, {options.normalize_mean}, {options.normalize_std}) {}
+    : U8ImageDataset(detail::U8ImageReader(load(options, context), options.num_classes, {options.normalize_mean}, {options.normalize_std})) {}
 
 AIACC_REGISTER_DATASET("idx_images", IdxImages);
 

@@ -10,7 +10,7 @@
 
 namespace aiacc::data {
 
-class IdxImages final : public Dataset {
+class IdxImages final : public detail::U8ImageDataset {
  public:
   struct Options {
     std::string directory = "/usr/share/datasets/fashion-mnist";
@@ -45,13 +45,6 @@ class IdxImages final : public Dataset {
   // file and the problem, ConfigError for an unknown split.
   IdxImages(const Options& options, const DatasetContext& context);
 
-  InputSpec spec() const override { return reader_.spec(); }
-  std::int64_t size() const override { return reader_.size(); }
-  // Thread-safe (immutable after construction).
-  void read(std::span<const std::int64_t> indices, Batch& batch) override { reader_.read(indices, batch); }
-
- private:
-  detail::U8ImageReader reader_;
 };
 
 }  // namespace aiacc::data

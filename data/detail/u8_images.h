@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/batch.h"
+#include "data/dataset.h"
 
 namespace aiacc::data::detail {
 
@@ -38,6 +40,20 @@ class U8ImageReader {
   U8Images images_;
   std::int64_t num_classes_;
   std::vector<float> scale_, shift_;  // per channel: value = pixel * scale + shift
+};
+
+// A dataset served entirely from a U8ImageReader (IDX, CIFAR): the readers differ only in how
+// they load files, so spec/size/read live here once.
+class U8ImageDataset : public Dataset {
+ public:
+  explicit U8ImageDataset(U8ImageReader reader) : reader_(std::move(reader)) {}
+  InputSpec spec() const override { return reader_.spec(); }
+  std::int64_t size() const override { return reader_.size(); }
+  // Thread-safe (immutable after construction).
+  void read(std::span<const std::int64_t> indices, Batch& batch) override { reader_.read(indices, batch); }
+
+ private:
+  U8ImageReader reader_;
 };
 
 }  // namespace aiacc::data::detail

@@ -78,7 +78,7 @@ def run_aiacc(binary, preset, threads, steps, workdir):
     for override in preset.get("overrides", []):
         cmd += ["--set", override]
     subprocess.run(cmd, cwd=ROOT, check=True)
-    rates, batch = [], None
+    rates = []
     with open(os.path.join(run_dir, "bench", "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     train = [r for r in records if r.get("kind") == "train"]
