@@ -33,6 +33,10 @@ class Channel::ZeroCopyTracker {
     std::lock_guard lock(mutex_);
     ++pending_;
   }
+  bool idle() {
+    std::lock_guard lock(mutex_);
+    return pending_ == 0;
+  }
   bool wait_until(Deadline deadline) {
     std::unique_lock lock(mutex_);
     return released_.wait_until(lock, deadline, [&] { return pending_ == 0; });
@@ -82,6 +86,10 @@ Channel::Channel(Socket socket, int peer, int stream, const ChannelOptions& opti
   monitor_ = Socket(socket_.context(), ZMQ_PAIR, 0);
   monitor_.connect(endpoint);
 }
+
+Channel::Channel(Channel&&) noexcept = default;
+Channel& Channel::operator=(Channel&&) noexcept = default;
+Channel::~Channel() { abandon_posted(); }
 
 void Channel::drain_monitor() {
   for (;;) {
@@ -216,6 +224,47 @@ void Channel::send_parts(std::span<const std::span<const std::byte>> parts, Dead
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+void Channel::post(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) {
+  require_open(what);
+  const auto start = Clock::now();
+  OutgoingFrame frame;
+  const bool zero_copy = zero_copy_min_bytes_ >= 0 &&
+                         static_cast<std::int64_t>(bytes.size()) >= zero_copy_min_bytes_;
+  if (zero_copy) {
+    if (!posted_) posted_ = std::make_unique<ZeroCopyTracker>();
+    posted_->add();
+    if (zmq_msg_init_data(&frame.msg, const_cast<std::byte*>(bytes.data()), bytes.size(),
+                          &ZeroCopyTracker::release, posted_.get()) != 0) {
+      ZeroCopyTracker::release(nullptr, posted_.get());
+      fail("zmq_msg_init_data", what);
+    }
+  } else {
+    if (zmq_msg_init_size(&frame.msg, bytes.size()) != 0) fail("zmq_msg_init_size", what);
+    if (!bytes.empty()) std::memcpy(zmq_msg_data(&frame.msg), bytes.data(), bytes.size());
+  }
+  // A failed send leaves the frame ours: OutgoingFrame closes it, which releases the buffer.
+  send_frame(&frame.msg, false, deadline, what, start);
+}
+
+void Channel::wait_posted(Deadline deadline, std::string_view what) {
+  if (!posted_) return;
+  const auto start = Clock::now();
+  if (posted_->wait_until(deadline)) return;
+  abandon_posted();
+  throw TimeoutError(fmt::format("timed out after {:.2f} s waiting for the transport to send "
+                                 "posted buffers: {}: {}",
+                                 seconds_since(start), describe(ZMQ_POLLOUT), what));
+}
+
+void Channel::abandon_posted() noexcept {
+  if (!posted_ || posted_->idle()) return;
+  abandon();
+  if (!posted_->wait_until(Clock::now() + std::chrono::seconds(30))) {
+    log::get("net")->critical("ZeroMQ kept posted buffers for rank {} past close", peer_);
+    std::terminate();
+  }
 }
 
 void Channel::abandon() noexcept {

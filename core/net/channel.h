@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,8 +37,10 @@ class Channel {
 
   // Takes a bound-and-accepted or connected socket whose peer is `peer` (handshake done).
   Channel(Socket socket, int peer, int stream, const ChannelOptions& options);
-  Channel(Channel&&) noexcept = default;
-  Channel& operator=(Channel&&) noexcept = default;
+  Channel(Channel&&) noexcept;
+  Channel& operator=(Channel&&) noexcept;
+  // Drops (abandon_posted) posted buffers the transport still holds.
+  ~Channel();
 
   // Sends `bytes` as one message. Blocks until the caller may reuse `bytes`: for a copied
   // message, until it is queued (may wait while send_hwm messages are queued); for a zero-copy
@@ -54,6 +57,19 @@ class Channel {
   // with recv_parts(). Same blocking and buffer contract as send() for every part.
   void send_parts(std::span<const std::span<const std::byte>> parts, Deadline deadline,
                   std::string_view what);
+
+  // Queues `bytes` as one message and returns without waiting for the transport to read them
+  // (messages of at least zero_copy_min_bytes are not copied): the caller keeps `bytes` alive
+  // and unmodified until wait_posted() returns. Blocks only while send_hwm messages are
+  // queued, until `deadline` (TimeoutError). Lets one thread keep several chunks in flight,
+  // which is how the ring pipelines sends with its reductions.
+  void post(std::span<const std::byte> bytes, Deadline deadline, std::string_view what);
+  // Blocks until the transport has read every buffer given to post(), or `deadline`: then
+  // the channel is closed (ZeroMQ drops the buffers) and TimeoutError is thrown.
+  void wait_posted(Deadline deadline, std::string_view what);
+  // For error paths: if posted buffers are still held, closes the channel and waits until
+  // ZeroMQ has dropped them, so the caller may free them. Never throws.
+  void abandon_posted() noexcept;
 
   // Receives the next message; it must be single-frame (else CommError naming the count).
   // Blocks until it arrives or `deadline` (TimeoutError). Zero copies after the kernel's.
@@ -93,6 +109,9 @@ class Channel {
   std::string describe(short event) const;  // "send to rank 2 (stream 0, tcp://...)"
 
   Socket socket_;
+  // Buffers given to post() that ZeroMQ still holds (heap-allocated: its address is the
+  // release callback's hint and must survive moves of the Channel).
+  std::unique_ptr<ZeroCopyTracker> posted_;
   // Receives socket_'s ZMQ_EVENT_DISCONNECTED events (inproc PAIR), so a dead peer is
   // reported at once rather than at the deadline.
   Socket monitor_;

@@ -1,0 +1,58 @@
+#include "ring/allreduce.h"
+
+#include <cstring>
+
+#include "core/log.h"
+#include "ring/detail/element_ops.h"
+
+namespace aiacc::ring {
+
+Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec, AllreduceTuning tuning)
+    : comm_(std::move(comm)), buffer_(buffer), spec_(spec) {
+  detail::make_wire_format(buffer.dtype, spec.wire, "allreduce");  // validates before anything else
+  if (static_cast<std::int64_t>(buffer.bytes()) < tuning.small_bytes) {
+    small_.emplace(comm_, buffer, spec.op);
+    return;
+  }
+  if (spec.wire == WireType::kNative) {
+    ring_.emplace(comm_, buffer, spec);
+    return;
+  }
+  // Compressed: the ring sums pre-scaled values; the fallback redoes the requested op in fp32.
+  AllreduceSpec compressed = spec;
+  compressed.op = ReduceOp::kSum;
+  ring_.emplace(comm_, buffer, compressed);
+  AllreduceSpec plain = spec;
+  plain.wire = WireType::kNative;
+  fallback_.emplace(comm_, buffer, plain);
+  saved_input_.resize(buffer.bytes());
+}
+
+bool Allreduce::run() {
+  if (small_) {
+    small_->run();
+    return false;
+  }
+  if (!fallback_) {
+    ring_->run();
+    return false;
+  }
+  const auto count = static_cast<std::size_t>(buffer_.count);
+  if (comm_->world_size() == 1) {
+    // Nothing travels: the sum of one rank is its input, exactly as in fp32.
+    return false;
+  }
+  std::memcpy(saved_input_.data(), buffer_.data, buffer_.bytes());
+  if (spec_.op == ReduceOp::kAverage) detail::scale(buffer_.dtype, buffer_.data, count, 1.0 / comm_->world_size());
+  ring_->run();
+  if (!detail::has_non_finite(buffer_.dtype, buffer_.data, count)) return false;
+  ++fallbacks_;
+  log::get("ring")->warn("allreduce of {} elements: the {} result is not finite (overflow on the wire or "
+                         "non-finite gradients); reducing again in fp32 (fallback {} of this buffer)",
+                         buffer_.count, wire_type_name(spec_.wire), fallbacks_);
+  std::memcpy(buffer_.data, saved_input_.data(), buffer_.bytes());
+  fallback_->run();
+  return true;
+}
+
+}  // namespace aiacc::ring

@@ -1,0 +1,97 @@
+#include "ring/communicator.h"
+
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/net/mesh_bootstrap.h"
+
+namespace aiacc::ring {
+
+net::MeshSpec Communicator::make_mesh_spec(int rank, int world_size, const CommunicatorOptions& options,
+                                           std::string job) {
+  net::MeshSpec spec;
+  spec.rank = rank;
+  spec.world_size = world_size;
+  spec.streams = 2 * options.streams;
+  spec.job = std::move(job);
+  spec.interface = options.interface;
+  spec.channel = options.channel;
+  return spec;
+}
+
+std::shared_ptr<Communicator> Communicator::connect(std::shared_ptr<net::Context> context,
+                                                    net::RendezvousClient& rendezvous, int rank,
+                                                    int world_size, const CommunicatorOptions& options,
+                                                    std::string_view name) {
+  auto spec = make_mesh_spec(rank, world_size, options, fmt::format("ring/{}", name));
+  auto mesh = net::connect_mesh(std::move(context), rendezvous, spec, fmt::format("ring-{}", name),
+                                net::deadline_after(options.channel.connect_timeout_s));
+  return std::make_shared<Communicator>(std::move(mesh), options);
+}
+
+Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
+    : mesh_(std::move(mesh)),
+      options_(options),
+      rank_(mesh_.rank()),
+      world_size_(mesh_.world_size()),
+      pool_(std::make_unique<StreamPool>(options.streams)),
+      stream_weights_(static_cast<std::size_t>(options.streams), 1.0 / options.streams) {
+  if (world_size_ > 1 && mesh_.streams() != 2 * options.streams) {
+    throw InternalError(fmt::format("ring communicator: the mesh has {} streams, {} streams need {}",
+                                    mesh_.streams(), options.streams, 2 * options.streams));
+  }
+}
+
+net::Channel& Communicator::directed(int peer, int stream, bool outgoing) {
+  AIACC_CHECK(peer != rank_ && peer >= 0 && peer < world_size_, "peer {} of {} (rank {})", peer, world_size_, rank_);
+  AIACC_CHECK(stream >= 0 && stream < streams(), "stream {} of {}", stream, streams());
+  const int low = outgoing ? rank_ : peer;   // the sender
+  const int high = outgoing ? peer : rank_;  // the receiver
+  return mesh_.channel(peer, 2 * stream + (low < high ? 0 : 1));
+}
+
+net::Channel& Communicator::to(int peer, int stream) { return directed(peer, stream, true); }
+net::Channel& Communicator::from(int peer, int stream) { return directed(peer, stream, false); }
+
+void Communicator::set_stream_weights(std::vector<double> weights) {
+  AIACC_CHECK(static_cast<int>(weights.size()) == streams(), "{} weights for {} streams", weights.size(), streams());
+  double total = 0;
+  for (double w : weights) {
+    AIACC_CHECK(std::isfinite(w) && w >= 0, "stream weight {}", w);
+    total += w;
+  }
+  AIACC_CHECK(total > 0, "stream weights sum to {}", total);
+  for (double& w : weights) w /= total;
+  stream_weights_ = std::move(weights);
+}
+
+std::vector<Range> split_weighted(std::int64_t count, const std::vector<double>& weights, std::int64_t align) {
+  AIACC_CHECK(!weights.empty() && align >= 1);
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<Range> ranges(weights.size());
+  double cumulative = 0;
+  std::int64_t begin = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    cumulative += weights[i];
+    std::int64_t end = count;
+    if (i + 1 < weights.size()) {
+      const auto ideal = static_cast<std::int64_t>(std::llround(static_cast<double>(count) * cumulative / total));
+      end = std::clamp<std::int64_t>(ideal / align * align, begin, count);
+    }
+    ranges[i] = {begin, end};
+    begin = end;
+  }
+  return ranges;
+}
+
+Range split_even(std::int64_t count, int parts, int index) {
+  const std::int64_t base = count / parts, extra = count % parts;
+  const std::int64_t begin = index * base + std::min<std::int64_t>(index, extra);
+  return {begin, begin + base + (index < extra ? 1 : 0)};
+}
+
+}  // namespace aiacc::ring

@@ -1,0 +1,99 @@
+// Communicator: what every CPU collective of one job shares. The ranks, a full mesh of
+// core/net channels with K streams per direction, the stream threads, the stream weights that
+// split buffers across streams, and the timeout every collective's deadline derives from.
+//
+// Directed channels: a message from rank a to rank b on stream s always travels on mesh stream
+// 2s + (a < b ? 0 : 1), so each socket carries one direction only and the sending and the
+// receiving side of a stream can be used from different threads (a ZeroMQ socket cannot).
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/config/schema.h"
+#include "core/net/channel_options.h"
+#include "core/net/context.h"
+#include "core/net/deadline.h"
+#include "core/net/mesh.h"
+#include "core/net/rendezvous_client.h"
+#include "ring/stream_pool.h"
+
+namespace aiacc::ring {
+
+struct CommunicatorOptions {
+  // Concurrent TCP connections per peer and direction (K). One stream is limited by one core's
+  // copy rate and, in clouds, by per-flow rate caps; several fill the link.
+  int streams = 1;
+  // Every collective must finish within this many seconds (TimeoutError naming the peer and
+  // operation otherwise). Generous: a collective may wait for a slow peer's backward pass.
+  double timeout_s = 300.0;
+  // Address this rank binds on (a concrete interface address).
+  std::string interface = "127.0.0.1";
+  net::ChannelOptions channel;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("streams", streams, "concurrent connections per peer (multi-stream)", config::in_range(1, 64));
+    v.field("timeout_s", timeout_s, "seconds any collective may take before it fails", config::greater_than(0.0));
+    v.field("interface", interface, "address to bind on", config::non_empty());
+    v.field("net", channel, "channel options");
+  }
+};
+
+class Communicator {
+ public:
+  // Takes a mesh over every other rank with 2 * streams mesh streams (see make_mesh_spec).
+  Communicator(net::Mesh mesh, const CommunicatorOptions& options);
+
+  // The mesh spec a Communicator with `options` needs (for tests that build meshes directly).
+  static net::MeshSpec make_mesh_spec(int rank, int world_size, const CommunicatorOptions& options,
+                                      std::string job);
+  // Builds the mesh through the rendezvous store (every rank calls it with the same `name`)
+  // and returns the communicator. Blocks until connected or options.channel.connect_timeout_s.
+  static std::shared_ptr<Communicator> connect(std::shared_ptr<net::Context> context,
+                                               net::RendezvousClient& rendezvous, int rank,
+                                               int world_size, const CommunicatorOptions& options,
+                                               std::string_view name);
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int streams() const { return pool_->streams(); }
+  const CommunicatorOptions& options() const { return options_; }
+
+  // The channel carrying this rank's messages to `peer` / from `peer` on `stream`.
+  net::Channel& to(int peer, int stream = 0);
+  net::Channel& from(int peer, int stream = 0);
+
+  // A deadline for one collective started now.
+  net::Deadline deadline() const { return net::deadline_after(options_.timeout_s); }
+  StreamPool& pool() { return *pool_; }
+
+  // Fractions of each buffer given to each stream; equal at start. Must be identical on every
+  // rank (they decide the split): set only from values all ranks agree on (StreamBalancer).
+  const std::vector<double>& stream_weights() const { return stream_weights_; }
+  void set_stream_weights(std::vector<double> weights);
+
+ private:
+  net::Channel& directed(int peer, int stream, bool outgoing);
+
+  net::Mesh mesh_;
+  CommunicatorOptions options_;
+  int rank_;
+  int world_size_;
+  std::unique_ptr<StreamPool> pool_;
+  std::vector<double> stream_weights_;
+};
+
+// The element range [begin, end) of part `index` when `count` elements are split into `parts`
+// pieces proportional to `weights` (parts = weights.size()), boundaries rounded to multiples of
+// `align` elements. Deterministic: equal inputs give equal ranges on every rank.
+struct Range {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+};
+std::vector<Range> split_weighted(std::int64_t count, const std::vector<double>& weights, std::int64_t align);
+// `parts` near-equal pieces (the first count % parts get one more element).
+Range split_even(std::int64_t count, int parts, int index);
+
+}  // namespace aiacc::ring

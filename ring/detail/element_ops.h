@@ -1,0 +1,42 @@
+// Element-wise operations the collectives apply to raw buffers: reduce a received (wire-typed)
+// chunk into the local buffer, convert between the buffer's type and the wire type, scale.
+// Internal to ring/. Received bytes may be unaligned (see net::Message), so every read of
+// `wire` memory is an unaligned load.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ring/reduce_op.h"
+
+namespace aiacc::ring::detail {
+
+// How a buffer of `dtype` travels as `wire`: the element size on the wire and whether the
+// wire form differs from the buffer (then sends go through a staging buffer).
+struct WireFormat {
+  DType buffer = DType::f32;
+  WireType wire = WireType::kNative;
+
+  std::size_t buffer_bytes() const { return dtype_size(buffer); }
+  std::size_t wire_bytes() const;
+  bool converts() const { return wire != WireType::kNative; }
+};
+
+// Throws ConfigError unless `dtype` can be reduced (f32, f64, f16, bf16, i32, i64) and `wire`
+// applies to it (fp16/bf16 wire only for f32 buffers). `what` names the caller.
+WireFormat make_wire_format(DType dtype, WireType wire, const char* what);
+
+// buffer[i] += wire[i] for i < count (accumulating in the buffer's type; for f16/bf16 buffers
+// the sum is formed in float and rounded once).
+void accumulate(const WireFormat& format, void* buffer, const std::byte* wire, std::size_t count);
+// buffer[i] = wire[i].
+void decode(const WireFormat& format, void* buffer, const std::byte* wire, std::size_t count);
+// wire[i] = buffer[i]; returns false if a finite value became non-finite (overflow).
+bool encode(const WireFormat& format, const void* buffer, std::byte* wire, std::size_t count);
+// buffer[i] *= factor (integers: truncating division when factor = 1/n).
+void scale(DType dtype, void* buffer, std::size_t count, double factor);
+// True if any element is inf or NaN (always false for integer types).
+bool has_non_finite(DType dtype, const void* buffer, std::size_t count);
+
+}  // namespace aiacc::ring::detail

@@ -1,0 +1,144 @@
+#include "ring/ring_allreduce.h"
+
+#include <deque>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace aiacc::ring {
+namespace {
+
+// Slices handed to streams are multiples of this many elements (cache lines for f32).
+constexpr std::int64_t kSliceAlign = 64;
+
+}  // namespace
+
+RingAllreduce::RingAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec)
+    : comm_(std::move(comm)),
+      buffer_(buffer),
+      spec_(spec),
+      format_(detail::make_wire_format(buffer.dtype, spec.wire, "ring allreduce")),
+      chunk_elements_(std::max<std::int64_t>(1, spec.chunk_bytes / static_cast<std::int64_t>(format_.wire_bytes()))) {
+  AIACC_CHECK(buffer.count >= 0 && (buffer.data != nullptr || buffer.count == 0));
+  if (format_.converts() && comm_->world_size() > 1) {
+    scatter_stage_.resize(static_cast<std::size_t>(buffer.count) * format_.wire_bytes());
+    gather_stage_.resize(scatter_stage_.size());
+  }
+}
+
+void RingAllreduce::run() {
+  if (comm_->world_size() == 1 || buffer_.count == 0) return;
+  const auto deadline = comm_->deadline();
+  const auto slices = split_weighted(buffer_.count, comm_->stream_weights(), kSliceAlign);
+  stream_bytes_.assign(slices.size(), 0);
+  stream_seconds_.assign(slices.size(), 0.0);
+  comm_->pool().run([&](int stream) {
+    const auto s = static_cast<std::size_t>(stream);
+    const auto start = net::Clock::now();
+    run_stream(stream, slices[s], deadline);
+    stream_bytes_[s] = slices[s].size() * static_cast<std::int64_t>(buffer_.element_bytes());
+    stream_seconds_[s] = net::seconds_since(start);
+  });
+}
+
+void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) {
+  const int n = comm_->world_size();
+  const int rank = comm_->rank();
+  const int right = (rank + 1) % n;
+  const int left = (rank + n - 1) % n;
+  net::Channel& out = comm_->to(right, stream);
+  net::Channel& in = comm_->from(left, stream);
+  const std::size_t wire_bytes = format_.wire_bytes();
+  const bool converts = format_.converts();
+  const double average = spec_.op == ReduceOp::kAverage ? 1.0 / n : 1.0;
+
+  // Segment k of this stream's slice and its chunks, in elements relative to the whole buffer.
+  auto segment = [&](int k) {
+    const Range r = split_even(slice.size(), n, ((k % n) + n) % n);
+    return Range{slice.begin + r.begin, slice.begin + r.end};
+  };
+  auto chunks = [&](const Range& seg) { return (seg.size() + chunk_elements_ - 1) / chunk_elements_; };
+  auto chunk = [&](const Range& seg, std::int64_t c) {
+    return Range{seg.begin + c * chunk_elements_, std::min(seg.end, seg.begin + (c + 1) * chunk_elements_)};
+  };
+  auto stage_at = [&](std::vector<std::byte>& stage, std::int64_t element) {
+    return stage.data() + static_cast<std::size_t>(element) * wire_bytes;
+  };
+  // Posts elements `r` of the buffer (native) or of `stage` after converting them (which
+  // reports overflow as non-finite wire values; the check after the collective catches them).
+  auto post_chunk = [&](const Range& r, std::vector<std::byte>& stage, const char* phase, int step) {
+    std::span<const std::byte> bytes;
+    if (converts) {
+      std::byte* wire = stage_at(stage, r.begin);
+      detail::encode(format_, buffer_.at(r.begin), wire, static_cast<std::size_t>(r.size()));
+      bytes = {wire, static_cast<std::size_t>(r.size()) * wire_bytes};
+    } else {
+      bytes = {buffer_.at(r.begin), static_cast<std::size_t>(r.size()) * wire_bytes};
+    }
+    out.post(bytes, deadline, fmt::format("ring allreduce {} step {}", phase, step));
+  };
+  auto receive = [&](const Range& r, const char* phase, int step) {
+    net::Message message = in.recv(deadline, fmt::format("ring allreduce {} step {}", phase, step));
+    const std::size_t expected = static_cast<std::size_t>(r.size()) * wire_bytes;
+    if (message.size() != expected) {
+      throw CommError(fmt::format("ring allreduce {} step {}: rank {} sent {} bytes on stream {}, expected {}: "
+                                  "the ranks disagree on the buffer size, dtype or wire type",
+                                  phase, step, left, message.size(), stream, expected));
+    }
+    return message;
+  };
+
+  // Kept alive until the end: all-gather forwards received chunks without copying them.
+  std::deque<net::Message> forwarded;  // a deque: elements never move (small messages live inline)
+  try {
+    // Reduce-scatter: at step s this rank sends segment (rank - s) and receives (rank - s - 1),
+    // adds its own values and passes the sum on at step s + 1; after n - 1 steps it holds the
+    // full reduction of segment rank + 1.
+    {
+      const Range first = segment(rank);
+      for (std::int64_t c = 0; c < chunks(first); ++c) post_chunk(chunk(first, c), scatter_stage_, "reduce-scatter", 0);
+    }
+    for (int step = 0; step < n - 1; ++step) {
+      const Range seg = segment(rank - step - 1);
+      const bool last = step == n - 2;
+      for (std::int64_t c = 0; c < chunks(seg); ++c) {
+        const Range r = chunk(seg, c);
+        net::Message message = receive(r, "reduce-scatter", step);
+        detail::accumulate(format_, buffer_.at(r.begin), message.bytes().data(), static_cast<std::size_t>(r.size()));
+        if (!last) {
+          post_chunk(r, scatter_stage_, "reduce-scatter", step + 1);
+          continue;
+        }
+        // This rank owns the segment: finish it and start the all-gather with it.
+        if (average != 1.0) detail::scale(buffer_.dtype, buffer_.at(r.begin), static_cast<std::size_t>(r.size()), average);
+        post_chunk(r, gather_stage_, "all-gather", 0);
+        if (converts) {
+          // Round the owner's copy exactly as the others will see it.
+          detail::decode(format_, buffer_.at(r.begin), stage_at(gather_stage_, r.begin), static_cast<std::size_t>(r.size()));
+        }
+      }
+    }
+    // All-gather: at step s this rank receives the finished segment (rank - s), stores it and
+    // forwards the received bytes as they are.
+    for (int step = 0; step < n - 1; ++step) {
+      const Range seg = segment(rank - step);
+      for (std::int64_t c = 0; c < chunks(seg); ++c) {
+        const Range r = chunk(seg, c);
+        net::Message message = receive(r, "all-gather", step);
+        detail::decode(format_, buffer_.at(r.begin), message.bytes().data(), static_cast<std::size_t>(r.size()));
+        if (step < n - 2) {
+          forwarded.push_back(std::move(message));
+          out.post(forwarded.back().bytes(), deadline, fmt::format("ring allreduce all-gather step {}", step + 1));
+        }
+      }
+    }
+    out.wait_posted(deadline, "ring allreduce: sending the last chunks");
+  } catch (...) {
+    // The transport may still read our buffers: drop those sends before they can be freed.
+    out.abandon_posted();
+    throw;
+  }
+}
+
+}  // namespace aiacc::ring

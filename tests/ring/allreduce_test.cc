@@ -1,0 +1,271 @@
+// Allreduce correctness: exact integer sums for world sizes 1-8 (odd ones and buffers smaller
+// than the world included), every algorithm and dtype, multi-stream with uneven weights, fp16 and
+// bf16 wires within their error bounds and bitwise equal on every rank, the fp32 fallback on
+// overflow, and failures that name the peer instead of hanging.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/util/half.h"
+#include "ring/allreduce.h"
+#include "ring/recursive_doubling_allreduce.h"
+#include "ring/ring_allreduce.h"
+#include "tests/ring/ring_fixture.h"
+
+namespace aiacc::ring {
+namespace {
+
+using testing::expected_sum;
+using testing::input_value;
+using testing::ring_options;
+using testing::run_world;
+
+enum class Algorithm { kRing, kRecursiveDoubling, kAuto };
+
+struct Case {
+  int world;
+  std::int64_t count;
+  int streams;
+  Algorithm algorithm;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const char* names[] = {"ring", "doubling", "auto"};
+  return fmt::format("w{}_n{}_k{}_{}", info.param.world, info.param.count, info.param.streams,
+                     names[static_cast<int>(info.param.algorithm)]);
+}
+
+void run_algorithm(Algorithm algorithm, std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec) {
+  switch (algorithm) {
+    case Algorithm::kRing: RingAllreduce(comm, buffer, spec).run(); break;
+    case Algorithm::kRecursiveDoubling: RecursiveDoublingAllreduce(comm, buffer, spec.op).run(); break;
+    case Algorithm::kAuto: Allreduce(comm, buffer, spec).run(); break;
+  }
+}
+
+class AllreduceSum : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AllreduceSum, ExactIntegerSumsOnEveryRank) {
+  const Case c = GetParam();
+  run_world(c.world, ring_options(c.streams), [&](std::shared_ptr<Communicator> comm) {
+    if (c.streams > 1) comm->set_stream_weights({1.0, 3.0, 2.0});  // uneven split, same on every rank
+    std::vector<float> data(static_cast<std::size_t>(c.count));
+    for (std::int64_t i = 0; i < c.count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i));
+    AllreduceSpec spec;
+    spec.chunk_bytes = 4096;  // many chunks per segment: exercises the pipeline
+    run_algorithm(c.algorithm, comm, Buffer{data.data(), c.count, DType::f32}, spec);
+    for (std::int64_t i = 0; i < c.count; ++i) {
+      ASSERT_EQ(data[static_cast<std::size_t>(i)], expected_sum(c.world, i)) << "rank " << comm->rank() << " element " << i;
+    }
+  });
+}
+
+std::vector<Case> sum_cases() {
+  std::vector<Case> cases;
+  for (int world = 1; world <= 8; ++world) {
+    for (std::int64_t count : {std::int64_t{1}, std::int64_t{5}, std::int64_t{1000}, std::int64_t{40009}}) {
+      cases.push_back({world, count, 1, Algorithm::kRing});
+      cases.push_back({world, count, 1, Algorithm::kRecursiveDoubling});
+    }
+  }
+  for (int world : {2, 3, 5}) {
+    cases.push_back({world, 2, 3, Algorithm::kRing});        // fewer elements than streams
+    cases.push_back({world, 100003, 3, Algorithm::kRing});
+    cases.push_back({world, 100003, 3, Algorithm::kAuto});
+    cases.push_back({world, 100, 3, Algorithm::kAuto});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, AllreduceSum, ::testing::ValuesIn(sum_cases()), case_name);
+
+template <class T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return to_half(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return to_bf16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <class T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return to_float(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+template <class T>
+void check_dtype(Algorithm algorithm) {
+  constexpr int kWorld = 3;
+  constexpr std::int64_t kCount = 2000;
+  run_world(kWorld, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    std::vector<T> data(kCount);
+    for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = from_double<T>(input_value(comm->rank(), i));
+    AllreduceSpec spec;
+    spec.chunk_bytes = 1000;
+    run_algorithm(algorithm, comm, Buffer{data.data(), kCount, dtype_of<T>()}, spec);
+    for (std::int64_t i = 0; i < kCount; ++i) {
+      ASSERT_EQ(to_double(data[static_cast<std::size_t>(i)]), expected_sum(kWorld, i)) << dtype_name(dtype_of<T>()) << " element " << i;
+    }
+  });
+}
+
+TEST(AllreduceDtypes, EveryReducibleTypeSumsExactly) {
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    check_dtype<double>(algorithm);
+    check_dtype<std::int32_t>(algorithm);
+    check_dtype<std::int64_t>(algorithm);
+    check_dtype<Half>(algorithm);
+    check_dtype<BFloat16>(algorithm);
+  }
+}
+
+TEST(AllreduceDtypes, UnsupportedTypeOrWireIsAConfigError) {
+  run_world(1, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    std::vector<std::uint8_t> bytes(8);
+    EXPECT_THROW(Allreduce(comm, Buffer{bytes.data(), 8, DType::u8}, {}), ConfigError);
+    std::vector<double> doubles(8);
+    AllreduceSpec spec;
+    spec.wire = WireType::kF16;
+    EXPECT_THROW(Allreduce(comm, Buffer{doubles.data(), 8, DType::f64}, spec), ConfigError);
+  });
+}
+
+TEST(AllreduceAverage, EqualsSumOverWorld) {
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    run_world(4, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
+      std::vector<float> data(5000);
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(input_value(comm->rank(), static_cast<std::int64_t>(i)));
+      AllreduceSpec spec;
+      spec.op = ReduceOp::kAverage;
+      run_algorithm(algorithm, comm, Buffer{data.data(), 5000, DType::f32}, spec);
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        ASSERT_EQ(data[i], static_cast<float>(expected_sum(4, static_cast<std::int64_t>(i))) * 0.25f);
+      }
+    });
+  }
+}
+
+// fp16 / bf16 wire: each hop rounds a partial sum once, so the error of an element is at most
+// (n - 1) roundings of partial sums plus the final one, each <= half an ulp of |partial| <=
+// sum of |inputs|: |err| <= n * eps/2 * sum_r |x_r| with eps = 2^-10 (fp16) or 2^-7 (bf16).
+void check_compressed(WireType wire, double eps, ReduceOp op) {
+  constexpr int kWorld = 5;
+  constexpr std::int64_t kCount = 300001;
+  std::vector<std::vector<float>> results(kWorld);
+  auto value = [](int rank, std::int64_t i) {
+    return static_cast<float>(std::sin(0.001 * static_cast<double>(i) * (rank + 1)) * (1 + rank));
+  };
+  run_world(kWorld, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
+    std::vector<float> data(kCount);
+    for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = value(comm->rank(), i);
+    AllreduceSpec spec;
+    spec.wire = wire;
+    spec.op = op;
+    spec.chunk_bytes = 64 * 1024;
+    Allreduce allreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec);
+    EXPECT_FALSE(allreduce.run());
+    results[static_cast<std::size_t>(comm->rank())] = data;
+  });
+  const double divisor = op == ReduceOp::kAverage ? kWorld : 1;
+  for (std::int64_t i = 0; i < kCount; ++i) {
+    double exact = 0, magnitude = 0;
+    for (int r = 0; r < kWorld; ++r) {
+      exact += value(r, i);
+      magnitude += std::abs(value(r, i));
+    }
+    const double bound = kWorld * eps / 2 * magnitude / divisor + 1e-7;
+    ASSERT_NEAR(results[0][static_cast<std::size_t>(i)], exact / divisor, bound) << wire_type_name(wire) << " element " << i;
+  }
+  for (int r = 1; r < kWorld; ++r) {
+    ASSERT_EQ(0, std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), kCount * sizeof(float)))
+        << "rank " << r << " differs from rank 0";
+  }
+}
+
+TEST(AllreduceCompressedWire, Fp16WithinBoundAndBitwiseEqualOnEveryRank) {
+  check_compressed(WireType::kF16, std::ldexp(1.0, -10), ReduceOp::kSum);
+  check_compressed(WireType::kF16, std::ldexp(1.0, -10), ReduceOp::kAverage);
+}
+
+TEST(AllreduceCompressedWire, Bf16WithinBound) { check_compressed(WireType::kBf16, std::ldexp(1.0, -7), ReduceOp::kSum); }
+
+TEST(AllreduceCompressedWire, OverflowFallsBackToFp32OnEveryRank) {
+  constexpr int kWorld = 3;
+  constexpr std::int64_t kCount = 100000;
+  run_world(kWorld, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    std::vector<float> data(kCount, 1.5f);
+    data[777] = 40000.0f;  // 3 x 40000 > 65504: the fp16 partial sums overflow
+    AllreduceSpec spec;
+    spec.wire = WireType::kF16;
+    Allreduce allreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec);
+    EXPECT_TRUE(allreduce.run());
+    EXPECT_EQ(allreduce.fallbacks(), 1);
+    EXPECT_EQ(data[777], 120000.0f);
+    EXPECT_EQ(data[0], 4.5f);
+    // Pre-scaling keeps the average representable: no fallback.
+    std::vector<float> again(kCount, 1.5f);
+    again[777] = 40000.0f;
+    spec.op = ReduceOp::kAverage;
+    Allreduce average(comm, Buffer{again.data(), kCount, DType::f32}, spec);
+    EXPECT_FALSE(average.run());
+    EXPECT_NEAR(again[777], 40000.0f, 40000.0f * 3 * std::ldexp(1.0, -11));
+  });
+}
+
+TEST(AllreduceFailures, SizeMismatchIsReportedNotHung) {
+  EXPECT_THROW(
+      run_world(2, ring_options(1, 5.0), [&](std::shared_ptr<Communicator> comm) {
+        std::vector<float> data(comm->rank() == 0 ? 100000 : 100001, 1.0f);
+        RingAllreduce(comm, Buffer{data.data(), static_cast<std::int64_t>(data.size()), DType::f32}, {}).run();
+      }),
+      CommError);
+}
+
+TEST(AllreduceFailures, SilentPeerTimesOutNamingIt) {
+  // Rank 2 is alive but never joins: its right neighbour (rank 0) waits on it and must say so;
+  // every rank must fail with a timeout instead of hanging.
+  std::vector<std::string> errors(3);
+  run_world(3, ring_options(1, 1.0), [&](std::shared_ptr<Communicator> comm) {
+    std::vector<float> data(100000, 1.0f);
+    if (comm->rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      return;
+    }
+    try {
+      RingAllreduce(comm, Buffer{data.data(), 100000, DType::f32}, {}).run();
+    } catch (const TimeoutError& e) {
+      errors[static_cast<std::size_t>(comm->rank())] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("recv from rank 2"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("ring allreduce reduce-scatter"), std::string::npos) << errors[0];
+  EXPECT_FALSE(errors[1].empty()) << "rank 1 should time out too";
+}
+
+TEST(AllreduceFailures, DeadPeerIsACommErrorNamingIt) {
+  try {
+    run_world(2, ring_options(1, 20.0), [&](std::shared_ptr<Communicator> comm) {
+      std::vector<float> data(100000, 1.0f);
+      if (comm->rank() == 1) return;  // its communicator (and sockets) close now
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      RingAllreduce(comm, Buffer{data.data(), 100000, DType::f32}, {}).run();
+    });
+    FAIL() << "expected a failure";
+  } catch (const TimeoutError& e) {
+    FAIL() << "a dead peer should be reported at once, not at the deadline: " << e.what();
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::ring

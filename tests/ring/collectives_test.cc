@@ -1,0 +1,96 @@
+// Broadcast, allgather and barrier against known results, world sizes 1-6.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "ring/allgather.h"
+#include "ring/barrier.h"
+#include "ring/broadcast.h"
+#include "ring/communicator.h"
+#include "tests/ring/ring_fixture.h"
+
+namespace aiacc::ring {
+namespace {
+
+using testing::ring_options;
+using testing::run_world;
+
+TEST(Broadcast, EveryRankGetsTheRootsBytes) {
+  for (int world = 1; world <= 6; ++world) {
+    for (int root : {0, world - 1}) {
+      run_world(world, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+        std::vector<std::int64_t> data(30011);
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = comm->rank() == root ? static_cast<std::int64_t>(i * 31 + 7) : -1;
+        Broadcast(comm, Buffer{data.data(), static_cast<std::int64_t>(data.size()), DType::i64}, root, 10000).run();
+        for (std::size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], static_cast<std::int64_t>(i * 31 + 7)) << "rank " << comm->rank();
+      });
+    }
+  }
+}
+
+TEST(Broadcast, RootOutsideTheWorldIsAConfigError) {
+  run_world(2, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    float x = 0;
+    EXPECT_THROW(Broadcast(comm, Buffer{&x, 1, DType::f32}, 2), ConfigError);
+  });
+}
+
+TEST(Allgather, BlocksArriveInRankOrder) {
+  for (int world = 1; world <= 6; ++world) {
+    for (std::int64_t block : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7777}}) {
+      run_world(world, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+        std::vector<float> data(static_cast<std::size_t>(block * world), -1.0f);
+        for (std::int64_t i = 0; i < block; ++i) data[static_cast<std::size_t>(comm->rank() * block + i)] = static_cast<float>(comm->rank() * 100000 + i);
+        Allgather(comm, Buffer{data.data(), block * world, DType::f32}).run();
+        for (int r = 0; r < world; ++r) {
+          for (std::int64_t i = 0; i < block; ++i) ASSERT_EQ(data[static_cast<std::size_t>(r * block + i)], static_cast<float>(r * 100000 + i));
+        }
+      });
+    }
+  }
+}
+
+TEST(Barrier, NoRankLeavesBeforeAllArrive) {
+  for (int world = 1; world <= 5; ++world) {
+    std::atomic<int> arrived{0};
+    run_world(world, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 * comm->rank()));
+      ++arrived;
+      barrier(*comm);
+      EXPECT_EQ(arrived.load(), world);
+      barrier(*comm, "second");
+    });
+  }
+}
+
+TEST(Barrier, MissingRankTimesOutNamingTheBarrier) {
+  try {
+    run_world(3, ring_options(1, 0.5), [&](std::shared_ptr<Communicator> comm) {
+      if (comm->rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return;
+      }
+      barrier(*comm, "end of epoch");
+    });
+    FAIL();
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("end of epoch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SplitWeighted, CoversTheRangeInOrder) {
+  const auto ranges = split_weighted(1000, {1, 3, 2}, 64);
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges[0].begin, 0);
+  EXPECT_EQ(ranges[2].end, 1000);
+  for (std::size_t i = 1; i < ranges.size(); ++i) EXPECT_EQ(ranges[i].begin, ranges[i - 1].end);
+  EXPECT_EQ(ranges[0].end % 64, 0);
+  const auto tiny = split_weighted(3, {1, 1, 1}, 64);
+  EXPECT_EQ(tiny[0].size() + tiny[1].size() + tiny[2].size(), 3);
+}
+
+}  // namespace
+}  // namespace aiacc::ring
