@@ -1,5 +1,6 @@
 #include "ring/communicator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -67,6 +68,17 @@ void Communicator::set_stream_weights(std::vector<double> weights) {
   AIACC_CHECK(total > 0, "stream weights sum to {}", total);
   for (double& w : weights) w /= total;
   stream_weights_ = std::move(weights);
+}
+
+void Communicator::set_active_streams(int streams) {
+  AIACC_CHECK(streams >= 1 && streams <= this->streams(), "{} active streams of {}", streams, this->streams());
+  std::vector<double> weights(static_cast<std::size_t>(this->streams()), 0.0);
+  for (int s = 0; s < streams; ++s) weights[static_cast<std::size_t>(s)] = 1.0;
+  set_stream_weights(std::move(weights));
+}
+
+int Communicator::active_streams() const {
+  return static_cast<int>(std::count_if(stream_weights_.begin(), stream_weights_.end(), [](double w) { return w > 0; }));
 }
 
 std::vector<Range> split_weighted(std::int64_t count, const std::vector<double>& weights, std::int64_t align) {

@@ -73,6 +73,9 @@ class Communicator {
   // rank (they decide the split): set only from values all ranks agree on (StreamBalancer).
   const std::vector<double>& stream_weights() const { return stream_weights_; }
   void set_stream_weights(std::vector<double> weights);
+  // Uses the first `streams` streams with equal weights (the others carry nothing).
+  void set_active_streams(int streams);
+  int active_streams() const;
 
  private:
   net::Channel& directed(int peer, int stream, bool outgoing);

@@ -1,0 +1,69 @@
+// AutoTuner: picks the fastest of a few communication settings (bucket size, stream count)
+// during the first steps of a job, from measured step times. Every rank walks the candidates in
+// the same order for the same number of steps (so all ranks change settings at the same step);
+// rank 0's measurements decide, its choice is broadcast, and the choice is logged.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ring/communicator.h"
+
+namespace aiacc::ring {
+
+struct TuningCandidate {
+  std::int64_t bucket_bytes = 0;
+  int streams = 1;
+  std::string str() const;
+};
+
+class AutoTuner {
+ public:
+  // Tries each candidate for warmup_steps (not measured: connections and caches settle) plus
+  // measured_steps steps; the score of a candidate is the median of its measured step times.
+  AutoTuner(std::shared_ptr<Communicator> comm, std::vector<TuningCandidate> candidates, int warmup_steps = 1,
+            int measured_steps = 3);
+
+  // The setting to use for the next step.
+  const TuningCandidate& current() const { return candidates_[static_cast<std::size_t>(current_)]; }
+  bool done() const { return done_; }
+
+  // Records this rank's time for the step just run with current(). Collective once tuning ends
+  // (the step that completes the last candidate broadcasts rank 0's choice). Returns true if
+  // current() changed.
+  bool record(double step_seconds);
+
+  // Median step time per candidate (rank 0's after tuning: what the choice was based on).
+  const std::vector<double>& scores() const { return scores_; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  std::vector<TuningCandidate> candidates_;
+  int warmup_steps_, measured_steps_;
+  int current_ = 0, steps_in_candidate_ = 0;
+  bool done_ = false;
+  std::vector<double> times_;
+  std::vector<double> scores_;
+};
+
+// Weights for multi-stream splits from measured per-stream throughput, agreed on by all ranks:
+// every `every_runs` recorded runs, the ranks sum their per-stream bytes/second (a small
+// allreduce, bitwise equal everywhere) and set the communicator's weights proportional to the
+// mean rate, so a stream capped by the network gets less of each buffer.
+class StreamBalancer {
+ public:
+  StreamBalancer(std::shared_ptr<Communicator> comm, int every_runs = 8);
+  // Adds one ring run's per-stream bytes and seconds (RingAllreduce::stream_bytes/seconds).
+  // Collective every `every_runs` calls (all ranks call it after the same runs).
+  void record(const std::vector<std::int64_t>& bytes, const std::vector<double>& seconds);
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  int every_runs_;
+  int runs_ = 0;
+  std::vector<double> bytes_, seconds_;
+};
+
+}  // namespace aiacc::ring

@@ -1,0 +1,164 @@
+#include "ring/gradient_fuser.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace aiacc::ring {
+
+GradientFuser::GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Parameter*> parameters,
+                             FusionOptions options)
+    : comm_(std::move(comm)), parameters_(std::move(parameters)), options_(std::move(options)) {
+  std::int64_t total = 0;
+  for (Parameter* p : parameters_) {
+    if (p->kind() != ParamKind::dense || p->grad().dtype() != DType::f32) {
+      throw ConfigError(fmt::format("gradient fusion: parameter '{}' is not a dense f32 tensor", p->name()));
+    }
+    total += p->grad().numel();
+  }
+  flat_.assign(static_cast<std::size_t>(total), 0.0f);
+  tensor_ready_.assign(parameters_.size(), 0);
+
+  std::vector<TuningCandidate> candidates;
+  auto sizes = options_.tune_bucket_bytes.empty() ? std::vector<std::int64_t>{options_.bucket_bytes} : options_.tune_bucket_bytes;
+  std::vector<int> streams{comm_->active_streams()};
+  if (options_.tune_streams) {
+    streams.clear();
+    for (int k = 1; k <= comm_->streams(); k *= 2) streams.push_back(k);
+    if (streams.back() != comm_->streams()) streams.push_back(comm_->streams());
+  }
+  for (int k : streams) {
+    for (std::int64_t bytes : sizes) candidates.push_back({bytes, k});
+  }
+  tuner_.emplace(comm_, candidates, options_.tune_warmup_steps, options_.tune_measured_steps);
+  if (options_.rebalance_every_runs > 0 && comm_->streams() > 1) balancer_.emplace(comm_, options_.rebalance_every_runs);
+
+  // Every rank must derive the same layout; checked once with the tensors alone (bucket size
+  // 0), since tuning may change the bucket boundaries later (identically on every rank).
+  std::vector<std::pair<std::string, std::int64_t>> listing;
+  for (Parameter* p : parameters_) listing.emplace_back(p->name(), p->grad().numel());
+  verify_plan(comm_, BucketPlan(listing, 0), "gradient fusion");
+  if (comm_->streams() > 1 && tuner_->current().streams != comm_->active_streams()) {
+    comm_->set_active_streams(tuner_->current().streams);
+  }
+  build(tuner_->current().bucket_bytes);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    parameters_[i]->add_grad_ready_hook([this, i](Parameter&) { on_ready(static_cast<int>(i)); });
+  }
+  thread_ = std::thread([this] { communicate(); });
+}
+
+GradientFuser::~GradientFuser() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void GradientFuser::build(std::int64_t bucket_bytes) {
+  std::vector<std::pair<std::string, std::int64_t>> listing;
+  for (Parameter* p : parameters_) listing.emplace_back(p->name(), p->grad().numel());
+  plan_.emplace(listing, bucket_bytes);
+  allreduces_.clear();
+  for (const PlannedBucket& bucket : plan_->buckets()) {
+    allreduces_.push_back(std::make_unique<Allreduce>(
+        comm_, Buffer{flat_.data() + bucket.offset, bucket.count, DType::f32}, options_.spec, options_.tuning));
+  }
+  bucket_pending_.assign(plan_->buckets().size(), 0);
+  log::get("ring")->debug("gradient fusion plan: {}", plan_->summary());
+}
+
+void GradientFuser::begin_step() {
+  std::lock_guard lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  AIACC_CHECK(!in_step_, "begin_step twice without finish_step");
+  std::fill(tensor_ready_.begin(), tensor_ready_.end(), 0);
+  for (std::size_t b = 0; b < plan_->buckets().size(); ++b) {
+    bucket_pending_[b] = static_cast<int>(plan_->buckets()[b].tensors.size());
+  }
+  buckets_done_ = 0;
+  in_step_ = true;
+  ++step_;
+  step_start_ = net::Clock::now();
+  changed_.notify_all();
+}
+
+void GradientFuser::on_ready(int tensor) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!in_step_ || tensor_ready_[static_cast<std::size_t>(tensor)]) return;
+  }
+  // Only this (backward) thread writes the slot, and the communication thread reads it only
+  // after the count below reaches zero under the mutex.
+  const PlannedTensor& slot = plan_->tensors()[static_cast<std::size_t>(tensor)];
+  std::memcpy(flat_.data() + slot.offset, parameters_[static_cast<std::size_t>(tensor)]->grad().data<float>(),
+              static_cast<std::size_t>(slot.count) * sizeof(float));
+  std::lock_guard lock(mutex_);
+  tensor_ready_[static_cast<std::size_t>(tensor)] = 1;
+  if (--bucket_pending_[static_cast<std::size_t>(slot.bucket)] == 0) changed_.notify_all();
+}
+
+void GradientFuser::communicate() {
+  std::uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || (in_step_ && step_ != seen); });
+      if (stopping_) return;
+      seen = step_;
+    }
+    for (std::size_t b = 0; b < allreduces_.size(); ++b) {
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return stopping_ || bucket_pending_[b] == 0; });
+        if (stopping_) return;
+      }
+      try {
+        Allreduce& allreduce = *allreduces_[b];
+        allreduce.run();
+        if (balancer_ && allreduce.ring()) balancer_->record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
+        for (int t : plan_->buckets()[b].tensors) {
+          const PlannedTensor& slot = plan_->tensors()[static_cast<std::size_t>(t)];
+          std::memcpy(parameters_[static_cast<std::size_t>(t)]->grad().data<float>(), flat_.data() + slot.offset,
+                      static_cast<std::size_t>(slot.count) * sizeof(float));
+        }
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        error_ = std::current_exception();
+        changed_.notify_all();
+        break;
+      }
+      std::lock_guard lock(mutex_);
+      ++buckets_done_;
+      changed_.notify_all();
+    }
+  }
+}
+
+void GradientFuser::finish_step() {
+  const auto wait_start = net::Clock::now();
+  // Gradients whose hook did not fire (parameters unused this step) join with their values.
+  for (std::size_t t = 0; t < parameters_.size(); ++t) on_ready(static_cast<int>(t));
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return error_ || buckets_done_ == static_cast<int>(allreduces_.size()); });
+    in_step_ = false;
+    if (error_) std::rethrow_exception(error_);
+  }
+  exposed_seconds_ = net::seconds_since(wait_start);
+  const double step_seconds = net::seconds_since(step_start_);
+  if (tuner_->done()) return;
+  const TuningCandidate before = tuner_->current();
+  if (tuner_->record(step_seconds)) {
+    const TuningCandidate& now = tuner_->current();
+    if (now.streams != before.streams) comm_->set_active_streams(now.streams);
+    if (now.bucket_bytes != before.bucket_bytes) build(now.bucket_bytes);
+  }
+}
+
+}  // namespace aiacc::ring

@@ -1,0 +1,168 @@
+// Gradient fusion: fused, overlapped allreduce of parameter gradients equals the exact sum;
+// buckets are reduced while "backward" is still running; unused parameters, hooks firing in a
+// different order on different ranks, plan mismatches and auto-tuning.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parameter.h"
+#include "ring/gradient_fuser.h"
+#include "tests/ring/ring_fixture.h"
+
+namespace aiacc::ring {
+namespace {
+
+using testing::expected_sum;
+using testing::input_value;
+using testing::ring_options;
+using testing::run_world;
+
+const std::vector<std::int64_t> kSizes = {5, 1000, 30000, 1, 70000, 4096, 3, 20000};
+
+std::vector<std::unique_ptr<Parameter>> make_parameters(int extra = 0) {
+  std::vector<std::unique_ptr<Parameter>> params;
+  for (std::size_t i = 0; i < kSizes.size() + static_cast<std::size_t>(extra); ++i) {
+    const std::int64_t n = i < kSizes.size() ? kSizes[i] : 10;
+    params.push_back(std::make_unique<Parameter>(fmt::format("layer{}.weight", i), Tensor::zeros(Shape{n})));
+  }
+  return params;
+}
+
+std::vector<Parameter*> pointers(const std::vector<std::unique_ptr<Parameter>>& params) {
+  std::vector<Parameter*> out;
+  for (const auto& p : params) out.push_back(p.get());
+  return out;
+}
+
+// Fills parameter t's gradient with rank- and step-dependent integers.
+void fill_grad(Parameter& p, int rank, int t, int step) {
+  float* g = p.grad().data<float>();
+  for (std::int64_t i = 0; i < p.grad().numel(); ++i) g[i] = static_cast<float>(input_value(rank + step, i + 101 * t));
+}
+
+void expect_sums(const std::vector<std::unique_ptr<Parameter>>& params, int world, int step) {
+  for (std::size_t t = 0; t < params.size(); ++t) {
+    const float* g = params[t]->grad().data<float>();
+    for (std::int64_t i = 0; i < params[t]->grad().numel(); ++i) {
+      double sum = 0;
+      for (int r = 0; r < world; ++r) sum += input_value(r + step, i + 101 * static_cast<std::int64_t>(t));
+      ASSERT_EQ(g[i], sum) << params[t]->name() << " element " << i << " step " << step;
+    }
+  }
+}
+
+FusionOptions sum_options(std::int64_t bucket_bytes) {
+  FusionOptions options;
+  options.bucket_bytes = bucket_bytes;
+  options.spec.op = ReduceOp::kSum;
+  options.spec.chunk_bytes = 16 * 1024;
+  return options;
+}
+
+TEST(GradientFuser, FusedResultsEqualExactSums) {
+  for (int world : {1, 2, 3}) {
+    run_world(world, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
+      auto params = make_parameters();
+      GradientFuser fuser(comm, pointers(params), sum_options(64 * 1024));
+      EXPECT_GT(fuser.plan().buckets().size(), 2u);
+      for (int step = 0; step < 3; ++step) {
+        fuser.begin_step();
+        for (std::size_t t = 0; t < params.size(); ++t) {
+          fill_grad(*params[t], comm->rank(), static_cast<int>(t), step);
+          params[t]->grad_ready();
+        }
+        fuser.finish_step();
+        expect_sums(params, world, step);
+      }
+    });
+  }
+}
+
+TEST(GradientFuser, EarlyBucketsAreReducedWhileBackwardContinues) {
+  run_world(2, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    auto params = make_parameters();
+    GradientFuser fuser(comm, pointers(params), sum_options(1));  // one bucket per tensor
+    fuser.begin_step();
+    for (std::size_t t = 0; t + 1 < params.size(); ++t) {
+      fill_grad(*params[t], comm->rank(), static_cast<int>(t), 0);
+      params[t]->grad_ready();
+    }
+    // Backward "still running" (the last gradient is not ready): the first buckets must
+    // already be reduced and written back, without finish_step.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto first_reduced = [&] {
+      return params[0]->grad().data<float>()[0] == static_cast<float>(expected_sum(2, 0));
+    };
+    while (!first_reduced() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_TRUE(first_reduced()) << "bucket 0 was not reduced before backward finished";
+    fill_grad(*params.back(), comm->rank(), static_cast<int>(params.size() - 1), 0);
+    params.back()->grad_ready();
+    fuser.finish_step();
+    expect_sums(params, 2, 0);
+  });
+}
+
+TEST(GradientFuser, UnusedParametersAndRankDependentHookOrder) {
+  run_world(3, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    auto params = make_parameters();
+    GradientFuser fuser(comm, pointers(params), sum_options(128 * 1024));
+    fuser.begin_step();
+    for (std::size_t t = 0; t < params.size(); ++t) fill_grad(*params[t], comm->rank(), static_cast<int>(t), 0);
+    // Rank 1 fires hooks backwards; parameter 3 never fires anywhere (unused in the graph).
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const std::size_t t = comm->rank() == 1 ? params.size() - 1 - k : k;
+      if (t != 3) params[t]->grad_ready();
+    }
+    fuser.finish_step();
+    expect_sums(params, 3, 0);
+  });
+}
+
+TEST(GradientFuser, PlanMismatchIsAConfigErrorOnEveryRank) {
+  std::vector<std::string> errors(2);
+  run_world(2, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    auto params = make_parameters(comm->rank() == 1 ? 1 : 0);
+    try {
+      GradientFuser fuser(comm, pointers(params), sum_options(64 * 1024));
+    } catch (const ConfigError& e) {
+      errors[static_cast<std::size_t>(comm->rank())] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("different gradient bucket plans"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 1: 9 tensors"), std::string::npos) << e;
+  }
+}
+
+TEST(GradientFuser, AutoTuningAgreesOnEveryRankAndStaysExact) {
+  std::vector<TuningCandidate> chosen(2);
+  run_world(2, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
+    auto params = make_parameters();
+    FusionOptions options = sum_options(64 * 1024);
+    options.tune_bucket_bytes = {16 * 1024, 256 * 1024};
+    options.tune_streams = true;
+    options.tune_measured_steps = 2;
+    options.rebalance_every_runs = 3;
+    GradientFuser fuser(comm, pointers(params), options);
+    for (int step = 0; step < 14; ++step) {
+      fuser.begin_step();
+      for (std::size_t t = 0; t < params.size(); ++t) {
+        fill_grad(*params[t], comm->rank(), static_cast<int>(t), step);
+        params[t]->grad_ready();
+      }
+      fuser.finish_step();
+      expect_sums(params, 2, step);
+    }
+    ASSERT_TRUE(fuser.tuner()->done());  // 4 candidates x 3 steps = 12 steps
+    chosen[static_cast<std::size_t>(comm->rank())] = fuser.tuner()->current();
+  });
+  EXPECT_EQ(chosen[0].bucket_bytes, chosen[1].bucket_bytes);
+  EXPECT_EQ(chosen[0].streams, chosen[1].streams);
+}
+
+}  // namespace
+}  // namespace aiacc::ring
