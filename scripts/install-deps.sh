@@ -13,6 +13,8 @@ packages=(
   # Reference checks (ResNet vs torchvision, safetensors files in PyTorch) and the PyTorch
   # speed comparison; OpenBLAS keeps Debian's torch off the slow reference BLAS.
   python3-torch python3-torchvision python3-numpy libopenblas0-pthread
+  # aiacc-bench allreduce compares with OpenMPI; tools/netemu needs ip/tc, its selftest iperf3.
+  openmpi-bin libopenmpi-dev iproute2 iperf3
 )
 
 # Node.js and npm run tools/flights (the flights CTR data); install Debian's only when absent, so an

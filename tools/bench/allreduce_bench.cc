@@ -1,0 +1,375 @@
+// aiacc-bench allreduce: allreduce time and bandwidth by message size, like nccl-tests
+// (size, time, algbw = bytes / time, busbw = algbw * 2(n-1)/n), for aiacc's CPU collectives
+// and, in the same run, OpenMPI's MPI_Allreduce over TCP and over shared memory, with ratios.
+//
+//   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
+//                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
+//
+// Ranks are local processes: this launcher starts the rendezvous store and `--ranks` copies of
+// itself. Under tools/netemu (AIACC_NETEMU_* set), one launcher runs per emulated host, starts
+// --ranks processes there, and host 0's launcher serves the store on its address.
+// Timing: per size, a barrier, `warmup` untimed runs, then runs until ~--seconds have passed
+// (at least 3); the time is rank 0's mean per run. --streams auto tunes the stream count
+// (AutoTuner over 1, 2, 4, ... --max-streams) on the largest size before measuring.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/net/rendezvous_client.h"
+#include "core/net/rendezvous_server.h"
+#include "ring/allreduce.h"
+#include "ring/auto_tuner.h"
+#include "ring/barrier.h"
+#include "ring/communicator.h"
+
+namespace {
+
+using namespace aiacc;
+
+struct Args {
+  int ranks = 2;                 // per host
+  std::string streams = "1";     // a number or "auto"
+  int max_streams = 8;
+  std::string wire = "native";
+  std::int64_t min_bytes = 4, max_bytes = std::int64_t{256} << 20;
+  std::string mpi = "tcp,shm";
+  std::string json;
+  double seconds = 0.3;
+  bool check = true;
+  // Worker mode (set by the launcher).
+  int rank = -1, world = 0;
+  std::string master, interface = "127.0.0.1";
+  int port = 29555;
+};
+
+std::int64_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  double value = std::stod(text, &used);
+  const std::string unit = text.substr(used);
+  if (unit == "K" || unit == "KiB") value *= 1024;
+  else if (unit == "M" || unit == "MiB") value *= 1 << 20;
+  else if (unit == "G" || unit == "GiB") value *= 1 << 30;
+  else if (!unit.empty()) throw ConfigError(fmt::format("bad size '{}' (use e.g. 4, 64K, 256M)", text));
+  return static_cast<std::int64_t>(value);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 2; i < argc; ++i) {
+    const std::string key = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
+      return argv[++i];
+    };
+    if (key == "--ranks") a.ranks = std::stoi(value());
+    else if (key == "--streams") a.streams = value();
+    else if (key == "--max-streams") a.max_streams = std::stoi(value());
+    else if (key == "--wire") a.wire = value();
+    else if (key == "--min-bytes") a.min_bytes = parse_bytes(value());
+    else if (key == "--max-bytes") a.max_bytes = parse_bytes(value());
+    else if (key == "--mpi") a.mpi = value();
+    else if (key == "--json") a.json = value();
+    else if (key == "--seconds") a.seconds = std::stod(value());
+    else if (key == "--no-check") a.check = false;
+    else if (key == "--port") a.port = std::stoi(value());
+    else if (key == "--rank") a.rank = std::stoi(value());
+    else if (key == "--world") a.world = std::stoi(value());
+    else if (key == "--master") a.master = value();
+    else if (key == "--interface") a.interface = value();
+    else throw ConfigError(fmt::format("unknown option {} (see the comment at the top of allreduce_bench.cc)", key));
+  }
+  if (a.ranks < 1) throw ConfigError("--ranks must be >= 1");
+  return a;
+}
+
+std::vector<std::int64_t> sizes(const Args& a) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t s = std::max<std::int64_t>(4, a.min_bytes); s <= a.max_bytes; s *= 4) out.push_back(s);
+  return out;
+}
+
+struct Row {
+  std::int64_t bytes = 0;
+  double seconds = 0;
+};
+
+double busbw(double bytes, double seconds, int world) {
+  return seconds > 0 ? bytes / seconds * 2.0 * (world - 1) / world / 1e9 : 0.0;
+}
+
+// --- worker: one rank ---
+int run_worker(const Args& a) {
+  log::set_role(fmt::format("rank {}", a.rank));
+  auto context = net::Context::create();
+  net::RendezvousClient rendezvous(context, a.master);
+  rendezvous.register_rank(a.rank, a.world, {}, net::deadline_after(120));
+  const bool tune = a.streams == "auto";
+  ring::CommunicatorOptions options;
+  options.streams = tune ? a.max_streams : std::stoi(a.streams);
+  options.interface = a.interface;
+  auto comm = ring::Communicator::connect(context, rendezvous, a.rank, a.world, options, "bench");
+  ring::AllreduceSpec spec;
+  spec.wire = ring::parse_wire_type(a.wire, "--wire");
+  const auto all_sizes = sizes(a);
+  std::vector<float> data(static_cast<std::size_t>(all_sizes.back() / 4 + 1));
+
+  if (tune) {
+    std::vector<ring::TuningCandidate> candidates;
+    for (int k = 1; k <= a.max_streams; k *= 2) candidates.push_back({all_sizes.back(), k});
+    ring::AutoTuner tuner(comm, candidates, 1, 3);
+    const std::int64_t count = std::min<std::int64_t>(all_sizes.back() / 4, 16 << 20);
+    ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, spec);
+    comm->set_active_streams(tuner.current().streams);
+    while (!tuner.done()) {
+      ring::barrier(*comm, "tuning");
+      const auto start = net::Clock::now();
+      allreduce.run();
+      if (tuner.record(net::seconds_since(start))) comm->set_active_streams(tuner.current().streams);
+    }
+  }
+
+  std::vector<Row> rows;
+  for (std::int64_t bytes : all_sizes) {
+    const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
+    for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>((i + a.rank) % 7);
+    ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, spec);
+    ring::StreamBalancer balancer(comm, 4);
+    auto once = [&] {
+      allreduce.run();
+      if (allreduce.ring() && comm->streams() > 1) balancer.record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
+    };
+    once();
+    if (a.check) {
+      // Inputs (i + r) % 7 summed over ranks: exact in float for these sizes.
+      for (std::int64_t i = 0; i < count; i += std::max<std::int64_t>(1, count / 97)) {
+        double expected = 0;
+        for (int r = 0; r < a.world; ++r) expected += static_cast<double>((i + r) % 7);
+        const double got = data[static_cast<std::size_t>(i)];
+        if (std::abs(got - expected) > (spec.wire == ring::WireType::kNative ? 0.0 : 0.01 * expected + 0.01)) {
+          throw InternalError(fmt::format("allreduce check failed at {} bytes, element {}: {} != {}", bytes, i, got, expected));
+        }
+      }
+    }
+    // Iterations from the first timing, agreed through rank 0 (all ranks must run as many).
+    ring::barrier(*comm, "size");
+    auto start = net::Clock::now();
+    once();
+    std::vector<double> iterations{std::clamp(a.seconds / std::max(1e-7, net::seconds_since(start)), 3.0, 10000.0)};
+    ring::Allreduce(comm, ring::Buffer{iterations.data(), 1, DType::f64}, {}).run();  // a sum; use rank 0's share
+    const int iters = static_cast<int>(iterations[0] / a.world);
+    ring::barrier(*comm, "timed");
+    start = net::Clock::now();
+    for (int it = 0; it < iters; ++it) once();
+    rows.push_back({bytes, net::seconds_since(start) / iters});
+  }
+  if (a.rank == 0) {
+    std::cout << "RESULT " << nlohmann::json{{"streams", comm->active_streams()}} .dump() << "\n";
+    for (const Row& r : rows) std::cout << "RESULT " << nlohmann::json{{"bytes", r.bytes}, {"seconds", r.seconds}}.dump() << "\n";
+  }
+  ring::barrier(*comm, "end");
+  return 0;
+}
+
+// --- launcher ---
+struct Child {
+  pid_t pid;
+  int out;  // read end of its stdout
+};
+
+Child spawn(const std::vector<std::string>& argv) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw IoError("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) throw IoError("fork failed");
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    std::vector<char*> args;
+    for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::perror("exec");
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  return {pid, pipe_fds[0]};
+}
+
+std::string read_all(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  close(fd);
+  return text;
+}
+
+// Collects "RESULT {json}" lines; returns {streams, rows}.
+std::pair<int, std::vector<Row>> parse_results(const std::string& text) {
+  std::vector<Row> rows;
+  int streams = 1;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("RESULT ", 0) != 0) {
+      std::cout << line << "\n";
+      continue;
+    }
+    const auto j = nlohmann::json::parse(line.substr(7));
+    if (j.contains("streams")) streams = j["streams"];
+    else rows.push_back({j["bytes"], j["seconds"]});
+  }
+  return {streams, rows};
+}
+
+std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transport, int world) {
+  const std::string self = "/proc/self/exe";
+  char path[4096];
+  const ssize_t n = readlink(self.c_str(), path, sizeof path - 1);
+  if (n <= 0) throw IoError("readlink /proc/self/exe");
+  std::string program(path, static_cast<std::size_t>(n));
+  program = program.substr(0, program.rfind('/') + 1) + "aiacc-bench-mpi-allreduce";
+  if (access(program.c_str(), X_OK) != 0) {
+    std::cerr << "OpenMPI comparison skipped: " << program << " was not built (install libopenmpi-dev and reconfigure)\n";
+    return {};
+  }
+  std::vector<std::string> argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(world),
+                                   "--bind-to", "none", "--mca", "btl",
+                                   transport == "tcp" ? "tcp,self" : "vader,self"};
+  if (transport == "tcp") {
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"});
+  } else {
+    argv.insert(argv.end(), {"--mca", "pml", "ob1"});
+  }
+  argv.insert(argv.end(), {program, std::to_string(a.min_bytes), std::to_string(a.max_bytes), std::to_string(a.seconds)});
+  Child child = spawn(argv);
+  const std::string text = read_all(child.out);
+  int status = 0;
+  waitpid(child.pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::cerr << "OpenMPI (" << transport << ") failed; output:\n" << text;
+    return {};
+  }
+  std::map<std::int64_t, double> out;
+  for (const Row& r : parse_results(text).second) out[r.bytes] = r.seconds;
+  return out;
+}
+
+int run_launcher(Args a) {
+  const char* host_env = std::getenv("AIACC_NETEMU_HOST");
+  const int host = host_env ? std::atoi(host_env) : 0;
+  const int hosts = host_env ? std::atoi(std::getenv("AIACC_NETEMU_HOSTS")) : 1;
+  std::string host0 = "127.0.0.1";
+  if (host_env) {
+    a.interface = std::getenv("AIACC_NETEMU_ADDR");
+    const std::string all = std::getenv("AIACC_NETEMU_ADDRS");
+    host0 = all.substr(0, all.find(','));
+  }
+  const int world = a.ranks * hosts;
+  auto context = net::Context::create();
+  std::optional<net::RendezvousServer> server;
+  int port = a.port;
+  if (host == 0) {
+    server.emplace(context, host0, host_env ? a.port : 0);
+    port = server->port();
+  }
+  std::vector<Child> children;
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len <= 0) throw IoError("readlink /proc/self/exe");
+  for (int local = 0; local < a.ranks; ++local) {
+    const int rank = host * a.ranks + local;
+    children.push_back(spawn({std::string(exe, static_cast<std::size_t>(len)), "allreduce", "--rank", std::to_string(rank),
+                              "--world", std::to_string(world), "--master", fmt::format("{}:{}", host0, port),
+                              "--interface", a.interface, "--streams", a.streams, "--max-streams",
+                              std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
+                              "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds)}));
+  }
+  std::string rank0_output;
+  int failed = 0;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    std::string text = read_all(children[i].out);
+    if (i == 0) rank0_output = std::move(text);
+    int status = 0;
+    waitpid(children[i].pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  }
+  if (failed) {
+    std::cerr << "a rank failed (see its error above)\n";
+    return 1;
+  }
+  if (host != 0) return 0;
+  auto [streams, rows] = parse_results(rank0_output);
+
+  std::map<std::string, std::map<std::int64_t, double>> mpi;
+  if (a.mpi != "none" && !host_env) {
+    std::istringstream list(a.mpi);
+    for (std::string t; std::getline(list, t, ',');) mpi[t] = run_mpi(a, t, world);
+  }
+  std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {} stream{}{}, wire {}, fp32 sum\n", world, hosts,
+                           hosts == 1 ? "" : "s", streams, streams == 1 ? "" : "s", a.streams == "auto" ? " (auto-tuned)" : "",
+                           a.wire);
+  std::cout << fmt::format("{:>12} {:>11} {:>9} {:>9}", "size(B)", "time(us)", "algbw", "busbw");
+  for (const auto& [t, _] : mpi) std::cout << fmt::format(" {:>12} {:>9} {:>7}", "mpi-" + t + "(us)", "busbw", "ratio");
+  std::cout << "   (GB/s; ratio = aiacc busbw / OpenMPI busbw)\n";
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const double alg = static_cast<double>(r.bytes) / r.seconds / 1e9;
+    const double bus = busbw(static_cast<double>(r.bytes), r.seconds, world);
+    std::cout << fmt::format("{:>12} {:>11.1f} {:>9.3f} {:>9.3f}", r.bytes, r.seconds * 1e6, alg, bus);
+    nlohmann::json j{{"bytes", r.bytes}, {"time_us", r.seconds * 1e6}, {"algbw_gbs", alg}, {"busbw_gbs", bus},
+                     {"ranks", world}, {"hosts", hosts}, {"streams", streams}, {"wire", a.wire}};
+    for (const auto& [t, m] : mpi) {
+      const auto it = m.find(r.bytes);
+      if (it == m.end()) {
+        std::cout << fmt::format(" {:>12} {:>9} {:>7}", "-", "-", "-");
+        continue;
+      }
+      const double mb = busbw(static_cast<double>(r.bytes), it->second, world);
+      std::cout << fmt::format(" {:>12.1f} {:>9.3f} {:>7.2f}", it->second * 1e6, mb, mb > 0 ? bus / mb : 0.0);
+      j["mpi_" + t] = {{"time_us", it->second * 1e6}, {"busbw_gbs", mb}, {"ratio", mb > 0 ? bus / mb : 0.0}};
+    }
+    std::cout << "\n";
+    out.push_back(j);
+  }
+  if (!a.json.empty()) {
+    std::ofstream(a.json) << out.dump(1) << "\n";
+    std::cout << "wrote " << a.json << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc < 2 || std::string(argv[1]) != "allreduce") {
+      std::cerr << "usage: aiacc-bench allreduce [options]  (see tools/bench/allreduce_bench.cc)\n";
+      return 2;
+    }
+    const Args args = parse(argc, argv);
+    return args.rank >= 0 ? run_worker(args) : run_launcher(args);
+  } catch (const aiacc::ConfigError& e) {
+    std::cerr << "aiacc-bench: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "aiacc-bench: " << e.what() << "\n";
+    return 1;
+  }
+}
