@@ -106,13 +106,17 @@ void GradientFuser::on_ready(int tensor) {
 void GradientFuser::communicate() {
   std::uint64_t seen = 0;
   for (;;) {
+    std::size_t buckets = 0;
     {
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return stopping_ || (in_step_ && step_ != seen); });
       if (stopping_) return;
       seen = step_;
+      // Read once: after the last bucket of a step, finish_step may rebuild the plan (tuning)
+      // while this thread goes back to waiting.
+      buckets = allreduces_.size();
     }
-    for (std::size_t b = 0; b < allreduces_.size(); ++b) {
+    for (std::size_t b = 0; b < buckets; ++b) {
       {
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [&] { return stopping_ || bucket_pending_[b] == 0; });
