@@ -14,6 +14,11 @@ Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, Allreduc
     small_.emplace(comm_, buffer, spec.op);
     return;
   }
+  const bool shared_hosts = comm_->host_leaders().size() < static_cast<std::size_t>(comm_->world_size());
+  if (spec.wire == WireType::kNative && tuning.hierarchical && shared_hosts) {
+    hierarchical_.emplace(comm_, buffer, spec);
+    return;
+  }
   if (spec.wire == WireType::kNative) {
     ring_.emplace(comm_, buffer, spec);
     return;
@@ -28,7 +33,15 @@ Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, Allreduc
   saved_input_.resize(buffer.bytes());
 }
 
+const char* Allreduce::algorithm() const {
+  return small_ ? "recursive doubling" : hierarchical_ ? "hierarchical" : "ring";
+}
+
 bool Allreduce::run() {
+  if (hierarchical_) {
+    hierarchical_->run();
+    return false;
+  }
   if (small_) {
     small_->run();
     return false;

@@ -13,6 +13,7 @@
 
 #include "ring/buffer.h"
 #include "ring/communicator.h"
+#include "ring/hierarchical_allreduce.h"
 #include "ring/recursive_doubling_allreduce.h"
 #include "ring/ring_allreduce.h"
 
@@ -23,6 +24,9 @@ struct AllreduceTuning {
   // 64 KiB: where the ring's 2(n-1) chunk latencies start to cost less than recursive
   // doubling's log2(n) full-buffer transfers (tools/bench allreduce, 2-4 ranks on loopback).
   std::int64_t small_bytes = 64 * 1024;
+  // Where several ranks share a host, reduce through shared memory first and run the ring
+  // between host leaders only (native wire; a compressed wire keeps the flat ring).
+  bool hierarchical = true;
 };
 
 class Allreduce {
@@ -37,6 +41,7 @@ class Allreduce {
 
   // How many run() calls fell back to fp32 so far.
   std::int64_t fallbacks() const { return fallbacks_; }
+  const char* algorithm() const;  // "recursive doubling", "hierarchical", "ring"
   // The ring, when this buffer uses it (its per-stream timings feed the StreamBalancer).
   const RingAllreduce* ring() const { return ring_ ? &*ring_ : nullptr; }
   const Buffer& buffer() const { return buffer_; }
@@ -46,6 +51,7 @@ class Allreduce {
   Buffer buffer_;
   AllreduceSpec spec_;
   std::optional<RecursiveDoublingAllreduce> small_;
+  std::optional<HierarchicalAllreduce> hierarchical_;
   std::optional<RingAllreduce> ring_;       // with spec_.wire
   std::optional<RingAllreduce> fallback_;   // fp32 wire, for a compressed ring's overflow
   std::vector<std::byte> saved_input_;

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -31,7 +34,51 @@ std::shared_ptr<Communicator> Communicator::connect(std::shared_ptr<net::Context
   auto spec = make_mesh_spec(rank, world_size, options, fmt::format("ring/{}", name));
   auto mesh = net::connect_mesh(std::move(context), rendezvous, spec, fmt::format("ring-{}", name),
                                 net::deadline_after(options.channel.connect_timeout_s));
-  return std::make_shared<Communicator>(std::move(mesh), options);
+  auto comm = std::make_shared<Communicator>(std::move(mesh), options);
+  // Host topology: every rank publishes its host identity; equal identities share memory.
+  const auto deadline = net::deadline_after(options.channel.connect_timeout_s);
+  rendezvous.set_string(fmt::format("ring/{}/host/{}", name, rank), host_identity(), deadline);
+  std::vector<std::string> identities;
+  for (int r = 0; r < world_size; ++r) identities.push_back(rendezvous.get_string(fmt::format("ring/{}/host/{}", name, r), deadline));
+  std::vector<int> hosts;
+  std::map<std::string, int> host_ids;  // identity -> id, numbered by first rank
+  for (const auto& identity : identities) {
+    hosts.push_back(host_ids.emplace(identity, static_cast<int>(host_ids.size())).first->second);
+  }
+  comm->set_hosts(std::move(hosts));
+  return comm;
+}
+
+std::string host_identity() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  char ns[128] = {};
+  const ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  return fmt::format("{}/{}", name, n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : "");
+}
+
+void Communicator::set_hosts(std::vector<int> host_of_rank) {
+  AIACC_CHECK(static_cast<int>(host_of_rank.size()) == world_size_, "{} host ids for {} ranks", host_of_rank.size(), world_size_);
+  host_of_rank_ = std::move(host_of_rank);
+}
+
+std::vector<int> Communicator::local_ranks() const {
+  std::vector<int> out;
+  for (int r = 0; r < world_size_; ++r) {
+    if (host_of_rank_[static_cast<std::size_t>(r)] == host_of_rank_[static_cast<std::size_t>(rank_)]) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<int> Communicator::host_leaders() const {
+  std::vector<int> out;
+  for (int r = 0; r < world_size_; ++r) {
+    const int host = host_of_rank_[static_cast<std::size_t>(r)];
+    bool first = true;
+    for (int q = 0; q < r && first; ++q) first = host_of_rank_[static_cast<std::size_t>(q)] != host;
+    if (first) out.push_back(r);
+  }
+  return out;
 }
 
 Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
@@ -41,6 +88,7 @@ Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
       world_size_(mesh_.world_size()),
       pool_(std::make_unique<StreamPool>(options.streams)),
       stream_weights_(static_cast<std::size_t>(options.streams), 1.0 / options.streams) {
+  for (int r = 0; r < world_size_; ++r) host_of_rank_.push_back(r);
   if (world_size_ > 1 && mesh_.streams() != 2 * options.streams) {
     throw InternalError(fmt::format("ring communicator: the mesh has {} streams, {} streams need {}",
                                     mesh_.streams(), options.streams, 2 * options.streams));

@@ -65,6 +65,19 @@ class Communicator {
   net::Channel& to(int peer, int stream = 0);
   net::Channel& from(int peer, int stream = 0);
 
+  // Which host each rank runs on (equal ids share memory; ids are 0, 1, ... by first rank).
+  // connect() finds them from the hostname and network namespace; otherwise one host per rank
+  // until set_hosts() (tests emulate hosts this way). Must be identical on every rank.
+  const std::vector<int>& host_of_rank() const { return host_of_rank_; }
+  void set_hosts(std::vector<int> host_of_rank);
+  // The ranks on this rank's host, ascending (this rank included); the lowest is its leader.
+  std::vector<int> local_ranks() const;
+  // The leader (lowest rank) of every host, ascending.
+  std::vector<int> host_leaders() const;
+  // Next value of a per-communicator sequence (names for shared-memory segments). Collective
+  // objects are built in the same order on every rank, so the values agree.
+  std::uint64_t next_sequence() { return sequence_++; }
+
   // A deadline for one collective started now.
   net::Deadline deadline() const { return net::deadline_after(options_.timeout_s); }
   StreamPool& pool() { return *pool_; }
@@ -86,7 +99,13 @@ class Communicator {
   int world_size_;
   std::unique_ptr<StreamPool> pool_;
   std::vector<double> stream_weights_;
+  std::vector<int> host_of_rank_;
+  std::uint64_t sequence_ = 0;
 };
+
+// This process's host identity: hostname and network namespace (emulated hosts share a
+// hostname but not a namespace).
+std::string host_identity();
 
 // The element range [begin, end) of part `index` when `count` elements are split into `parts`
 // pieces proportional to `weights` (parts = weights.size()), boundaries rounded to multiples of

@@ -1,5 +1,6 @@
 #include "ring/ring_allreduce.h"
 
+#include <algorithm>
 #include <deque>
 
 #include <fmt/format.h>
@@ -14,21 +15,28 @@ constexpr std::int64_t kSliceAlign = 64;
 
 }  // namespace
 
-RingAllreduce::RingAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec)
+RingAllreduce::RingAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec, std::vector<int> members)
     : comm_(std::move(comm)),
       buffer_(buffer),
       spec_(spec),
+      members_(std::move(members)),
       format_(detail::make_wire_format(buffer.dtype, spec.wire, "ring allreduce")),
       chunk_elements_(std::max<std::int64_t>(1, spec.chunk_bytes / static_cast<std::int64_t>(format_.wire_bytes()))) {
   AIACC_CHECK(buffer.count >= 0 && (buffer.data != nullptr || buffer.count == 0));
-  if (format_.converts() && comm_->world_size() > 1) {
+  if (members_.empty()) {
+    for (int r = 0; r < comm_->world_size(); ++r) members_.push_back(r);
+  }
+  const auto me = std::find(members_.begin(), members_.end(), comm_->rank());
+  AIACC_CHECK(me != members_.end(), "rank {} is not a member of its ring", comm_->rank());
+  position_ = static_cast<int>(me - members_.begin());
+  if (format_.converts() && members_.size() > 1) {
     scatter_stage_.resize(static_cast<std::size_t>(buffer.count) * format_.wire_bytes());
     gather_stage_.resize(scatter_stage_.size());
   }
 }
 
 void RingAllreduce::run() {
-  if (comm_->world_size() == 1 || buffer_.count == 0) return;
+  if (members_.size() == 1 || buffer_.count == 0) return;
   const auto deadline = comm_->deadline();
   const auto slices = split_weighted(buffer_.count, comm_->stream_weights(), kSliceAlign);
   stream_bytes_.assign(slices.size(), 0);
@@ -43,10 +51,11 @@ void RingAllreduce::run() {
 }
 
 void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) {
-  const int n = comm_->world_size();
-  const int rank = comm_->rank();
-  const int right = (rank + 1) % n;
-  const int left = (rank + n - 1) % n;
+  // Positions in the ring stand in for ranks below; `rank` is this rank's position.
+  const int n = static_cast<int>(members_.size());
+  const int rank = position_;
+  const int right = members_[static_cast<std::size_t>((rank + 1) % n)];
+  const int left = members_[static_cast<std::size_t>((rank + n - 1) % n)];
   net::Channel& out = comm_->to(right, stream);
   net::Channel& in = comm_->from(left, stream);
   const std::size_t wire_bytes = format_.wire_bytes();

@@ -23,7 +23,9 @@ class RingAllreduce {
   // Setup: validates the dtype/wire pair (ConfigError) and allocates staging for a converting
   // wire. `buffer` must stay valid for the object's lifetime; every rank builds it with the
   // same count, dtype and spec (a size mismatch is detected on the first chunk: CommError).
-  RingAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec);
+  // `members`: the ranks of the ring in ring order (this rank among them; every member passes
+  // the same list); empty: all ranks. Hierarchical allreduce runs it over host leaders.
+  RingAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec, std::vector<int> members = {});
 
   // Reduces the buffer in place across all ranks: the sum (or the average: each segment's owner
   // scales its sum by 1/n). Blocks until done; TimeoutError/CommError name the peer, stream and
@@ -42,6 +44,8 @@ class RingAllreduce {
   std::shared_ptr<Communicator> comm_;
   Buffer buffer_;
   AllreduceSpec spec_;
+  std::vector<int> members_;
+  int position_ = 0;  // of this rank in members_
   detail::WireFormat format_;
   std::int64_t chunk_elements_;
   // Converting wire only: the wire form of each element sent in reduce-scatter, and of the

@@ -4,6 +4,9 @@
 //
 //   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
+//                         [--hierarchical on|off] [--seconds S] [--no-check]
+// --hierarchical off forces the flat TCP ring even for ranks on one host (the fair comparison
+// with OpenMPI over TCP); on (default) uses shared memory within a host.
 //
 // Ranks are local processes: this launcher starts the rendezvous store and `--ranks` copies of
 // itself. Under tools/netemu (AIACC_NETEMU_* set), one launcher runs per emulated host, starts
@@ -48,6 +51,7 @@ struct Args {
   std::string streams = "1";     // a number or "auto"
   int max_streams = 8;
   std::string wire = "native";
+  bool hierarchical = true;
   std::int64_t min_bytes = 4, max_bytes = std::int64_t{256} << 20;
   std::string mpi = "tcp,shm";
   std::string json;
@@ -85,6 +89,11 @@ Args parse(int argc, char** argv) {
     else if (key == "--min-bytes") a.min_bytes = parse_bytes(value());
     else if (key == "--max-bytes") a.max_bytes = parse_bytes(value());
     else if (key == "--mpi") a.mpi = value();
+    else if (key == "--hierarchical") {
+      const std::string v = value();
+      if (v != "on" && v != "off") throw ConfigError("--hierarchical takes on or off");
+      a.hierarchical = v == "on";
+    }
     else if (key == "--json") a.json = value();
     else if (key == "--seconds") a.seconds = std::stod(value());
     else if (key == "--no-check") a.check = false;
@@ -146,15 +155,19 @@ int run_worker(const Args& a) {
   }
 
   std::vector<Row> rows;
+  std::map<std::string, bool> algorithms;
   for (std::int64_t bytes : all_sizes) {
     const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
     for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>((i + a.rank) % 7);
     // Checked as a sum; timed as an average, so repeated in-place runs stay finite (an fp16
     // wire would otherwise overflow and measure its fp32 fallback). Same cost either way.
-    ring::Allreduce check_sum(comm, ring::Buffer{data.data(), count, DType::f32}, spec);
+    ring::AllreduceTuning tuning;
+    tuning.hierarchical = a.hierarchical;
+    ring::Allreduce check_sum(comm, ring::Buffer{data.data(), count, DType::f32}, spec, tuning);
     ring::AllreduceSpec timed = spec;
     timed.op = ring::ReduceOp::kAverage;
-    ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, timed);
+    ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, timed, tuning);
+    algorithms[allreduce.algorithm()] = true;
     ring::StreamBalancer balancer(comm, 4);
     auto once = [&] {
       allreduce.run();
@@ -185,7 +198,9 @@ int run_worker(const Args& a) {
     rows.push_back({bytes, net::seconds_since(start) / iters});
   }
   if (a.rank == 0) {
-    std::cout << "RESULT " << nlohmann::json{{"streams", comm->active_streams()}} .dump() << "\n";
+    std::string used;
+    for (const auto& [name, _] : algorithms) used += (used.empty() ? "" : ", ") + name;
+    std::cout << "RESULT " << nlohmann::json{{"streams", comm->active_streams()}, {"algorithms", used}}.dump() << "\n";
     for (const Row& r : rows) std::cout << "RESULT " << nlohmann::json{{"bytes", r.bytes}, {"seconds", r.seconds}}.dump() << "\n";
   }
   ring::barrier(*comm, "end");
@@ -227,9 +242,16 @@ std::string read_all(int fd) {
 }
 
 // Collects "RESULT {json}" lines; returns {streams, rows}.
-std::pair<int, std::vector<Row>> parse_results(const std::string& text) {
+struct Results {
+  int streams = 1;
+  std::string algorithms;
+  std::vector<Row> rows;
+};
+
+Results parse_results(const std::string& text) {
   std::vector<Row> rows;
   int streams = 1;
+  std::string algorithms;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("RESULT ", 0) != 0) {
@@ -237,10 +259,14 @@ std::pair<int, std::vector<Row>> parse_results(const std::string& text) {
       continue;
     }
     const auto j = nlohmann::json::parse(line.substr(7));
-    if (j.contains("streams")) streams = j["streams"];
-    else rows.push_back({j["bytes"], j["seconds"]});
+    if (j.contains("streams")) {
+      streams = j["streams"];
+      algorithms = j["algorithms"];
+    } else {
+      rows.push_back({j["bytes"], j["seconds"]});
+    }
   }
-  return {streams, rows};
+  return {streams, algorithms, rows};
 }
 
 std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transport, int world) {
@@ -272,7 +298,7 @@ std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transpo
     return {};
   }
   std::map<std::int64_t, double> out;
-  for (const Row& r : parse_results(text).second) out[r.bytes] = r.seconds;
+  for (const Row& r : parse_results(text).rows) out[r.bytes] = r.seconds;
   return out;
 }
 
@@ -304,7 +330,8 @@ int run_launcher(Args a) {
                               "--world", std::to_string(world), "--master", fmt::format("{}:{}", host0, port),
                               "--interface", a.interface, "--streams", a.streams, "--max-streams",
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
-                              "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds)}));
+                              "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds),
+                              "--hierarchical", a.hierarchical ? "on" : "off"}));
   }
   std::string rank0_output;
   int failed = 0;
@@ -320,16 +347,18 @@ int run_launcher(Args a) {
     return 1;
   }
   if (host != 0) return 0;
-  auto [streams, rows] = parse_results(rank0_output);
+  const Results results = parse_results(rank0_output);
+  const int streams = results.streams;
+  const auto& rows = results.rows;
 
   std::map<std::string, std::map<std::int64_t, double>> mpi;
   if (a.mpi != "none" && !host_env) {
     std::istringstream list(a.mpi);
     for (std::string t; std::getline(list, t, ',');) mpi[t] = run_mpi(a, t, world);
   }
-  std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {} stream{}{}, wire {}, fp32 sum\n", world, hosts,
-                           hosts == 1 ? "" : "s", streams, streams == 1 ? "" : "s", a.streams == "auto" ? " (auto-tuned)" : "",
-                           a.wire);
+  std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {} stream{}{}, wire {}, fp32; algorithms: {}\n", world,
+                           hosts, hosts == 1 ? "" : "s", streams, streams == 1 ? "" : "s",
+                           a.streams == "auto" ? " (auto-tuned)" : "", a.wire, results.algorithms);
   std::cout << fmt::format("{:>12} {:>11} {:>9} {:>9}", "size(B)", "time(us)", "algbw", "busbw");
   for (const auto& [t, _] : mpi) std::cout << fmt::format(" {:>12} {:>9} {:>7}", "mpi-" + t + "(us)", "busbw", "ratio");
   std::cout << "   (GB/s; ratio = aiacc busbw / OpenMPI busbw)\n";

@@ -1,0 +1,158 @@
+#include "ring/hierarchical_allreduce.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/error.h"
+#include "ring/detail/element_ops.h"
+
+namespace aiacc::ring {
+namespace {
+
+using Counter = std::atomic<std::uint64_t>;
+static_assert(Counter::is_always_lock_free, "shared-memory counters must be lock-free (address-free)");
+constexpr std::size_t kLine = 64;      // one counter per cache line: no false sharing
+constexpr std::size_t kAlign = 4096;   // data regions start on pages
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// Control block: per local rank, its arrival counter (line 2l) and its process id (line 2l+1).
+Counter& arrivals(std::byte* control, int local) { return *reinterpret_cast<Counter*>(control + 2 * kLine * static_cast<std::size_t>(local)); }
+Counter& pid_of(std::byte* control, int local) { return *reinterpret_cast<Counter*>(control + (2 * static_cast<std::size_t>(local) + 1) * kLine); }
+
+std::atomic<std::uint64_t> segment_counter{0};
+
+}  // namespace
+
+HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec)
+    : comm_(std::move(comm)), buffer_(buffer), spec_(spec), local_ranks_(comm_->local_ranks()) {
+  if (spec.wire != WireType::kNative) {
+    throw ConfigError("hierarchical allreduce: the wire type must be native (compression applies to the flat ring)");
+  }
+  detail::make_wire_format(buffer.dtype, WireType::kNative, "hierarchical allreduce");
+  local_index_ = static_cast<int>(std::find(local_ranks_.begin(), local_ranks_.end(), comm_->rank()) - local_ranks_.begin());
+  const int local_size = static_cast<int>(local_ranks_.size());
+  const int leader = local_ranks_.front();
+  const std::uint64_t sequence = comm_->next_sequence();
+  control_bytes_ = round_up(2 * kLine * static_cast<std::size_t>(local_size), kAlign);
+  slot_bytes_ = round_up(std::max<std::size_t>(buffer.bytes(), 1), kAlign);
+  const std::size_t total = control_bytes_ + slot_bytes_ * static_cast<std::size_t>(local_size + 1);
+  const auto deadline = comm_->deadline();
+
+  if (local_size > 1) {
+    if (comm_->rank() == leader) {
+      const std::string name = fmt::format("/aiacc-{}-{}-{}", getpid(), sequence, segment_counter++);
+      memory_.emplace(SharedMemory::create(name, total));
+      for (int i = 1; i < local_size; ++i) {
+        comm_->to(local_ranks_[static_cast<std::size_t>(i)], 0)
+            .send({reinterpret_cast<const std::byte*>(name.data()), name.size()}, deadline, "hierarchical allreduce: segment name");
+      }
+      // Once every local rank has mapped it, the name can go: nothing outlives the job.
+      for (int i = 1; i < local_size; ++i) {
+        comm_->from(local_ranks_[static_cast<std::size_t>(i)], 0).recv(deadline, "hierarchical allreduce: segment mapped");
+      }
+      memory_->unlink();
+    } else {
+      net::Message message = comm_->from(leader, 0).recv(deadline, "hierarchical allreduce: segment name");
+      const std::string name(reinterpret_cast<const char*>(message.bytes().data()), message.size());
+      memory_.emplace(SharedMemory::open(name, total));
+      comm_->to(leader, 0).send({}, deadline, "hierarchical allreduce: segment mapped");
+    }
+    pid_of(memory_->data(), local_index_).store(static_cast<std::uint64_t>(getpid()));
+    result_ = memory_->data() + control_bytes_;
+  } else {
+    result_ = static_cast<std::byte*>(buffer.data);  // alone on the host: reduce in place
+  }
+  const auto leaders = comm_->host_leaders();
+  if (comm_->rank() == leader && leaders.size() > 1) {
+    AllreduceSpec sum = spec;
+    sum.op = ReduceOp::kSum;
+    leaders_ring_.emplace(comm_, Buffer{result_, buffer.count, buffer.dtype}, sum, leaders);
+  }
+}
+
+std::byte* HierarchicalAllreduce::slot(int local) const {
+  return memory_->data() + control_bytes_ + slot_bytes_ * static_cast<std::size_t>(local + 1);
+}
+
+void HierarchicalAllreduce::wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline) {
+  std::byte* control = memory_->data();
+  arrivals(control, local_index_).store(generation, std::memory_order_release);
+  const int local_size = static_cast<int>(local_ranks_.size());
+  auto next_liveness_check = net::Clock::now() + std::chrono::milliseconds(100);
+  for (std::uint64_t spins = 0;; ++spins) {
+    bool all = true;
+    for (int l = 0; l < local_size && all; ++l) all = arrivals(control, l).load(std::memory_order_acquire) >= generation;
+    if (all) return;
+    if (spins < 256) {
+#if defined(__x86_64__)
+      _mm_pause();
+#endif
+      continue;
+    }
+    sched_yield();  // more ranks than cores is common here: give the core to a peer
+    if ((spins & 255) != 0) continue;
+    const auto now = net::Clock::now();
+    if (now < next_liveness_check && now < deadline) continue;
+    next_liveness_check = now + std::chrono::milliseconds(100);
+    std::vector<int> missing, dead;
+    for (int l = 0; l < local_size; ++l) {
+      if (arrivals(control, l).load() >= generation) continue;
+      const int rank = local_ranks_[static_cast<std::size_t>(l)];
+      missing.push_back(rank);
+      const auto pid = static_cast<pid_t>(pid_of(control, l).load());
+      if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) dead.push_back(rank);
+    }
+    if (!dead.empty()) {
+      throw CommError(fmt::format("hierarchical allreduce ({}): local rank(s) {} died (process gone)", what,
+                                  fmt::join(dead, ", ")));
+    }
+    if (now >= deadline) {
+      throw TimeoutError(fmt::format("hierarchical allreduce ({}): timed out waiting for local rank(s) {}", what,
+                                     fmt::join(missing, ", ")));
+    }
+  }
+}
+
+void HierarchicalAllreduce::run() {
+  if (comm_->world_size() == 1 || buffer_.count == 0) return;
+  const auto deadline = comm_->deadline();
+  const int local_size = static_cast<int>(local_ranks_.size());
+  const detail::WireFormat format{buffer_.dtype, WireType::kNative};
+  const std::size_t element = buffer_.element_bytes();
+  if (local_size > 1) {
+    std::memcpy(slot(local_index_), buffer_.data, buffer_.bytes());
+    wait_all(++generation_, "inputs written", deadline);
+    // This rank's 1/L slice: the sum over slots in local-rank order.
+    const Range slice = split_even(buffer_.count, local_size, local_index_);
+    const std::size_t offset = static_cast<std::size_t>(slice.begin) * element;
+    const auto count = static_cast<std::size_t>(slice.size());
+    if (count > 0) {
+      std::memcpy(result_ + offset, slot(0) + offset, count * element);
+      for (int l = 1; l < local_size; ++l) detail::accumulate(format, result_ + offset, slot(l) + offset, count);
+    }
+    wait_all(++generation_, "host sum", deadline);
+  }
+  if (leaders_ring_) leaders_ring_->run();
+  if (local_size > 1) {
+    if (leaders_ring_ || comm_->host_leaders().size() > 1) wait_all(++generation_, "leaders' exchange", deadline);
+    std::memcpy(buffer_.data, result_, buffer_.bytes());
+  }
+  if (spec_.op == ReduceOp::kAverage) {
+    detail::scale(buffer_.dtype, buffer_.data, static_cast<std::size_t>(buffer_.count), 1.0 / comm_->world_size());
+  }
+}
+
+}  // namespace aiacc::ring

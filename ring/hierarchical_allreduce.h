@@ -1,0 +1,51 @@
+// HierarchicalAllreduce: ranks on one host reduce through shared memory, one leader per host
+// runs the inter-host ring on the host's sum, and every local rank copies the result out.
+// Within a host nothing crosses TCP: each rank writes its input into its slot of a shared
+// segment, reduces one 1/L slice across all L slots, and after the leaders' exchange copies the
+// whole result back. Result is bitwise equal on every rank (one copy of the sums is shared).
+//
+// Synchronisation inside the host is by per-rank arrival counters in the segment (spinning
+// briefly, then yielding the core); a local rank that dies is noticed within ~100 ms (its
+// process is gone: CommError naming it), a silent one at the communicator's timeout.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "ring/buffer.h"
+#include "ring/communicator.h"
+#include "ring/ring_allreduce.h"
+#include "ring/shared_memory.h"
+
+namespace aiacc::ring {
+
+class HierarchicalAllreduce {
+ public:
+  // Collective among all ranks (the leader creates the segment and passes its name to its local
+  // ranks over their channels). `buffer` stays valid for the object's lifetime. Native wire only
+  // (ConfigError otherwise); the leaders' ring uses spec.chunk_bytes.
+  HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec);
+
+  // In-place sum or average across all ranks. Blocks.
+  void run();
+
+ private:
+  // Waits until every local rank has passed barrier number `generation`.
+  void wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline);
+  std::byte* slot(int local) const;
+
+  std::shared_ptr<Communicator> comm_;
+  Buffer buffer_;
+  AllreduceSpec spec_;
+  std::vector<int> local_ranks_;
+  int local_index_ = 0;
+  std::optional<SharedMemory> memory_;
+  std::size_t control_bytes_ = 0, slot_bytes_ = 0;
+  std::byte* result_ = nullptr;
+  std::optional<RingAllreduce> leaders_ring_;  // on leaders, when there are several hosts
+  std::uint64_t generation_ = 0;
+};
+
+}  // namespace aiacc::ring

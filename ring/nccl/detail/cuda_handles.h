@@ -1,0 +1,62 @@
+// Move-only RAII owners for the CUDA objects the NCCL backend creates (streams, events) and a
+// guard that makes a device current for a scope. Destructors never throw; they log failures.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace aiacc::ring::detail {
+
+// A stream created with cudaStreamNonBlocking (no implicit sync with the legacy default stream).
+class CudaStream {
+ public:
+  // Creates the stream on the current device; throws CudaError.
+  static CudaStream create_non_blocking();
+  CudaStream() = default;
+  ~CudaStream();
+  CudaStream(CudaStream&& other) noexcept : stream_(other.stream_) { other.stream_ = nullptr; }
+  CudaStream& operator=(CudaStream&& other) noexcept;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  explicit CudaStream(cudaStream_t stream) : stream_(stream) {}
+  void reset() noexcept;
+  cudaStream_t stream_ = nullptr;
+};
+
+// An event created with cudaEventDisableTiming: for ordering between streams only.
+class CudaEvent {
+ public:
+  // Creates the event on the current device; throws CudaError.
+  static CudaEvent create_for_ordering();
+  CudaEvent() = default;
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept : event_(other.event_) { other.event_ = nullptr; }
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  explicit CudaEvent(cudaEvent_t event) : event_(event) {}
+  void reset() noexcept;
+  cudaEvent_t event_ = nullptr;
+};
+
+// Makes `device` current for this thread until the guard dies, then restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);  // throws CudaError
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+}  // namespace aiacc::ring::detail

@@ -1,0 +1,98 @@
+// Hierarchical allreduce (shared memory within a host, ring between host leaders): exact sums
+// equal to the flat ring for emulated host layouts, averages, the facade's choice, and a silent
+// local rank reported by name instead of hanging.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "ring/allreduce.h"
+#include "ring/hierarchical_allreduce.h"
+#include "tests/ring/ring_fixture.h"
+
+namespace aiacc::ring {
+namespace {
+
+using testing::expected_sum;
+using testing::input_value;
+using testing::ring_options;
+using testing::run_world;
+
+struct Layout {
+  std::vector<int> hosts;  // host of each rank
+};
+
+class Hierarchical : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
+  const auto hosts = GetParam().hosts;
+  const int world = static_cast<int>(hosts.size());
+  for (std::int64_t count : {std::int64_t{1}, std::int64_t{7}, std::int64_t{100003}}) {
+    run_world(world, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
+      comm->set_hosts(hosts);
+      std::vector<float> data(static_cast<std::size_t>(count)), flat(data.size());
+      for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i));
+      flat = data;
+      AllreduceSpec spec;
+      spec.chunk_bytes = 8192;
+      HierarchicalAllreduce hierarchical(comm, Buffer{data.data(), count, DType::f32}, spec);
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        if (repeat == 1) {
+          for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i));
+        }
+        hierarchical.run();
+        for (std::int64_t i = 0; i < count; ++i) {
+          ASSERT_EQ(data[static_cast<std::size_t>(i)], expected_sum(world, i)) << "rank " << comm->rank() << " element " << i;
+        }
+      }
+      RingAllreduce(comm, Buffer{flat.data(), count, DType::f32}, spec).run();
+      ASSERT_EQ(data, flat);
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Hierarchical,
+                         ::testing::Values(Layout{{0, 0}}, Layout{{0, 0, 0, 0}}, Layout{{0, 0, 0, 1, 1, 2}},
+                                           Layout{{0, 1, 0, 1, 0}}, Layout{{0, 1, 2}}));
+
+TEST(HierarchicalFacade, ChosenForSharedHostsAndAveragesExactly) {
+  run_world(4, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    comm->set_hosts({0, 0, 1, 1});
+    std::vector<double> data(50000);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = input_value(comm->rank(), static_cast<std::int64_t>(i));
+    AllreduceSpec spec;
+    spec.op = ReduceOp::kAverage;
+    Allreduce allreduce(comm, Buffer{data.data(), 50000, DType::f64}, spec);
+    EXPECT_STREQ(allreduce.algorithm(), "hierarchical");
+    allreduce.run();
+    for (std::size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], expected_sum(4, static_cast<std::int64_t>(i)) / 4);
+    // A compressed wire keeps the flat ring.
+    std::vector<float> f(50000, 1.0f);
+    spec.wire = WireType::kF16;
+    EXPECT_STREQ(Allreduce(comm, Buffer{f.data(), 50000, DType::f32}, spec).algorithm(), "ring");
+  });
+}
+
+TEST(HierarchicalFailures, SilentLocalRankTimesOutNamingIt) {
+  std::vector<std::string> errors(3);
+  run_world(3, ring_options(1, 1.0), [&](std::shared_ptr<Communicator> comm) {
+    comm->set_hosts({0, 0, 0});
+    std::vector<float> data(1000, 1.0f);
+    HierarchicalAllreduce allreduce(comm, Buffer{data.data(), 1000, DType::f32}, {});
+    if (comm->rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      return;
+    }
+    try {
+      allreduce.run();
+    } catch (const TimeoutError& e) {
+      errors[static_cast<std::size_t>(comm->rank())] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("local rank(s) 1"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[2].find("local rank(s) 1"), std::string::npos) << errors[2];
+}
+
+}  // namespace
+}  // namespace aiacc::ring
