@@ -10,13 +10,17 @@ namespace aiacc::ring {
 Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec, AllreduceTuning tuning)
     : comm_(std::move(comm)), buffer_(buffer), spec_(spec) {
   detail::make_wire_format(buffer.dtype, spec.wire, "allreduce");  // validates before anything else
-  if (static_cast<std::int64_t>(buffer.bytes()) < tuning.small_bytes) {
-    small_.emplace(comm_, buffer, spec.op);
+  const bool shared_hosts = comm_->host_leaders().size() < static_cast<std::size_t>(comm_->world_size());
+  const bool one_host = comm_->host_leaders().size() == 1;
+  const bool small = static_cast<std::int64_t>(buffer.bytes()) < tuning.small_bytes;
+  // Shared memory beats any network algorithm within a host, for small buffers too (a few
+  // microseconds instead of TCP round trips) as long as no network step follows.
+  if (spec.wire == WireType::kNative && tuning.hierarchical && shared_hosts && (!small || one_host)) {
+    hierarchical_.emplace(comm_, buffer, spec);
     return;
   }
-  const bool shared_hosts = comm_->host_leaders().size() < static_cast<std::size_t>(comm_->world_size());
-  if (spec.wire == WireType::kNative && tuning.hierarchical && shared_hosts) {
-    hierarchical_.emplace(comm_, buffer, spec);
+  if (small) {
+    small_.emplace(comm_, buffer, spec.op);
     return;
   }
   if (spec.wire == WireType::kNative) {

@@ -4,7 +4,7 @@
 //
 //   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
-//                         [--hierarchical on|off] [--seconds S] [--no-check]
+//                         [--hierarchical on|off] [--chunk-bytes 1M] [--seconds S] [--no-check]
 // --hierarchical off forces the flat TCP ring even for ranks on one host (the fair comparison
 // with OpenMPI over TCP); on (default) uses shared memory within a host.
 //
@@ -52,6 +52,7 @@ struct Args {
   int max_streams = 8;
   std::string wire = "native";
   bool hierarchical = true;
+  std::int64_t chunk_bytes = 1 << 20;
   std::int64_t min_bytes = 4, max_bytes = std::int64_t{256} << 20;
   std::string mpi = "tcp,shm";
   std::string json;
@@ -89,6 +90,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--min-bytes") a.min_bytes = parse_bytes(value());
     else if (key == "--max-bytes") a.max_bytes = parse_bytes(value());
     else if (key == "--mpi") a.mpi = value();
+    else if (key == "--chunk-bytes") a.chunk_bytes = parse_bytes(value());
     else if (key == "--hierarchical") {
       const std::string v = value();
       if (v != "on" && v != "off") throw ConfigError("--hierarchical takes on or off");
@@ -126,7 +128,7 @@ double busbw(double bytes, double seconds, int world) {
 // --- worker: one rank ---
 int run_worker(const Args& a) {
   log::set_role(fmt::format("rank {}", a.rank));
-  auto context = net::Context::create();
+  auto context = net::Context::create(std::getenv("AIACC_IO_THREADS") ? std::atoi(std::getenv("AIACC_IO_THREADS")) : 1);
   net::RendezvousClient rendezvous(context, a.master);
   rendezvous.register_rank(a.rank, a.world, {}, net::deadline_after(120));
   const bool tune = a.streams == "auto";
@@ -136,6 +138,7 @@ int run_worker(const Args& a) {
   auto comm = ring::Communicator::connect(context, rendezvous, a.rank, a.world, options, "bench");
   ring::AllreduceSpec spec;
   spec.wire = ring::parse_wire_type(a.wire, "--wire");
+  spec.chunk_bytes = a.chunk_bytes;
   const auto all_sizes = sizes(a);
   std::vector<float> data(static_cast<std::size_t>(all_sizes.back() / 4 + 1));
 
@@ -331,7 +334,7 @@ int run_launcher(Args a) {
                               "--interface", a.interface, "--streams", a.streams, "--max-streams",
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
                               "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds),
-                              "--hierarchical", a.hierarchical ? "on" : "off"}));
+                              "--hierarchical", a.hierarchical ? "on" : "off", "--chunk-bytes", std::to_string(a.chunk_bytes)}));
   }
   std::string rank0_output;
   int failed = 0;
