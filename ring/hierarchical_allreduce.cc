@@ -1,6 +1,8 @@
 #include "ring/hierarchical_allreduce.h"
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -34,6 +36,23 @@ Counter& pid_of(std::byte* control, int local) { return *reinterpret_cast<Counte
 
 std::atomic<std::uint64_t> segment_counter{0};
 
+// After the per-rank lines: a 32-bit futex word bumped by every arrival, and the number of
+// ranks sleeping on it (so arrivals skip the wake-up syscall when nobody sleeps).
+using Word = std::atomic<std::uint32_t>;
+static_assert(Word::is_always_lock_free && sizeof(Word) == 4, "futex words are 32-bit lock-free atomics");
+Word& epoch(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(control + 2 * kLine * static_cast<std::size_t>(local_size)); }
+Word& sleepers(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(control + (2 * static_cast<std::size_t>(local_size) + 1) * kLine); }
+
+// Sleeps while `word` holds `seen`, at most `timeout_ns` (a shared, not private, futex: the
+// word lives in memory mapped by several processes).
+void futex_wait(Word& word, std::uint32_t seen, long timeout_ns) {
+  timespec timeout{0, timeout_ns};
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
+void futex_wake_all(Word& word) {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
 }  // namespace
 
 HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec)
@@ -46,7 +65,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   const int local_size = static_cast<int>(local_ranks_.size());
   const int leader = local_ranks_.front();
   const std::uint64_t sequence = comm_->next_sequence();
-  control_bytes_ = round_up(2 * kLine * static_cast<std::size_t>(local_size), kAlign);
+  control_bytes_ = round_up(2 * kLine * static_cast<std::size_t>(local_size + 1), kAlign);
   slot_bytes_ = round_up(std::max<std::size_t>(buffer.bytes(), 1), kAlign);
   const std::size_t total = control_bytes_ + slot_bytes_ * static_cast<std::size_t>(local_size + 1);
   const auto deadline = comm_->deadline();
@@ -89,21 +108,44 @@ std::byte* HierarchicalAllreduce::slot(int local) const {
 
 void HierarchicalAllreduce::wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline) {
   std::byte* control = memory_->data();
-  arrivals(control, local_index_).store(generation, std::memory_order_release);
   const int local_size = static_cast<int>(local_ranks_.size());
-  auto next_liveness_check = net::Clock::now() + std::chrono::milliseconds(100);
-  for (std::uint64_t spins = 0;; ++spins) {
-    bool all = true;
-    for (int l = 0; l < local_size && all; ++l) all = arrivals(control, l).load(std::memory_order_acquire) >= generation;
-    if (all) return;
-    if (spins < 4096) {  // ~50-100 us of spinning: peers on free cores arrive well within it
-#if defined(__x86_64__)
-      _mm_pause();
-#endif
-      continue;
+  Word& changed = epoch(control, local_size);
+  Word& sleeping = sleepers(control, local_size);
+  arrivals(control, local_index_).store(generation, std::memory_order_seq_cst);
+  changed.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_seq_cst) > 0) futex_wake_all(changed);
+  auto all_arrived = [&] {
+    for (int l = 0; l < local_size; ++l) {
+      if (arrivals(control, l).load(std::memory_order_acquire) < generation) return false;
     }
-    sched_yield();  // more ranks than cores is common here: give the core to a peer
-    if ((spins & 255) != 0) continue;
+    return true;
+  };
+  // Spin briefly (peers on free cores arrive within microseconds), then sleep on the futex:
+  // with more ranks than cores, spinning would keep the very peer we wait for off the CPU.
+  for (int spin = 0; spin < 200; ++spin) {
+    if (all_arrived()) return;
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+  }
+  // Then yield the core for up to ~2 ms (a runnable peer on this core gets it at once; an idle
+  // vCPU would have to be woken, which costs tens of microseconds in a VM), then sleep.
+  const auto yield_until = net::Clock::now() + std::chrono::microseconds(2000);
+  for (int i = 0;; ++i) {
+    if (all_arrived()) return;
+    sched_yield();
+    if ((i & 63) == 63 && net::Clock::now() > yield_until) break;
+  }
+  auto next_liveness_check = net::Clock::now() + std::chrono::milliseconds(100);
+  for (;;) {
+    const std::uint32_t seen = changed.load(std::memory_order_seq_cst);
+    if (all_arrived()) return;
+    sleeping.fetch_add(1, std::memory_order_seq_cst);
+    // Re-check after announcing ourselves: an arrival between the check and the sleep either
+    // saw us sleeping (and wakes us) or changed the word (and the wait returns at once).
+    if (!all_arrived()) futex_wait(changed, seen, 20'000'000);  // 20 ms: liveness and deadline checks
+    sleeping.fetch_sub(1, std::memory_order_seq_cst);
+    if (all_arrived()) return;
     const auto now = net::Clock::now();
     if (now < next_liveness_check && now < deadline) continue;
     next_liveness_check = now + std::chrono::milliseconds(100);
