@@ -174,6 +174,31 @@ void HierarchicalAllreduce::run() {
   const int local_size = static_cast<int>(local_ranks_.size());
   const detail::WireFormat format{buffer_.dtype, WireType::kNative};
   const std::size_t element = buffer_.element_bytes();
+  if (local_size > 1 && !leaders_ring_ && comm_->host_leaders().size() == 1) {
+    // One host: nothing crosses the network, so the buffer is reduced in chunks that stay in
+    // cache between being written, summed and read back (L + 1 copies of a chunk in flight).
+    const std::int64_t chunk = std::max<std::int64_t>(1, spec_.chunk_bytes / static_cast<std::int64_t>(element));
+    auto* data = static_cast<std::byte*>(buffer_.data);
+    for (std::int64_t begin = 0; begin < buffer_.count; begin += chunk) {
+      const std::int64_t size = std::min(chunk, buffer_.count - begin);
+      const std::size_t at = static_cast<std::size_t>(begin) * element;
+      std::memcpy(slot(local_index_) + at, data + at, static_cast<std::size_t>(size) * element);
+      wait_all(++generation_, "inputs written", deadline);
+      const Range part = split_even(size, local_size, local_index_);
+      const std::size_t offset = at + static_cast<std::size_t>(part.begin) * element;
+      const auto count = static_cast<std::size_t>(part.size());
+      if (count > 0) {
+        std::memcpy(result_ + offset, slot(0) + offset, count * element);
+        for (int l = 1; l < local_size; ++l) detail::accumulate(format, result_ + offset, slot(l) + offset, count);
+      }
+      wait_all(++generation_, "host sum", deadline);
+      std::memcpy(data + at, result_ + at, static_cast<std::size_t>(size) * element);
+    }
+    if (spec_.op == ReduceOp::kAverage) {
+      detail::scale(buffer_.dtype, buffer_.data, static_cast<std::size_t>(buffer_.count), 1.0 / comm_->world_size());
+    }
+    return;
+  }
   if (local_size > 1) {
     std::memcpy(slot(local_index_), buffer_.data, buffer_.bytes());
     wait_all(++generation_, "inputs written", deadline);
