@@ -4,7 +4,7 @@
 //
 //   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
-//                         [--hierarchical on|off] [--chunk-bytes 1M] [--seconds S] [--no-check]
+//                         [--hierarchical on|off] [--chunk-bytes 1M] [--rebalance RUNS|0] [--seconds S] [--no-check]
 // --hierarchical off forces the flat TCP ring even for ranks on one host (the fair comparison
 // with OpenMPI over TCP); on (default) uses shared memory within a host.
 //
@@ -53,6 +53,7 @@ struct Args {
   std::string wire = "native";
   bool hierarchical = true;
   std::int64_t chunk_bytes = 1 << 20;
+  int rebalance = 4;  // StreamBalancer period in runs (0: equal weights)
   std::int64_t min_bytes = 4, max_bytes = std::int64_t{256} << 20;
   std::string mpi = "tcp,shm";
   std::string json;
@@ -91,6 +92,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--max-bytes") a.max_bytes = parse_bytes(value());
     else if (key == "--mpi") a.mpi = value();
     else if (key == "--chunk-bytes") a.chunk_bytes = parse_bytes(value());
+    else if (key == "--rebalance") a.rebalance = std::stoi(value());
     else if (key == "--hierarchical") {
       const std::string v = value();
       if (v != "on" && v != "off") throw ConfigError("--hierarchical takes on or off");
@@ -171,10 +173,10 @@ int run_worker(const Args& a) {
     timed.op = ring::ReduceOp::kAverage;
     ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, timed, tuning);
     algorithms[allreduce.algorithm()] = true;
-    ring::StreamBalancer balancer(comm, 4);
+    ring::StreamBalancer balancer(comm, std::max(1, a.rebalance));
     auto once = [&] {
       allreduce.run();
-      if (allreduce.ring() && comm->streams() > 1) balancer.record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
+      if (a.rebalance > 0 && allreduce.ring() && comm->streams() > 1) balancer.record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
     };
     check_sum.run();
     if (a.check) {
@@ -334,7 +336,8 @@ int run_launcher(Args a) {
                               "--interface", a.interface, "--streams", a.streams, "--max-streams",
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
                               "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds),
-                              "--hierarchical", a.hierarchical ? "on" : "off", "--chunk-bytes", std::to_string(a.chunk_bytes)}));
+                              "--hierarchical", a.hierarchical ? "on" : "off", "--chunk-bytes", std::to_string(a.chunk_bytes),
+                              "--rebalance", std::to_string(a.rebalance)}));
   }
   std::string rank0_output;
   int failed = 0;
