@@ -15,9 +15,10 @@ namespace {
 constexpr std::uint64_t kParameterStream = 0x7465616368ull;    // "teach"
 constexpr std::uint64_t kCalibrationStream = 0x63616c6962ull;  // "calib"
 constexpr int kCalibrationExamples = 16384;
-// Integer features enter the teacher as z * kIntegerScale: log counts reach ~10, and unscaled
-// they would saturate the tanh units.
-constexpr float kIntegerScale = 0.3f;
+// The integer features enter as the model sees them (log1p counts, up to ~10, rms ~2.7): their
+// weights are small so the integer terms stay below the fields' O(1) contributions.
+constexpr double kIntegerWideStd = 0.3;   // over sqrt(I + 1)
+constexpr double kIntegerUnitStd = 0.1;   // over sqrt(I)
 
 void fill_normal(Rng& rng, std::vector<float>& values, double stddev) {
   for (float& v : values) v = static_cast<float>(stddev * rng.normal());
@@ -34,7 +35,6 @@ CtrTeacher::CtrTeacher(const CtrTeacherOptions& options) : options_(options) {
   const auto nc = static_cast<std::size_t>(options.num_categorical);
   const auto rows = static_cast<std::size_t>(options.vocabulary) + 1;  // + the missing row
   const auto dim = static_cast<std::size_t>(options.dim);
-  const std::size_t fan_in = nc * dim + ni;
 
   zipf_cdf_.resize(static_cast<std::size_t>(options.vocabulary));
   double total = 0;
@@ -48,20 +48,37 @@ CtrTeacher::CtrTeacher(const CtrTeacherOptions& options) : options_(options) {
   id_salt_ = rng.next();
   integer_mu_.resize(ni);
   for (float& mu : integer_mu_) mu = static_cast<float>(rng.uniform(0.0, 4.0));
-  // Variance budget: the first-order terms, the integer terms and the MLP each contribute O(1)
-  // to raw before it is standardised.
+  // Variance budget: the first-order terms, the integer terms and each unit's pre-activation
+  // are O(1) before raw is standardised; the deep part carries most of raw's variance.
   integer_w_.resize(ni);
-  fill_normal(rng, integer_w_, 1.0 / std::sqrt(static_cast<double>(ni + 1)));
+  fill_normal(rng, integer_w_, kIntegerWideStd / std::sqrt(static_cast<double>(ni + 1)));
   first_order_.resize(nc * rows);
   fill_normal(rng, first_order_, 1.0 / std::sqrt(static_cast<double>(nc + 1)));
   embeddings_.resize(nc * rows * dim);
   fill_normal(rng, embeddings_, 1.0);
-  hidden_w_.resize(kHidden * fan_in);
-  fill_normal(rng, hidden_w_, std::sqrt(2.0 / static_cast<double>(std::max<std::size_t>(fan_in, 1))));
-  hidden_b_.resize(kHidden);
-  fill_normal(rng, hidden_b_, 0.5);
-  output_w_.resize(kHidden);
-  fill_normal(rng, output_w_, 2.0 / std::sqrt(static_cast<double>(kHidden)));
+  // Distinct field pairs while there are enough of them (a repeat would only strengthen a cross).
+  const std::size_t distinct_pairs = nc * (nc - (nc > 0 ? 1 : 0)) / 2;
+  for (std::size_t h = 0; h < kHidden; ++h) {
+    std::array<int, kFieldsPerUnit>& fields = unit_fields_[h];
+    fields = {-1, -1};
+    if (nc == 1) fields[0] = 0;
+    if (nc < 2) continue;
+    for (;;) {
+      const auto a = static_cast<int>(rng.below(nc));
+      auto b = static_cast<int>(rng.below(nc - 1));
+      if (b >= a) ++b;
+      fields = {std::min(a, b), std::max(a, b)};
+      bool repeated = false;
+      for (std::size_t k = 0; k < h; ++k) repeated = repeated || unit_fields_[k] == fields;
+      if (!repeated || h >= distinct_pairs) break;
+    }
+  }
+  unit_field_w_.resize(kHidden * kFieldsPerUnit * dim);
+  fill_normal(rng, unit_field_w_, 1.0 / std::sqrt(static_cast<double>(dim)));  // W . e ~ N(0, 1)
+  unit_int_w_.resize(kHidden * ni);
+  fill_normal(rng, unit_int_w_, kIntegerUnitStd / std::sqrt(static_cast<double>(std::max<std::size_t>(ni, 1))));
+  for (float& b : hidden_b_) b = static_cast<float>(0.5 * rng.normal());
+  for (float& v : output_w_) v = static_cast<float>(2.0 / std::sqrt(double{kHidden}) * rng.normal());
 
   // Standardise raw on a calibration sample, then solve the bias by bisection: the mean
   // probability increases monotonically with it.
@@ -119,27 +136,23 @@ double CtrTeacher::raw_score(const float* integers, const std::int32_t* ranks) c
   const auto nc = static_cast<std::size_t>(options_.num_categorical);
   const auto rows = static_cast<std::size_t>(options_.vocabulary) + 1;
   const auto dim = static_cast<std::size_t>(options_.dim);
-  const std::size_t fan_in = nc * dim + ni;
   double score = 0;
-  std::array<double, kHidden> hidden{};
-  for (int h = 0; h < kHidden; ++h) hidden[static_cast<std::size_t>(h)] = hidden_b_[static_cast<std::size_t>(h)];
-  for (std::size_t c = 0; c < nc; ++c) {
-    const std::size_t row = c * rows + static_cast<std::size_t>(ranks[c]);
-    score += first_order_[row];
-    const float* e = embeddings_.data() + row * dim;
-    for (std::size_t h = 0; h < kHidden; ++h) {
-      const float* w = hidden_w_.data() + h * fan_in + c * dim;
-      double acc = 0;
-      for (std::size_t d = 0; d < dim; ++d) acc += double{w[d]} * e[d];
-      hidden[h] += acc;
+  for (std::size_t c = 0; c < nc; ++c) score += first_order_[c * rows + static_cast<std::size_t>(ranks[c])];
+  for (std::size_t i = 0; i < ni; ++i) score += double{integer_w_[i]} * integers[i];
+  for (std::size_t h = 0; h < kHidden; ++h) {
+    double pre = hidden_b_[h];
+    for (std::size_t k = 0; k < kFieldsPerUnit; ++k) {
+      const int field = unit_fields_[h][k];
+      if (field < 0) continue;
+      const auto c = static_cast<std::size_t>(field);
+      const float* e = embeddings_.data() + (c * rows + static_cast<std::size_t>(ranks[c])) * dim;
+      const float* w = unit_field_w_.data() + (h * kFieldsPerUnit + k) * dim;
+      for (std::size_t d = 0; d < dim; ++d) pre += double{w[d]} * e[d];
     }
+    const float* a = unit_int_w_.data() + h * ni;
+    for (std::size_t i = 0; i < ni; ++i) pre += double{a[i]} * integers[i];
+    score += output_w_[h] * std::max(0.0, pre);
   }
-  for (std::size_t i = 0; i < ni; ++i) {
-    const double z = double{integers[i]} * kIntegerScale;
-    score += integer_w_[i] * z;
-    for (std::size_t h = 0; h < kHidden; ++h) hidden[h] += hidden_w_[h * fan_in + nc * dim + i] * z;
-  }
-  for (std::size_t h = 0; h < kHidden; ++h) score += output_w_[h] * std::tanh(hidden[h]);
   return score;
 }
 

@@ -1,11 +1,15 @@
 // synthetic_ctr and exact_auc: the CTR batch layout, determinism per (seed, split, index), the
 // calibrated positive rate, the teacher AUC in range and equal to a brute-force pair count,
-// splits that differ but share one teacher, Zipf frequencies and missing values.
+// splits that differ but share one teacher whose deep part is a sum of two-field crosses, Zipf
+// frequencies and missing values.
 #include "data/synthetic_ctr.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -161,6 +165,58 @@ TEST(SyntheticCtr, SplitsDifferButShareTheTeacher) {
     return std::max_element(counts.begin(), counts.end(), [](auto& x, auto& y) { return x.second < y.second; })->first;
   };
   EXPECT_EQ(most_frequent(read_range(train, 0, 4000)), most_frequent(read_range(test, 0, 4000)));
+}
+
+TEST(SyntheticCtr, TeacherInteractionsArePairwiseCrosses) {
+  // ctr_teacher.h: each of the kHidden ReLU units reads one pair of fields, so a mixed
+  // difference over two fields is non-zero only for those pairs, and over three fields it is 0.
+  SyntheticCtr dataset(with_size(10), {"train", 9});
+  const detail::CtrTeacher& teacher = dataset.teacher();
+  Rng rng(11);
+  std::vector<float> integers(13);
+  for (float& z : integers) z = static_cast<float>(rng.uniform(0.0, 6.0));
+  auto random_rank = [&] { return static_cast<std::int32_t>(rng.below(1001)); };  // 1000: missing
+  int interacting_pairs = 0;
+  std::vector<int> crossed;  // the first interacting pair
+  for (int a = 0; a < 26; ++a) {
+    for (int b = a + 1; b < 26; ++b) {
+      double largest = 0;
+      for (int trial = 0; trial < 8; ++trial) {
+        std::vector<std::int32_t> ranks(26);
+        for (auto& r : ranks) r = random_rank();
+        const std::int32_t a1 = random_rank(), b1 = random_rank();
+        auto at = [&](std::int32_t ra, std::int32_t rb) {
+          std::vector<std::int32_t> x = ranks;
+          x[static_cast<std::size_t>(a)] = ra;
+          x[static_cast<std::size_t>(b)] = rb;
+          return teacher.logit(integers.data(), x.data());
+        };
+        const std::int32_t a0 = ranks[static_cast<std::size_t>(a)], b0 = ranks[static_cast<std::size_t>(b)];
+        largest = std::max(largest, std::abs(at(a1, b1) - at(a0, b1) - at(a1, b0) + at(a0, b0)));
+      }
+      if (largest > 1e-9 && crossed.empty()) crossed = {a, b};
+      interacting_pairs += largest > 1e-9;
+    }
+  }
+  EXPECT_GE(interacting_pairs, detail::CtrTeacher::kHidden / 2);  // a unit off in every trial goes unseen
+  EXPECT_LE(interacting_pairs, detail::CtrTeacher::kHidden);
+  // No three-field interactions, not even over a crossed pair and a third field.
+  ASSERT_EQ(crossed.size(), 2u);
+  crossed.push_back(crossed[0] == 0 ? (crossed[1] == 1 ? 2 : 1) : 0);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::int32_t> ranks(26);
+    for (auto& r : ranks) r = random_rank();
+    const std::int32_t alt[3] = {random_rank(), random_rank(), random_rank()};
+    double third = 0;
+    for (int mask = 0; mask < 8; ++mask) {
+      std::vector<std::int32_t> x = ranks;
+      for (int f = 0; f < 3; ++f) {
+        if (mask >> f & 1) x[static_cast<std::size_t>(crossed[static_cast<std::size_t>(f)])] = alt[f];
+      }
+      third += (std::popcount(static_cast<unsigned>(mask)) % 2 ? -1.0 : 1.0) * teacher.logit(integers.data(), x.data());
+    }
+    EXPECT_NEAR(third, 0.0, 1e-9);
+  }
 }
 
 TEST(SyntheticCtr, ZipfFrequenciesAndMissingValues) {
