@@ -41,6 +41,7 @@
 #include "ring/auto_tuner.h"
 #include "ring/barrier.h"
 #include "ring/communicator.h"
+#include "tools/bench/ps_bench.h"
 
 namespace {
 
@@ -399,8 +400,9 @@ int run_launcher(Args a) {
 
 int main(int argc, char** argv) {
   try {
+    if (argc >= 2 && std::string(argv[1]) == "ps") return aiacc::bench::run_ps_bench(argc, argv);
     if (argc < 2 || std::string(argv[1]) != "allreduce") {
-      std::cerr << "usage: aiacc-bench allreduce [options]  (see tools/bench/allreduce_bench.cc)\n";
+      std::cerr << "usage: aiacc-bench allreduce|ps [options]  (see tools/bench/allreduce_bench.cc, ps_bench.cc)\n";
       return 2;
     }
     const Args args = parse(argc, argv);

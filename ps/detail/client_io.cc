@@ -1,0 +1,253 @@
+// ClientIo: the PsClient's sending, receiving, retrying and timing-out thread.
+#include "ps/detail/client_io.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "ps/detail/frames.h"
+
+namespace aiacc::ps::detail {
+
+void TicketState::finish_one(std::exception_ptr request_error) {
+  std::lock_guard lock(mutex);
+  if (request_error && !error) error = request_error;
+  if (--remaining > 0) return;
+  if (!error && !inverse.empty()) {
+    // Expand the unique rows to every position of the request (duplicates included).
+    for (std::size_t p = 0; p < inverse.size(); ++p) {
+      std::memcpy(out + p * dim, unique_rows.data() + static_cast<std::size_t>(inverse[p]) * dim,
+                  dim * sizeof(float));
+    }
+  }
+  done = true;
+  cv.notify_all();
+}
+
+ClientIo::ClientIo(const ClientOptions& options, std::shared_ptr<net::Context> context)
+    : options_(options), endpoints_(options.endpoints) {
+  const std::size_t shards = endpoints_.size();
+  for (std::size_t k = 0; k < shards; ++k) {
+    net::Socket socket(context, ZMQ_DEALER, 1000);
+    socket.set_int(ZMQ_SNDHWM, 0, "ZMQ_SNDHWM");
+    socket.set_int(ZMQ_RCVHWM, 0, "ZMQ_RCVHWM");
+    socket.set_int64(ZMQ_MAXMSGSIZE, -1, "ZMQ_MAXMSGSIZE");
+    socket.connect(endpoints_[k]);
+    sockets_.push_back(std::move(socket));
+  }
+  seq_.assign(shards, 0);
+  in_flight_.resize(shards);
+  wake_fd_ = AIACC_SYSCALL(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  thread_ = std::thread([this] { run(); });
+}
+
+ClientIo::~ClientIo() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  const std::uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof one) < 0) {
+    log::get("ps")->warn("ps client: could not wake the I/O thread: {}", std::strerror(errno));
+  }
+  if (thread_.joinable()) thread_.join();
+  ::close(wake_fd_);
+}
+
+std::uint64_t ClientIo::next_seq(int shard) {
+  std::lock_guard lock(queue_mutex_);
+  return ++seq_[static_cast<std::size_t>(shard)];
+}
+
+void ClientIo::submit(std::vector<OutRequest> requests) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (stopping_) throw CommError("ps client is closed");
+    for (auto& r : requests) queue_.push_back(std::move(r));
+  }
+  const std::uint64_t one = 1;
+  AIACC_SYSCALL(::write(wake_fd_, &one, sizeof one));
+}
+
+std::string ClientIo::describe(int shard, const OutRequest& r) const {
+  return fmt::format("ps shard {} ({}): {} [worker {}, step {}, seq {}]", shard,
+                     endpoints_[static_cast<std::size_t>(shard)], r.ticket->what, r.header.worker,
+                     r.header.step, r.header.seq);
+}
+
+void ClientIo::send(const OutRequest& r) {
+  void* socket = sockets_[static_cast<std::size_t>(r.shard)].handle();
+  const std::string what = fmt::format("sending {}", r.ticket->what);
+  detail::send_frame(socket, header_bytes(r.header), nullptr, !r.frames.empty(), -1, what);
+  for (std::size_t i = 0; i < r.frames.size(); ++i) {
+    detail::send_frame(socket, r.frames[i], r.owners[i], i + 1 < r.frames.size(),
+                       options_.zero_copy_min_bytes, what);
+  }
+}
+
+void ClientIo::run() {
+  const std::size_t shards = sockets_.size();
+  std::vector<zmq_pollitem_t> items(shards + 1);
+  items[0] = {nullptr, wake_fd_, ZMQ_POLLIN, 0};
+  for (std::size_t k = 0; k < shards; ++k) items[k + 1] = {sockets_[k].handle(), 0, ZMQ_POLLIN, 0};
+  std::vector<net::Message> parts;
+  auto last_timer_check = net::Clock::now();
+  for (;;) {
+    const int polled = zmq_poll(items.data(), static_cast<int>(items.size()), 100);
+    if (polled < 0 && zmq_errno() != EINTR) {
+      fail_all(fmt::format("zmq_poll failed: {}", zmq_strerror(zmq_errno())));
+      return;
+    }
+    // Reset the wake-up before taking the queue, so a submit() in between wakes us again.
+    std::uint64_t drained = 0;
+    if (::read(wake_fd_, &drained, sizeof drained) < 0 && errno != EAGAIN) {
+      log::get("ps")->warn("ps client: eventfd read failed: {}", std::strerror(errno));
+    }
+    std::vector<OutRequest> batch;
+    {
+      std::lock_guard lock(queue_mutex_);
+      if (stopping_) break;
+      batch.swap(queue_);
+    }
+    const auto now = net::Clock::now();
+    for (OutRequest& r : batch) {
+      try {
+        send(r);
+        if (r.send_twice) send(r);
+      } catch (const std::exception& e) {
+        r.ticket->finish_one(std::make_exception_ptr(
+            CommError(fmt::format("{}: {}", describe(r.shard, r), e.what()))));
+        continue;
+      }
+      const std::uint64_t seq = r.header.seq;
+      const int shard = r.shard;
+      in_flight_[static_cast<std::size_t>(shard)].emplace(
+          seq, InFlight{std::move(r), now,
+                        now + std::chrono::duration_cast<net::Clock::duration>(
+                                  std::chrono::duration<double>(options_.timeout_s)),
+                        1});
+    }
+    for (std::size_t k = 0; k < shards; ++k) {
+      for (int i = 0; i < 1024; ++i) {
+        try {
+          if (!detail::try_recv_parts(sockets_[k].handle(), parts, endpoints_[k])) break;
+        } catch (const std::exception& e) {
+          log::get("ps")->warn("ps client: receive from shard {} failed: {}", k, e.what());
+          break;
+        }
+        on_reply(static_cast<int>(k), parts);
+      }
+    }
+    if (net::seconds_since(last_timer_check) >= 0.05) {
+      check_timers();
+      last_timer_check = net::Clock::now();
+    }
+  }
+  fail_all("the ps client was closed");
+}
+
+void ClientIo::on_reply(int shard, std::vector<net::Message>& parts) {
+  auto& flights = in_flight_[static_cast<std::size_t>(shard)];
+  ReplyHeader header;
+  try {
+    header = decode_reply_header(parts.at(0).bytes(), endpoints_[static_cast<std::size_t>(shard)]);
+  } catch (const std::exception& e) {
+    log::get("ps")->warn("ps client: dropped a reply from shard {}: {}", shard, e.what());
+    return;
+  }
+  auto it = flights.find(header.seq);
+  if (it == flights.end()) return;  // the answer to a retry or a duplicate: already handled
+  OutRequest request = std::move(it->second.request);
+  flights.erase(it);
+  TicketState& t = *request.ticket;
+  std::exception_ptr error;
+  try {
+    if (header.status == Status::error) {
+      const std::string message = parts.size() > 1 ? std::string(as_text(parts[1].bytes())) : "";
+      throw CommError(fmt::format("{} failed on the shard: {}", describe(shard, request), message));
+    }
+    if (header.op == Op::pull) {
+      const auto positions = request.positions;
+      const std::size_t row_bytes = t.dim * sizeof(float);
+      if (parts.size() != 2 || header.count != positions.size() ||
+          parts[1].size() != positions.size() * row_bytes) {
+        throw CommError(fmt::format("{}: malformed pull reply ({} frames, {} rows, {} bytes; "
+                                    "expected {} rows of {} bytes)", describe(shard, request),
+                                    parts.size(), header.count, parts.size() > 1 ? parts[1].size() : 0,
+                                    positions.size(), row_bytes));
+      }
+      const std::byte* src = parts[1].bytes().data();
+      for (std::size_t j = 0; j < positions.size(); ++j) {
+        std::memcpy(t.dest + static_cast<std::size_t>(positions[j]) * t.dim, src + j * row_bytes,
+                    row_bytes);
+      }
+    } else if (header.op != Op::push) {
+      auto& out = t.replies[static_cast<std::size_t>(shard)];
+      out.clear();
+      for (std::size_t i = 1; i < parts.size(); ++i) out.push_back(std::move(parts[i]));
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  t.finish_one(error);
+}
+
+void ClientIo::check_timers() {
+  const auto now = net::Clock::now();
+  for (std::size_t k = 0; k < in_flight_.size(); ++k) {
+    auto& flights = in_flight_[k];
+    for (auto it = flights.begin(); it != flights.end();) {
+      InFlight& f = it->second;
+      if (now >= f.deadline) {
+        f.request.ticket->finish_one(std::make_exception_ptr(TimeoutError(fmt::format(
+            "{}: no answer after {:.1f} s and {} attempts (is the shard running? a sync or "
+            "bounded table also waits for the slowest worker)",
+            describe(static_cast<int>(k), f.request), options_.timeout_s, f.attempts))));
+        it = flights.erase(it);
+        continue;
+      }
+      if (net::seconds_since(f.sent) >= options_.retry_interval_s) {
+        try {
+          send(f.request);
+          ++f.attempts;
+          f.sent = now;
+          log::get("ps")->debug("resent {}", describe(static_cast<int>(k), f.request));
+        } catch (const std::exception& e) {
+          log::get("ps")->warn("resending {} failed: {}", describe(static_cast<int>(k), f.request),
+                               e.what());
+        }
+      }
+      ++it;
+    }
+  }
+}
+
+void ClientIo::fail_all(const std::string& why) {
+  std::vector<OutRequest> queued;
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+    queued.swap(queue_);
+  }
+  for (OutRequest& r : queued) {
+    r.ticket->finish_one(std::make_exception_ptr(CommError(describe(r.shard, r) + ": " + why)));
+  }
+  for (std::size_t k = 0; k < in_flight_.size(); ++k) {
+    for (auto& [seq, f] : in_flight_[k]) {
+      f.request.ticket->finish_one(std::make_exception_ptr(
+          CommError(describe(static_cast<int>(k), f.request) + ": " + why)));
+    }
+    in_flight_[k].clear();
+  }
+}
+
+}  // namespace aiacc::ps::detail

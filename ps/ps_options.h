@@ -1,0 +1,138 @@
+// Options of the parameter-server module: one struct per role (table, server, client), each a
+// config section (visit pattern, core/config/schema.h) so the trainer can read them from YAML
+// (`ps:`) and print the resolved values. Defaults are for a job on loopback or a LAN; the
+// `*_for_testing` knobs let tests reach the retry and deduplication paths cheaply.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config/schema.h"
+
+namespace aiacc::ps {
+
+// How a table's pushes from several workers are combined (shared/DESIGN.md §5).
+//   async    every push is applied when it arrives; pulls are served at once.
+//   sync     a step's pushes from all num_workers workers are aggregated (summed in worker
+//            order, then divided by num_workers when sync_average) and applied as one update;
+//            each push's reply waits for that update, so the push is a per-step barrier.
+//   bounded  pushes are applied when they arrive; a pull for step t from any worker is held
+//            until t - (steps completed by the slowest worker) <= staleness.
+struct TableOptions {
+  std::string consistency = "async";
+  // s for bounded: how many steps a worker may run ahead of the slowest. 0 is BSP-like.
+  int staleness = 0;
+  // Workers that push to this table (ids 0 .. num_workers-1); sync and bounded wait for all.
+  int num_workers = 1;
+  // sync: divide the summed gradient by num_workers, matching dense all-reduce averaging, so
+  // W workers with batch B/W each train like one worker with batch B.
+  bool sync_average = true;
+  // Admission: a row is created only once its id has been requested this many times (pull or
+  // push); until then a pull returns its deterministic initial value and a push is dropped.
+  // 1 (default): every id is admitted on first touch.
+  std::int64_t min_count = 1;
+  // Eviction: when a shard holds more rows than this, the least recently touched rows are
+  // dropped down to evict_to_fraction of it (a dropped row comes back with its initial value).
+  // 0 (default): unbounded.
+  std::int64_t capacity_rows = 0;
+  double evict_to_fraction = 0.9;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("consistency", consistency, "async | sync | bounded",
+            config::one_of({"async", "sync", "bounded"}));
+    v.field("staleness", staleness, "bounded: steps a worker may run ahead of the slowest",
+            config::at_least(0));
+    v.field("num_workers", num_workers, "workers pushing to this table", config::at_least(1));
+    v.field("sync_average", sync_average, "sync: average (true) or sum the workers' gradients");
+    v.field("min_count", min_count, "requests of an id before its row is created (1: always)",
+            config::at_least<std::int64_t>(1));
+    v.field("capacity_rows", capacity_rows, "rows per shard before eviction (0: unbounded)",
+            config::at_least<std::int64_t>(0));
+    v.field("evict_to_fraction", evict_to_fraction, "eviction keeps this fraction of capacity",
+            config::in_range(0.1, 1.0));
+  }
+};
+
+struct ServerOptions {
+  // Where the shard listens (ZeroMQ endpoint; port 0 or * lets the OS choose, see
+  // PsServer::endpoint()). Loopback by default: listen only on the configured interface.
+  std::string bind = "tcp://127.0.0.1:0";
+  int shard = 0;
+  int num_shards = 1;
+  // LocalEmbeddingStore partitions per table: rows are spread over them by hash and a request
+  // processes them in parallel (OpenMP), each under its own lock.
+  int num_partitions = 16;
+  // OpenMP threads a large request's partitions run on (0: OpenMP's default, one per core).
+  // Colocated or co-hosted shards should share the cores, e.g. cores / processes: OpenMP
+  // threads spin while they wait, so oversubscribed cores slow every process down.
+  int num_threads = 0;
+  // A pull held for bounded staleness is answered with an error after this long (the worker
+  // that never catches up is named in the message).
+  double wait_timeout_s = 120.0;
+  // Row counts and memory per table are logged at this interval (0: never).
+  double log_interval_s = 30.0;
+  // Tests: drop the replies to the first N pushes (they are applied), so clients retry.
+  int drop_push_replies_for_testing = 0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("bind", bind, "ZeroMQ endpoint this shard listens on", config::non_empty());
+    v.field("shard", shard, "index of this shard", config::at_least(0));
+    v.field("num_shards", num_shards, "number of shards", config::at_least(1));
+    v.field("num_partitions", num_partitions, "store partitions per table (parallelism)",
+            config::in_range(1, 4096));
+    v.field("num_threads", num_threads, "OpenMP threads per request (0: one per core)",
+            config::at_least(0));
+    v.field("wait_timeout_s", wait_timeout_s, "seconds a staleness-held pull may wait",
+            config::greater_than(0.0));
+    v.field("log_interval_s", log_interval_s, "seconds between row/memory log lines (0: off)",
+            config::at_least(0.0));
+    v.field("drop_push_replies_for_testing", drop_push_replies_for_testing,
+            "tests only: drop the first N push replies", config::at_least(0));
+  }
+};
+
+struct ClientOptions {
+  // One endpoint per shard, in shard order (shard k serves the ids with shard_of(id) == k).
+  std::vector<std::string> endpoints;
+  // This worker's id in [0, num_workers) of every table it uses.
+  int worker = 0;
+  // Every request fails with TimeoutError (naming the shard, table, op, step) after this long,
+  // including time a sync push or a bounded pull waits for the slowest worker: keep it above
+  // the longest expected skew between workers (evaluation pauses, checkpoints).
+  double timeout_s = 120.0;
+  // A request not answered after this long is sent again with the same (worker, step, seq);
+  // the server applies a push once however often it arrives.
+  double retry_interval_s = 10.0;
+  // Frames of at least this many bytes are handed to ZeroMQ without a copy (-1: always copy).
+  std::int64_t zero_copy_min_bytes = 64 * 1024;
+  // A shard's part of a pull (and of an async push) is sent as requests of at most this many
+  // row bytes, pipelined. Chunks keep every copy on the way (rows into the reply, the kernel's,
+  // the scatter into the caller's buffer) in cache; one 25 MB frame streams each copy through
+  // memory instead. aiacc-bench ps (2 shards, 2 workers, 2 cores; dim 128, 100k ids): pull
+  // 1.26-1.30 vs 0.99-1.23 GB/s unchunked, pull+push step 0.88-0.99 vs 0.42-0.53 GB/s.
+  // 0: never split.
+  std::int64_t chunk_bytes = 256 * 1024;
+  // Tests: send every push twice (same sequence number).
+  bool duplicate_pushes_for_testing = false;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("endpoints", endpoints, "ZeroMQ endpoint of each shard, in shard order");
+    v.field("worker", worker, "this worker's id", config::at_least(0));
+    v.field("timeout_s", timeout_s, "seconds before a request fails", config::greater_than(0.0));
+    v.field("retry_interval_s", retry_interval_s, "seconds before an unanswered request is resent",
+            config::greater_than(0.0));
+    v.field("zero_copy_min_bytes", zero_copy_min_bytes,
+            "send frames this large without copying (-1: always copy)",
+            config::at_least<std::int64_t>(-1));
+    v.field("chunk_bytes", chunk_bytes, "row bytes per request chunk (0: no chunks)",
+            config::at_least<std::int64_t>(0));
+    v.field("duplicate_pushes_for_testing", duplicate_pushes_for_testing,
+            "tests only: send every push twice");
+  }
+};
+
+}  // namespace aiacc::ps

@@ -1,0 +1,73 @@
+// RemoteEmbeddingStore: the EmbeddingStore (core/embedding) of a table served by the parameter
+// servers, so models and the trainer use local and remote tables alike. Each pull() and
+// push() is one batched request per shard through a shared PsClient; the store counts this
+// worker's steps itself (a step ends with its push), which drives the table's consistency.
+//
+// Prefetch: after a step's push, prefetch(next ids) starts pulling the next batch's rows while
+// the current step finishes (dense all-reduce, optimiser); the next pull() with the same ids
+// takes them from the ticket. A prefetch is only used when no push happened in between, so
+// its rows are exactly what a blocking pull would return under every consistency mode.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/embedding/embedding_store.h"
+#include "ps/client.h"
+
+namespace aiacc::ps {
+
+// Thread-safety: pull, push and prefetch of one store are serialised by a mutex (a model
+// calls them from its training thread); stores of several tables may share the client.
+class RemoteEmbeddingStore final : public EmbeddingStore {
+ public:
+  // Registers `config` on every shard (blocking; see PsClient::create_table).
+  RemoteEmbeddingStore(std::shared_ptr<PsClient> client, const TableConfig& config);
+
+  const EmbeddingTableSpec& spec() const override { return config_.spec; }
+  // Blocks until the rows are here (bounded staleness: also until the slowest worker is at
+  // most s steps behind this one). Duplicate ids allowed.
+  void pull(std::span<const std::int64_t> ids, float* rows) override;
+  // Blocks until every shard applied the update (sync: until all workers pushed this step).
+  // Repeated ids are summed. Ends this worker's step.
+  void push(std::span<const std::int64_t> ids, const float* grads, double lr) override;
+  // Starts pulling `ids` for the next pull() (copied; returns at once).
+  void prefetch(std::span<const std::int64_t> ids);
+
+  // Rows held by all shards for this table.
+  std::int64_t num_rows() const override;
+  // Every row from every shard (LocalEmbeddingStore's names and id order), and the inverse.
+  std::vector<std::pair<std::string, Tensor>> save_rows() const override;
+  void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override;
+
+  std::uint64_t step() const;
+  // Tells the store where a resumed worker is (steps completed), before its first push.
+  void set_step(std::uint64_t step);
+  PsClient& client() { return *client_; }
+
+ private:
+  std::shared_ptr<PsClient> client_;
+  TableConfig config_;
+  mutable std::mutex mutex_;
+  std::uint64_t step_ = 0;  // pushes done: the step this worker is on
+  struct Prefetch {
+    std::vector<std::int64_t> ids;
+    std::vector<float> rows;
+    Ticket ticket;
+    std::uint64_t step = 0;
+  };
+  std::unique_ptr<Prefetch> prefetch_;
+};
+
+// A factory serving every table from the parameter servers behind `client`, with the sparse
+// optimiser `optimizer` and the consistency/admission options `options`.
+EmbeddingStoreFactory ps_embedding_store_factory(std::shared_ptr<PsClient> client,
+                                                 const optim::OptimizerOptions& optimizer,
+                                                 const TableOptions& options);
+
+}  // namespace aiacc::ps

@@ -1,0 +1,47 @@
+// RequestLog: which (worker, session, seq) requests a shard has already seen, so that a retried
+// or duplicated push is applied once (shared/DESIGN.md §5). A client numbers its requests to a
+// shard 1, 2, 3, ... per session (a random id per client incarnation); the log keeps, per
+// worker, the highest seq below which everything was seen (the floor) plus the seen seqs above
+// it, so its size stays bounded by the requests in flight, not by the job's length.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+
+namespace aiacc::ps {
+
+// Not thread-safe (owned by the shard's request thread).
+class RequestLog {
+ public:
+  // Records (worker, session, seq); returns true when it is new, false for a repeat. A new
+  // session of a worker (a restarted client) starts that worker's log afresh.
+  bool record(std::uint32_t worker, std::uint64_t session, std::uint64_t seq) {
+    Worker& w = workers_[worker];
+    if (w.session != session) w = Worker{session, 0, {}};
+    if (seq <= w.floor || w.above.count(seq) != 0) return false;
+    w.above.insert(seq);
+    // Advance the floor over the contiguous prefix.
+    while (!w.above.empty() && *w.above.begin() == w.floor + 1) {
+      ++w.floor;
+      w.above.erase(w.above.begin());
+    }
+    return true;
+  }
+  // Seqs tracked above the floors (for tests: stays small while requests are contiguous).
+  std::size_t tracked() const {
+    std::size_t n = 0;
+    for (const auto& [id, w] : workers_) n += w.above.size();
+    return n;
+  }
+
+ private:
+  struct Worker {
+    std::uint64_t session = 0;
+    std::uint64_t floor = 0;
+    std::set<std::uint64_t> above;
+  };
+  std::map<std::uint32_t, Worker> workers_;
+};
+
+}  // namespace aiacc::ps

@@ -1,0 +1,536 @@
+// PsServer: the request loop, per-table consistency and the replies it releases.
+#include "ps/server.h"
+
+#include <omp.h>
+#include <zmq.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/net/socket.h"
+#include "ps/consistency.h"
+#include "ps/detail/frames.h"
+#include "ps/request_log.h"
+#include "ps/shard_checkpoint.h"
+
+namespace aiacc::ps {
+namespace {
+
+// A received request: its frames, and the typed views of its bulk frames (in place when
+// aligned, else copies). Shared, so a held request (sync, staleness) keeps its buffers.
+struct Received {
+  std::vector<net::Message> parts;  // [routing id][header][payload...]
+  RequestHeader header;
+  std::string routing;
+  std::vector<std::int64_t> id_copy;
+  std::vector<float> grad_copy;
+  std::span<const std::int64_t> ids;
+  const float* grads = nullptr;
+};
+
+struct Deferred {
+  std::shared_ptr<Received> request;
+  net::Clock::time_point since;
+};
+
+struct TableState {
+  TableState(TableConfig config, int partitions) : table(std::move(config), partitions) {
+    const TableOptions& o = table.config().options;
+    if (o.consistency == "sync") sync.emplace(o.num_workers, o.sync_average, table.dim());
+    if (o.consistency == "bounded") clock.emplace(o.num_workers, o.staleness);
+  }
+  ServerTable table;
+  std::optional<SyncAggregator> sync;
+  std::optional<StalenessClock> clock;
+  std::deque<Deferred> deferred;  // bounded: pulls waiting for the slowest worker
+};
+
+}  // namespace
+
+class PsServer::Impl {
+ public:
+  Impl(const ServerOptions& options, std::shared_ptr<net::Context> context)
+      : options_(options), log_(log::get("ps")) {
+    if (options_.num_shards < 1 || options_.shard < 0 || options_.shard >= options_.num_shards) {
+      throw ConfigError(fmt::format("ps server: shard {} of {} (expected 0 <= shard < num_shards)",
+                                    options_.shard, options_.num_shards));
+    }
+    if (!context) context = net::Context::create(1);
+    socket_ = net::Socket(std::move(context), ZMQ_ROUTER, 1000);
+    socket_.set_int(ZMQ_SNDHWM, 0, "ZMQ_SNDHWM");
+    socket_.set_int(ZMQ_RCVHWM, 0, "ZMQ_RCVHWM");
+    socket_.set_int64(ZMQ_MAXMSGSIZE, -1, "ZMQ_MAXMSGSIZE");
+    endpoint_ = socket_.bind(options_.bind);
+    label_ = fmt::format("ps shard {} of {} ({})", options_.shard, options_.num_shards, endpoint_);
+    log_->info("{}: serving", label_);
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Impl() {
+    stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void stop() {
+    stop_.store(true);
+    std::lock_guard lock(stopped_mutex_);
+    stopped_cv_.notify_all();
+  }
+
+  bool wait_stopped(net::Deadline deadline) {
+    std::unique_lock lock(stopped_mutex_);
+    return stopped_cv_.wait_until(lock, deadline, [&] { return stop_.load(); });
+  }
+
+  void check() const {
+    if (failed_.load()) std::rethrow_exception(error_);
+  }
+
+  std::vector<TableStats> stats() const {
+    std::lock_guard lock(mutex_);
+    std::vector<TableStats> out;
+    for (const auto& [key, state] : tables_) out.push_back(state->table.stats());
+    return out;
+  }
+
+  void save_checkpoint(const std::string& path) const {
+    std::lock_guard lock(mutex_);
+    std::vector<const ServerTable*> tables;
+    for (const auto& [key, state] : tables_) tables.push_back(&state->table);
+    write_shard_checkpoint(path, options_.shard, options_.num_shards, tables);
+    for (const ServerTable* t : tables) {
+      const TableStats s = t->stats();
+      log_->info("{}: checkpoint {}: table {} {} rows", label_, path, s.name, s.rows);
+    }
+  }
+
+  void load_checkpoint(const std::string& path) {
+    ShardCheckpoint checkpoint = read_shard_checkpoint(path);
+    std::lock_guard lock(mutex_);
+    restore(checkpoint, path);
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+  int shard() const { return options_.shard; }
+  int num_shards() const { return options_.num_shards; }
+
+ private:
+  void run() {
+    // Parallel regions this thread starts (the store's partition loops) use this many threads.
+    if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
+    try {
+      auto last_log = net::Clock::now();
+      std::vector<net::Message> parts;
+      while (!stop_.load()) {
+        socket_.poll(ZMQ_POLLIN, 50);
+        // Bounded batches, so the stop flag and held pulls are checked regularly.
+        for (int i = 0; i < 256 && !stop_.load(); ++i) {
+          if (!detail::try_recv_parts(socket_.handle(), parts, label_)) break;
+          std::lock_guard lock(mutex_);
+          handle(std::move(parts));
+          parts.clear();
+        }
+        std::lock_guard lock(mutex_);
+        expire_deferred();
+        if (options_.log_interval_s > 0 &&
+            net::seconds_since(last_log) >= options_.log_interval_s) {
+          log_tables();
+          last_log = net::Clock::now();
+        }
+      }
+    } catch (...) {
+      error_ = std::current_exception();
+      failed_.store(true);
+      log_->error("{}: request loop stopped by an error", label_);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      log_tables();
+    }
+    stop();
+  }
+
+  void log_tables() const {
+    for (const auto& [key, state] : tables_) {
+      const TableStats s = state->table.stats();
+      log_->info("{}: table {}: {} rows, {:.1f} MiB ({:.1f} B/row, {:.2f}x the raw {:.1f} B/row), "
+                 "{} rows pulled, {} pushed", label_, s.name, s.rows, s.memory_bytes / 1048576.0,
+                 s.rows ? double(s.memory_bytes) / double(s.rows) : 0.0,
+                 s.row_bytes ? double(s.memory_bytes) / double(s.row_bytes) : 0.0,
+                 s.rows ? double(s.row_bytes) / double(s.rows) : 0.0, s.pulled_rows, s.pushed_rows);
+    }
+  }
+
+  // Requires mutex_.
+  void restore(const ShardCheckpoint& checkpoint, const std::string& path) {
+    if (checkpoint.shard != options_.shard || checkpoint.num_shards != options_.num_shards) {
+      throw DataError(fmt::format("{}: checkpoint of shard {} of {}, but this is shard {} of {}",
+                                  path, checkpoint.shard, checkpoint.num_shards, options_.shard,
+                                  options_.num_shards));
+    }
+    for (const TableConfig& config : checkpoint.tables) {
+      TableState& state = register_table(config, path);
+      state.table.load_rows(checkpoint.tensors);
+      log_->info("{}: restored table {} from {}: {} rows", label_, config.spec.name, path,
+                 state.table.store().num_rows());
+    }
+  }
+
+  TableState& register_table(const TableConfig& config, const std::string& source) {
+    const std::uint64_t key = table_key(config.spec.name);
+    auto it = tables_.find(key);
+    if (it == tables_.end()) {
+      auto state = std::make_unique<TableState>(config, options_.num_partitions);
+      log_->info("{}: table {} (dim {}, {} optimiser, {} consistency) registered by {}", label_,
+                 config.spec.name, config.spec.dim, config.optimizer.type,
+                 config.options.consistency, source);
+      return *tables_.emplace(key, std::move(state)).first->second;
+    }
+    TableState& existing = *it->second;
+    const std::string yaml = encode_table_config(config);
+    if (existing.table.config_yaml() != yaml) {
+      throw ConfigError(fmt::format("{}: table '{}' from {} differs from the one registered:\n"
+                                    "registered:\n{}\nrequested:\n{}", label_, config.spec.name,
+                                    source, existing.table.config_yaml(), yaml));
+    }
+    return existing;
+  }
+
+  TableState& table_of(const RequestHeader& h) {
+    auto it = tables_.find(h.table);
+    if (it == tables_.end()) {
+      throw CommError(fmt::format("{}: {} for an unknown table (key {:#x}): create_table first",
+                                  label_, op_name(h.op), h.table));
+    }
+    return *it->second;
+  }
+
+  void handle(std::vector<net::Message> parts) {
+    if (parts.size() < 2) {
+      log_->warn("{}: dropped a message of {} frames (expected routing id + header)", label_,
+                 parts.size());
+      return;
+    }
+    auto request = std::make_shared<Received>();
+    request->parts = std::move(parts);  // no more moves of the frames from here on
+    const auto routing = request->parts[0].bytes();
+    request->routing.assign(reinterpret_cast<const char*>(routing.data()), routing.size());
+    try {
+      request->header = decode_request_header(request->parts[1].bytes(), label_);
+    } catch (const CommError& e) {
+      log_->warn("{}: dropped a request: {}", label_, e.what());
+      return;
+    }
+    const RequestHeader& h = request->header;
+    try {
+      dispatch(request);
+    } catch (const std::exception& e) {
+      log_->warn("{}: {} from worker {} (step {}, seq {}) failed: {}", label_, op_name(h.op),
+                 h.worker, h.step, h.seq, e.what());
+      reply_error(*request, e.what());
+    }
+  }
+
+  // Checks the frame count and sizes of a pull/push and fills the typed views.
+  void parse_rows(Received& r, const TableState& state, bool with_grads) {
+    const RequestHeader& h = r.header;
+    const std::size_t expected_parts = with_grads ? 4 : 3;
+    if (r.parts.size() != expected_parts) {
+      throw CommError(fmt::format("{} with {} frames (expected {})", op_name(h.op),
+                                  r.parts.size() - 1, expected_parts - 1));
+    }
+    if (h.dim != static_cast<std::uint32_t>(state.table.dim())) {
+      throw CommError(fmt::format("{} of table '{}' with dim {} (the table has dim {})",
+                                  op_name(h.op), state.table.name(), h.dim, state.table.dim()));
+    }
+    const auto id_bytes = r.parts[2].bytes();
+    if (id_bytes.size() != h.count * sizeof(std::int64_t)) {
+      throw CommError(fmt::format("{}: ids frame of {} bytes for {} ids", op_name(h.op),
+                                  id_bytes.size(), h.count));
+    }
+    r.ids = detail::frame_as(id_bytes, r.id_copy);
+    if (with_grads) {
+      const auto grad_bytes = r.parts[3].bytes();
+      if (grad_bytes.size() != h.count * h.dim * sizeof(float)) {
+        throw CommError(fmt::format("push: gradient frame of {} bytes for {} ids of dim {}",
+                                    grad_bytes.size(), h.count, h.dim));
+      }
+      r.grads = detail::frame_as(grad_bytes, r.grad_copy).data();
+    }
+  }
+
+  void dispatch(const std::shared_ptr<Received>& request) {
+    Received& r = *request;
+    const RequestHeader& h = r.header;
+    switch (h.op) {
+      case Op::create_table: {
+        if (r.parts.size() != 3) throw CommError("create_table without its config frame");
+        const TableConfig config = decode_table_config(
+            as_text(r.parts[2].bytes()), fmt::format("create_table from worker {}", h.worker));
+        register_table(config, fmt::format("worker {}", h.worker));
+        reply(r, Status::ok, 0, 0);
+        return;
+      }
+      case Op::pull: {
+        TableState& state = table_of(h);
+        parse_rows(r, state, false);
+        const bool is_new = log_requests_.record(h.worker, h.session, h.seq);
+        if (state.clock && !state.clock->may_serve(h.step)) {
+          if (!is_new && is_deferred(state, h)) return;  // a retry of a pull still held
+          state.deferred.push_back({request, net::Clock::now()});
+          return;
+        }
+        serve_pull(state, r);
+        return;
+      }
+      case Op::push: {
+        TableState& state = table_of(h);
+        parse_rows(r, state, true);
+        handle_push(state, request);
+        return;
+      }
+      case Op::stats: reply_text(r, stats_json()); return;
+      case Op::save:
+      case Op::load: {
+        if (r.parts.size() != 3) throw CommError(fmt::format("{} without its path frame", op_name(h.op)));
+        const std::string path(as_text(r.parts[2].bytes()));
+        if (h.op == Op::save) {
+          std::vector<const ServerTable*> tables;
+          for (const auto& [key, state] : tables_) tables.push_back(&state->table);
+          write_shard_checkpoint(path, options_.shard, options_.num_shards, tables);
+          log_->info("{}: wrote checkpoint {}", label_, path);
+        } else {
+          restore(read_shard_checkpoint(path), path);
+        }
+        reply_text(r, path);
+        return;
+      }
+      case Op::dump_rows: serve_dump(table_of(h), r); return;
+      case Op::load_rows: restore_rows(table_of(h), r); return;
+      case Op::shutdown:
+        log_->info("{}: shutdown requested by worker {}", label_, h.worker);
+        reply(r, Status::ok, 0, 0);
+        stop_.store(true);
+        return;
+    }
+  }
+
+  bool is_deferred(const TableState& state, const RequestHeader& h) const {
+    for (const Deferred& d : state.deferred) {
+      if (d.request->header.worker == h.worker && d.request->header.seq == h.seq) return true;
+    }
+    return false;
+  }
+
+  void handle_push(TableState& state, const std::shared_ptr<Received>& request) {
+    Received& r = *request;
+    const RequestHeader& h = r.header;
+    if (!log_requests_.record(h.worker, h.session, h.seq)) {
+      // A retry or duplicate: applied once already (or waiting in its step's aggregate, whose
+      // reply will answer it).
+      if (state.sync && state.sync->pending(static_cast<int>(h.worker), h.seq)) return;
+      ++state.table.counters().duplicate_pushes;
+      reply(r, Status::duplicate, 0, 0);
+      return;
+    }
+    if (state.sync) {
+      Contribution c;
+      c.worker = static_cast<int>(h.worker);
+      c.seq = h.seq;
+      c.ids = r.ids;
+      c.grads = r.grads;
+      c.lr = h.lr;
+      c.owner = request;
+      c.reply_to = r.routing;
+      state.sync->add(h.step, std::move(c));
+      ReadyStep ready;
+      while (state.sync->pop_ready(ready)) {
+        state.table.push(ready.ids, ready.grads.data(), ready.lr, ready.step);
+        for (const Contribution& done : ready.contributions) {
+          reply(*std::static_pointer_cast<const Received>(done.owner), Status::ok, 0, 0);
+        }
+      }
+      return;
+    }
+    state.table.push(r.ids, r.grads, h.lr, h.step);
+    if (options_.drop_push_replies_for_testing > dropped_replies_) {
+      ++dropped_replies_;
+    } else {
+      reply(r, Status::ok, 0, 0);
+    }
+    if (state.clock) {
+      state.clock->advance(static_cast<int>(h.worker), h.step);
+      serve_deferred(state);
+    }
+  }
+
+  void serve_deferred(TableState& state) {
+    for (auto it = state.deferred.begin(); it != state.deferred.end();) {
+      if (state.clock->may_serve(it->request->header.step)) {
+        serve_pull(state, *it->request);
+        it = state.deferred.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void expire_deferred() {
+    for (auto& [key, state] : tables_) {
+      while (!state->deferred.empty() &&
+             net::seconds_since(state->deferred.front().since) > options_.wait_timeout_s) {
+        const Received& r = *state->deferred.front().request;
+        reply_error(r, fmt::format("pull of table '{}' at step {} held {:.0f} s for bounded "
+                                   "staleness {}: the slowest worker {} has completed {} steps",
+                                   state->table.name(), r.header.step, options_.wait_timeout_s,
+                                   state->clock->staleness(), state->clock->slowest_worker(),
+                                   state->clock->min_clock()));
+        state->deferred.pop_front();
+      }
+    }
+  }
+
+  void serve_pull(TableState& state, const Received& r) {
+    if (state.clock) {
+      auto& max_lag = state.table.counters().max_staleness;
+      max_lag = std::max(max_lag, state.clock->lag(r.header.step));
+    }
+    const auto dim = static_cast<std::size_t>(state.table.dim());
+    detail::OutFrame rows(r.ids.size() * dim * sizeof(float));
+    if (reinterpret_cast<std::uintptr_t>(rows.data()) % alignof(float) == 0) {
+      state.table.pull(r.ids, reinterpret_cast<float*>(rows.data()), r.header.step);
+    } else {
+      std::vector<float> aligned(r.ids.size() * dim);
+      state.table.pull(r.ids, aligned.data(), r.header.step);
+      std::memcpy(rows.data(), aligned.data(), rows.size());
+    }
+    send_reply_header(r, Status::ok, r.ids.size(), static_cast<std::uint32_t>(dim), true);
+    rows.send(socket_.handle(), false, label_);
+  }
+
+  void serve_dump(TableState& state, const Received& r) {
+    const auto tensors = state.table.save_rows();
+    const std::int64_t count = tensors[0].second.dim(0);
+    send_reply_header(r, Status::ok, static_cast<std::uint64_t>(count),
+                      static_cast<std::uint32_t>(state.table.dim()), true);
+    for (std::size_t i = 0; i < 3; ++i) {
+      const Tensor& t = tensors[i].second;
+      // The tensor's storage travels without a copy; the lambda's copy keeps it alive.
+      auto owner = std::make_shared<Tensor>(t);
+      detail::send_frame(socket_.handle(),
+                         {static_cast<const std::byte*>(owner->raw_data()), owner->num_bytes()},
+                         owner, i < 2, 0, label_);
+    }
+  }
+
+  void restore_rows(TableState& state, const Received& r) {
+    const RequestHeader& h = r.header;
+    if (r.parts.size() != 5) throw CommError("load_rows without its ids, values and state frames");
+    const auto count = static_cast<std::int64_t>(h.count);
+    const int dim = state.table.dim();
+    const int s = state.table.store().state_floats();
+    auto tensor_of = [&](const net::Message& part, DType dtype, const Shape& shape) {
+      Tensor t = Tensor::empty(shape, dtype);
+      if (part.size() != t.num_bytes()) {
+        throw CommError(fmt::format("load_rows of table '{}': frame of {} bytes for {} {}",
+                                    state.table.name(), part.size(), dtype_name(dtype), shape.str()));
+      }
+      if (part.size() > 0) std::memcpy(t.raw_data(), part.bytes().data(), part.size());
+      return t;
+    };
+    const std::string& name = state.table.name();
+    state.table.load_rows({{name + ".ids", tensor_of(r.parts[2], DType::i64, Shape{count})},
+                           {name + ".values", tensor_of(r.parts[3], DType::f32, Shape{count, dim})},
+                           {name + ".state", tensor_of(r.parts[4], DType::f32, Shape{count, s})}});
+    reply(r, Status::ok, h.count, static_cast<std::uint32_t>(dim));
+  }
+
+  std::string stats_json() const {
+    nlohmann::json tables = nlohmann::json::array();
+    for (const auto& [key, state] : tables_) {
+      const TableStats s = state->table.stats();
+      tables.push_back({{"name", s.name}, {"rows", s.rows}, {"memory_bytes", s.memory_bytes},
+                        {"row_bytes", s.row_bytes}, {"pulled_rows", s.pulled_rows},
+                        {"pushed_rows", s.pushed_rows}, {"duplicate_pushes", s.duplicate_pushes},
+                        {"max_staleness", s.max_staleness},
+                        {"not_admitted_rows", s.not_admitted_rows},
+                        {"evicted_rows", s.evicted_rows}});
+    }
+    return nlohmann::json{{"shard", options_.shard}, {"num_shards", options_.num_shards},
+                          {"tables", tables}}.dump();
+  }
+
+  void send_reply_header(const Received& r, Status status, std::uint64_t count, std::uint32_t dim,
+                         bool more) {
+    ReplyHeader header;
+    header.op = r.header.op;
+    header.status = status;
+    header.seq = r.header.seq;
+    header.count = count;
+    header.dim = dim;
+    detail::send_frame(socket_.handle(), as_bytes(r.routing), nullptr, true, -1, label_);
+    detail::send_frame(socket_.handle(), header_bytes(header), nullptr, more, -1, label_);
+  }
+
+  void reply(const Received& r, Status status, std::uint64_t count, std::uint32_t dim) {
+    send_reply_header(r, status, count, dim, false);
+  }
+
+  void reply_text(const Received& r, const std::string& text) {
+    send_reply_header(r, Status::ok, 0, 0, true);
+    detail::send_frame(socket_.handle(), as_bytes(text), nullptr, false, -1, label_);
+  }
+
+  void reply_error(const Received& r, const std::string& message) {
+    try {
+      send_reply_header(r, Status::error, 0, 0, true);
+      detail::send_frame(socket_.handle(), as_bytes(message), nullptr, false, -1, label_);
+    } catch (const std::exception& e) {
+      log_->warn("{}: could not send an error reply to worker {}: {}", label_, r.header.worker,
+                 e.what());
+    }
+  }
+
+  ServerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  net::Socket socket_;  // used by the request thread only, once it runs
+  std::string endpoint_;
+  std::string label_;
+  mutable std::mutex mutex_;  // tables_ and their state: the request thread vs stats/checkpoints
+  std::map<std::uint64_t, std::unique_ptr<TableState>> tables_;
+  RequestLog log_requests_;
+  int dropped_replies_ = 0;
+  std::atomic<bool> stop_{false};
+  std::mutex stopped_mutex_;
+  std::condition_variable stopped_cv_;
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+PsServer::PsServer(const ServerOptions& options, std::shared_ptr<net::Context> context)
+    : impl_(std::make_unique<Impl>(options, std::move(context))) {}
+PsServer::~PsServer() = default;
+const std::string& PsServer::endpoint() const { return impl_->endpoint(); }
+int PsServer::shard() const { return impl_->shard(); }
+int PsServer::num_shards() const { return impl_->num_shards(); }
+void PsServer::stop() { impl_->stop(); }
+bool PsServer::wait_stopped(net::Deadline deadline) const { return impl_->wait_stopped(deadline); }
+void PsServer::check() const { impl_->check(); }
+std::vector<TableStats> PsServer::stats() const { return impl_->stats(); }
+void PsServer::save_checkpoint(const std::string& path) const { impl_->save_checkpoint(path); }
+void PsServer::load_checkpoint(const std::string& path) { impl_->load_checkpoint(path); }
+
+}  // namespace aiacc::ps

@@ -1,0 +1,74 @@
+// PsServer: one parameter-server shard (shared/DESIGN.md §5).
+//
+// What it does. Binds a ZeroMQ ROUTER socket and serves the ps/protocol.h requests of any
+// number of workers from one request thread: create_table, batched pull and push of embedding
+// rows, stats, checkpoints. Each table is a ServerTable (a LocalEmbeddingStore: hash
+// partitions, each an open-addressing table over an arena of [value | optimiser state] rows
+// with its own lock, processed by OpenMP threads; rows created on first touch from (id, seed))
+// plus its consistency state: async (apply on arrival), sync (SyncAggregator: a step's pushes
+// from all workers are merged, then applied) or bounded staleness (StalenessClock: pulls wait
+// until the puller is at most s steps ahead of the slowest worker). Every request carries
+// (worker, session, step, seq); a repeated push is acknowledged but applied once (RequestLog).
+//
+// Where it runs. Inside a worker process (colocated: construct it, it serves from its own
+// thread) or as its own process (ps/server_main.cc: the aiacc-ps-server program, or the
+// benchmark's server processes). Which ids it owns is the client's business (ps/sharding.h):
+// the server serves whatever ids it is sent.
+//
+// Checkpoints. save_checkpoint() writes every table of the shard to one safetensors file,
+// atomically: tensors "<table>.ids" (i64 [R], sorted), "<table>.values" (f32 [R, D]),
+// "<table>.state" (f32 [R, S]); metadata "aiacc.ps.shard", "aiacc.ps.num_shards" and
+// "aiacc.ps.table.<name>" (the table's config as YAML). load_checkpoint() restores them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/net/context.h"
+#include "core/net/deadline.h"
+#include "ps/ps_options.h"
+#include "ps/server_table.h"
+
+namespace aiacc::ps {
+
+class PsServer {
+ public:
+  // Binds options.bind and starts serving. Throws CommError when the endpoint cannot be bound,
+  // ConfigError for bad options. `context`: share one with the rest of the process, or null
+  // for a private one.
+  explicit PsServer(const ServerOptions& options, std::shared_ptr<net::Context> context = nullptr);
+  // Stops serving and joins the request thread (within ~50 ms). Requests in flight are dropped
+  // (their clients time out or retry against a restarted shard).
+  ~PsServer();
+  PsServer(const PsServer&) = delete;
+  PsServer& operator=(const PsServer&) = delete;
+
+  // The endpoint actually bound, e.g. "tcp://127.0.0.1:41234": what clients connect to.
+  const std::string& endpoint() const;
+  int shard() const;
+  int num_shards() const;
+
+  // Stops serving (idempotent, returns at once; the destructor joins).
+  void stop();
+  // Blocks until a client's shutdown request or stop(), or `deadline`; true when stopped.
+  bool wait_stopped(net::Deadline deadline) const;
+  // Rethrows the error that ended the request thread, if any. Request errors do not end it:
+  // they are answered to the client that caused them.
+  void check() const;
+
+  // Thread-safe (serialised with request handling):
+  std::vector<TableStats> stats() const;
+  // Writes the shard's checkpoint to `path` atomically (IoError on failure).
+  void save_checkpoint(const std::string& path) const;
+  // Replaces the rows of every table in the file (creating tables it does not have yet).
+  // Throws DataError naming the file when it belongs to another shard (index or count), or a
+  // table's config differs from the one registered here.
+  void load_checkpoint(const std::string& path);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace aiacc::ps

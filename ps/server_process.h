@@ -1,0 +1,21 @@
+// A parameter-server shard as its own process: the body of the aiacc-ps-server program and of
+// the benchmark's server processes. Usage:
+//   aiacc-ps-server --shard K --num-shards N [--bind tcp://127.0.0.1:0] [--endpoint-file F]
+//                   [--load CHECKPOINT] [--partitions P] [--threads T] [--log-interval-s S]
+// It binds, writes the bound endpoint to F atomically (so a launcher can wait for the file and
+// read it), optionally restores a shard checkpoint, then serves until a client sends shutdown
+// or the process gets SIGTERM/SIGINT.
+#pragma once
+
+namespace aiacc::ps {
+
+// Returns the process exit status (0 after a clean shutdown, 2 for bad arguments, 1 for other
+// errors, which are printed to stderr with their context).
+int run_server_process(int argc, char** argv);
+
+// Process-wide malloc tuning for programs that move large frames (shard and worker processes):
+// frames up to 32 MiB come from the heap rather than from a fresh mmap each (page faults and
+// zeroing per frame). Call once at start-up, from a program's main, never from a library.
+void tune_malloc_for_large_frames();
+
+}  // namespace aiacc::ps

@@ -1,0 +1,178 @@
+// ServerTable: admission and eviction bookkeeping around a LocalEmbeddingStore.
+#include "ps/server_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+
+namespace aiacc::ps {
+namespace {
+
+LocalEmbeddingStoreOptions store_options(int num_partitions) {
+  LocalEmbeddingStoreOptions options;
+  options.num_partitions = num_partitions;
+  return options;
+}
+
+}  // namespace
+
+ServerTable::ServerTable(TableConfig config, int num_partitions)
+    : config_(std::move(config)),
+      config_yaml_(encode_table_config(config_)),
+      num_partitions_(num_partitions),
+      store_(std::make_unique<LocalEmbeddingStore>(config_.spec, config_.optimizer,
+                                                   store_options(num_partitions))) {
+  if (admission_enabled()) {
+    scratch_ = std::make_unique<LocalEmbeddingStore>(config_.spec, config_.optimizer, store_options(1));
+  }
+  stats_.name = config_.spec.name;
+}
+
+void ServerTable::touch(std::span<const std::int64_t> ids, std::uint64_t step,
+                        std::vector<std::size_t>& admitted, std::vector<std::size_t>& held) {
+  const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    Entry& entry = entries_[ids[i]];
+    ++entry.count;
+    entry.last_step = std::max(entry.last_step, step);
+    (entry.count >= min_count ? admitted : held).push_back(i);
+  }
+}
+
+void ServerTable::pull(std::span<const std::int64_t> ids, float* rows, std::uint64_t step) {
+  stats_.pulled_rows += static_cast<std::int64_t>(ids.size());
+  if (!tracking_enabled()) {
+    store_->pull(ids, rows);
+    return;
+  }
+  std::vector<std::size_t> admitted;
+  std::vector<std::size_t> held;
+  touch(ids, step, admitted, held);
+  const auto d = static_cast<std::size_t>(dim());
+  auto pull_subset = [&](LocalEmbeddingStore& store, const std::vector<std::size_t>& positions) {
+    if (positions.empty()) return;
+    std::vector<std::int64_t> subset(positions.size());
+    for (std::size_t j = 0; j < positions.size(); ++j) subset[j] = ids[positions[j]];
+    std::vector<float> out(positions.size() * d);
+    store.pull(subset, out.data());
+    for (std::size_t j = 0; j < positions.size(); ++j) {
+      std::memcpy(rows + positions[j] * d, out.data() + j * d, d * sizeof(float));
+    }
+  };
+  pull_subset(*store_, admitted);
+  if (!held.empty()) {
+    pull_subset(*scratch_, held);
+    scratch_->load_rows(LocalEmbeddingStore(config_.spec, config_.optimizer, store_options(1)).save_rows());
+  }
+  evict_if_needed();
+}
+
+void ServerTable::push(std::span<const std::int64_t> ids, const float* grads, double lr,
+                       std::uint64_t step) {
+  if (!tracking_enabled()) {
+    stats_.pushed_rows += static_cast<std::int64_t>(ids.size());
+    store_->push(ids, grads, lr);
+    return;
+  }
+  std::vector<std::size_t> admitted;
+  std::vector<std::size_t> held;
+  touch(ids, step, admitted, held);
+  stats_.not_admitted_rows += static_cast<std::int64_t>(held.size());
+  stats_.pushed_rows += static_cast<std::int64_t>(admitted.size());
+  if (held.empty()) {
+    store_->push(ids, grads, lr);
+  } else if (!admitted.empty()) {
+    const auto d = static_cast<std::size_t>(dim());
+    std::vector<std::int64_t> subset(admitted.size());
+    std::vector<float> subset_grads(admitted.size() * d);
+    for (std::size_t j = 0; j < admitted.size(); ++j) {
+      subset[j] = ids[admitted[j]];
+      std::memcpy(subset_grads.data() + j * d, grads + admitted[j] * d, d * sizeof(float));
+    }
+    store_->push(subset, subset_grads.data(), lr);
+  }
+  evict_if_needed();
+}
+
+void ServerTable::evict_if_needed() {
+  const std::int64_t capacity = config_.options.capacity_rows;
+  if (capacity <= 0) return;
+  const std::int64_t rows = store_->num_rows();
+  if (rows <= capacity) return;
+  const auto target = static_cast<std::int64_t>(static_cast<double>(capacity) *
+                                                config_.options.evict_to_fraction);
+  // The rows held are exactly the admitted entries. Drop the least recently touched (ties by
+  // id, so every replica of this decision is the same) down to the target.
+  const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
+  std::vector<std::pair<std::uint64_t, std::int64_t>> by_age;
+  by_age.reserve(entries_.size());
+  for (const auto& [id, entry] : entries_) {
+    if (entry.count >= min_count) by_age.emplace_back(entry.last_step, id);
+  }
+  const auto drop = static_cast<std::size_t>(std::max<std::int64_t>(rows - target, 0));
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(std::min(drop, by_age.size())),
+                   by_age.end());
+  std::vector<std::int64_t> victims;
+  for (std::size_t i = 0; i < std::min(drop, by_age.size()); ++i) victims.push_back(by_age[i].second);
+  std::sort(victims.begin(), victims.end());
+
+  // The store has no erase: rebuild it from its rows minus the victims (O(rows), amortised over
+  // the (1 - evict_to_fraction) * capacity inserts until the next eviction).
+  auto tensors = store_->save_rows();
+  const Tensor& ids = tensors[0].second;
+  const Tensor& values = tensors[1].second;
+  const Tensor& state = tensors[2].second;
+  const std::int64_t count = ids.dim(0);
+  const auto d = static_cast<std::size_t>(dim());
+  const auto s = static_cast<std::size_t>(store_->state_floats());
+  const std::int64_t keep = count - static_cast<std::int64_t>(victims.size());
+  Tensor kept_ids = Tensor::empty(Shape{keep}, DType::i64);
+  Tensor kept_values = Tensor::empty(Shape{keep, dim()}, DType::f32);
+  Tensor kept_state = Tensor::empty(Shape{keep, store_->state_floats()}, DType::f32);
+  std::size_t out = 0;
+  for (std::int64_t r = 0; r < count; ++r) {
+    const std::int64_t id = ids.data<std::int64_t>()[r];
+    if (std::binary_search(victims.begin(), victims.end(), id)) continue;
+    const auto ru = static_cast<std::size_t>(r);
+    kept_ids.data<std::int64_t>()[out] = id;
+    std::memcpy(kept_values.data<float>() + out * d, values.data<float>() + ru * d, d * sizeof(float));
+    if (s > 0) std::memcpy(kept_state.data<float>() + out * s, state.data<float>() + ru * s, s * sizeof(float));
+    ++out;
+  }
+  store_->load_rows({{tensors[0].first, kept_ids}, {tensors[1].first, kept_values},
+                     {tensors[2].first, kept_state}});
+  for (std::int64_t id : victims) entries_.erase(id);
+  stats_.evicted_rows += static_cast<std::int64_t>(victims.size());
+  log::get("ps")->info("table {}: evicted {} least recently used rows ({} -> {} rows, capacity {})",
+                       name(), victims.size(), rows, keep, capacity);
+}
+
+void ServerTable::load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) {
+  store_->load_rows(rows);
+  if (!tracking_enabled()) return;
+  // Loaded rows count as admitted and as touched at step 0.
+  entries_.clear();
+  for (const auto& [key, tensor] : rows) {
+    if (key != name() + ".ids") continue;
+    const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
+    for (std::int64_t id : tensor.span<std::int64_t>()) entries_[id] = Entry{min_count, 0};
+  }
+}
+
+TableStats ServerTable::stats() const {
+  TableStats stats = stats_;
+  stats.rows = store_->num_rows();
+  stats.row_bytes = store_->row_bytes();
+  stats.memory_bytes = store_->memory_bytes();
+  if (tracking_enabled()) {
+    // Node-based map: bucket pointer + node (next pointer, key, entry), rounded by malloc.
+    stats.memory_bytes += entries_.bucket_count() * sizeof(void*) +
+                          entries_.size() * (sizeof(void*) + sizeof(std::int64_t) + sizeof(Entry) + 8);
+  }
+  return stats;
+}
+
+}  // namespace aiacc::ps

@@ -1,0 +1,87 @@
+// ServerTable: one embedding table as a parameter-server shard holds it. Storage is a
+// LocalEmbeddingStore (core/embedding: P hash partitions, each an open-addressing table over an
+// arena of [value | optimiser state] rows with its own lock, processed in parallel), so rows
+// are created on first touch from (id, seed) and a restarted shard recreates the same values.
+// On top of it: optional admission (min_count requests before a row exists) and eviction
+// (capacity_rows, least recently touched first), and the counters the shard logs and reports.
+// Legend: U = ids in a request, D = dim, S = optimiser state floats per row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/embedding/local_embedding_store.h"
+#include "ps/protocol.h"
+
+namespace aiacc::ps {
+
+struct TableStats {
+  std::string name;
+  std::int64_t rows = 0;
+  std::size_t memory_bytes = 0;  // store slots + arena (+ admission/eviction bookkeeping)
+  std::size_t row_bytes = 0;     // rows * (D + S) * 4: the raw floor
+  std::int64_t pulled_rows = 0;
+  std::int64_t pushed_rows = 0;
+  std::int64_t duplicate_pushes = 0;  // retried pushes acknowledged without applying them
+  std::int64_t max_staleness = 0;     // bounded: largest (step - slowest clock) a pull was served at
+  std::int64_t not_admitted_rows = 0; // admission: pushed rows dropped because not yet admitted
+  std::int64_t evicted_rows = 0;
+};
+
+// Not thread-safe: the shard's request thread owns it (the store inside runs its partitions
+// on OpenMP threads).
+class ServerTable {
+ public:
+  // Throws ConfigError for a bad spec or optimiser (LocalEmbeddingStore's checks).
+  ServerTable(TableConfig config, int num_partitions);
+
+  const TableConfig& config() const { return config_; }
+  const std::string& config_yaml() const { return config_yaml_; }
+  const std::string& name() const { return config_.spec.name; }
+  int dim() const { return static_cast<int>(config_.spec.dim); }
+  LocalEmbeddingStore& store() { return *store_; }
+
+  // rows [U, D] = the rows of `ids` (created unless admission holds them back: then their
+  // deterministic initial value, not stored). `step` orders eviction.
+  void pull(std::span<const std::int64_t> ids, float* rows, std::uint64_t step);
+  // Applies the sparse optimiser to `ids` with grads [U, D] at `lr` (ids unique).
+  void push(std::span<const std::int64_t> ids, const float* grads, double lr, std::uint64_t step);
+
+  // Checkpoint tensors ("<name>.ids/.values/.state", rows sorted by id) and their inverse.
+  std::vector<std::pair<std::string, Tensor>> save_rows() const { return store_->save_rows(); }
+  void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows);
+
+  TableStats& counters() { return stats_; }
+  TableStats stats() const;
+
+ private:
+  // Admission: splits ids into admitted (kept) and held-back positions; counts every request.
+  bool admission_enabled() const { return config_.options.min_count > 1; }
+  bool tracking_enabled() const { return admission_enabled() || config_.options.capacity_rows > 0; }
+  void touch(std::span<const std::int64_t> ids, std::uint64_t step,
+             std::vector<std::size_t>& admitted, std::vector<std::size_t>& held);
+  void evict_if_needed();
+
+  struct Entry {
+    std::uint64_t count = 0;       // requests seen (admission)
+    std::uint64_t last_step = 0;   // last step touched (eviction)
+  };
+
+  TableConfig config_;
+  std::string config_yaml_;
+  int num_partitions_;
+  std::unique_ptr<LocalEmbeddingStore> store_;
+  // Initial values of ids not admitted yet: pulled here, then cleared (never kept).
+  std::unique_ptr<LocalEmbeddingStore> scratch_;
+  // Per id bookkeeping, only with admission or eviction on (costs ~50 B per id tracked).
+  std::unordered_map<std::int64_t, Entry> entries_;
+  TableStats stats_;
+};
+
+}  // namespace aiacc::ps

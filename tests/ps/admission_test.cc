@@ -1,0 +1,72 @@
+// Admission (a row is created only after min_count requests of its id) and capacity-bounded
+// eviction (least recently touched rows dropped; they come back with their initial value).
+#include <gtest/gtest.h>
+
+#include "tests/ps/ps_fixture.h"
+
+namespace aiacc::ps {
+namespace {
+
+TEST(PsAdmission, RowsAreCreatedOnlyAfterMinCountRequests) {
+  testing::Cluster cluster(2);
+  auto client = cluster.client();
+  TableConfig config = testing::table_config("admit", 4, "sgd");
+  config.options.min_count = 3;
+  client->create_table(config);
+  auto fresh = testing::reference_store(config);
+  const std::vector<std::int64_t> ids{11, 22, 33};
+  std::vector<float> rows(12);
+  std::vector<float> initial(12);
+  fresh->pull(ids, initial.data());
+  const std::vector<float> grads(12, 1.0f);
+  // Request 1 (pull) and 2 (push): not admitted; the pull shows the initial value and the push
+  // is dropped.
+  client->wait(client->pull("admit", ids, rows.data(), 0));
+  EXPECT_EQ(rows, initial);
+  client->wait(client->push("admit", ids, grads.data(), 0.5, 0));
+  std::int64_t rows_held = 0;
+  std::int64_t dropped = 0;
+  for (const auto& shard : client->stats()) {
+    rows_held += shard[0].rows;
+    dropped += shard[0].not_admitted_rows;
+  }
+  EXPECT_EQ(rows_held, 0);
+  EXPECT_EQ(dropped, 3);
+  // Request 3 admits them: the push applies.
+  client->wait(client->push("admit", ids, grads.data(), 0.5, 1));
+  client->wait(client->pull("admit", ids, rows.data(), 2));
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_FLOAT_EQ(rows[i], initial[i] - 0.5f);
+}
+
+TEST(PsEviction, ShardKeepsAtMostCapacityRowsDroppingTheLeastRecentlyUsed) {
+  testing::Cluster cluster(1);
+  auto client = cluster.client();
+  TableConfig config = testing::table_config("evict", 2, "sgd");
+  config.options.capacity_rows = 100;
+  config.options.evict_to_fraction = 0.5;
+  client->create_table(config);
+  auto fresh = testing::reference_store(config);
+  std::vector<std::int64_t> hot{1, 2, 3, 4};
+  const std::vector<float> grads(8, 1.0f);
+  client->wait(client->push("evict", hot, grads.data(), 1.0, 0));
+  for (std::uint64_t step = 1; step <= 10; ++step) {
+    std::vector<std::int64_t> cold;
+    for (int i = 0; i < 30; ++i) cold.push_back(static_cast<std::int64_t>(step * 1000 + i));
+    std::vector<float> hot_rows(8);
+    client->wait(client->pull("evict", hot, hot_rows.data(), step));  // keeps them recent
+    std::vector<float> rows(cold.size() * 2);
+    client->wait(client->pull("evict", cold, rows.data(), step));
+  }
+  const auto stats = client->stats()[0][0];
+  EXPECT_LE(stats.rows, 100);
+  EXPECT_GT(stats.evicted_rows, 0);
+  // The hot rows survived with their update; an evicted cold row is back to its initial value.
+  std::vector<float> rows(8);
+  std::vector<float> initial(8);
+  client->wait(client->pull("evict", hot, rows.data(), 11));
+  fresh->pull(hot, initial.data());
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_FLOAT_EQ(rows[i], initial[i] - 1.0f);
+}
+
+}  // namespace
+}  // namespace aiacc::ps

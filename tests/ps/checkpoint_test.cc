@@ -1,0 +1,146 @@
+// Shard checkpoints: a shard restored from its safetensors file serves identical rows and
+// optimiser state (and keeps training identically); the file is refused by another shard; a
+// table's rows round-trip through the EmbeddingStore save_rows/load_rows of the remote store.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/io/safetensors.h"
+#include "ps/remote_embedding_store.h"
+#include "ps/shard_checkpoint.h"
+#include "tests/ps/ps_fixture.h"
+
+namespace aiacc::ps {
+namespace {
+
+using testing::Cluster;
+using testing::table_config;
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("aiacc_ps_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void train(PsClient& client, const std::string& table, int dim, int first_step, int steps) {
+  for (int step = first_step; step < first_step + steps; ++step) {
+    const auto ids = testing::random_ids(500, 800, step);
+    const auto grads = testing::random_grads(ids.size(), dim, step);
+    client.wait(client.push(table, ids, grads.data(), 0.05, step));
+  }
+}
+
+TEST(PsCheckpoint, RestoredShardServesIdenticalRows) {
+  const auto dir = temp_dir("restore");
+  const TableConfig adam = table_config("emb_adam", 8, "adam");
+  const TableConfig ftrl = table_config("emb_ftrl", 3, "ftrl");
+  std::vector<std::pair<std::string, Tensor>> before_adam;
+  std::vector<std::pair<std::string, Tensor>> before_ftrl;
+  std::vector<float> continued;
+  {
+    Cluster cluster(2);
+    auto client = cluster.client();
+    client->create_table(adam);
+    client->create_table(ftrl);
+    train(*client, "emb_adam", 8, 0, 5);
+    train(*client, "emb_ftrl", 3, 0, 5);
+    const auto paths = client->save_checkpoint(dir.string());
+    ASSERT_EQ(paths.size(), 2u);
+    for (const auto& p : paths) EXPECT_TRUE(std::filesystem::exists(p)) << p;
+    before_adam = client->dump_rows("emb_adam");
+    before_ftrl = client->dump_rows("emb_ftrl");
+    train(*client, "emb_adam", 8, 5, 3);  // the run goes on after the checkpoint
+    const auto probe = testing::random_ids(1000, 900, 1);
+    continued.resize(probe.size() * 8);
+    client->wait(client->pull("emb_adam", probe, continued.data(), 8));
+  }
+  // Fresh shards (new processes would be the same: nothing survives but the files).
+  Cluster cluster(2);
+  auto client = cluster.client();
+  client->load_checkpoint(dir.string());
+  client->create_table(adam);  // the restored config is the same: accepted
+  client->create_table(ftrl);
+  for (const auto& [want, name] : {std::pair{&before_adam, "emb_adam"}, std::pair{&before_ftrl, "emb_ftrl"}}) {
+    const auto got = client->dump_rows(name);
+    ASSERT_EQ(got.size(), want->size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].second.shape(), (*want)[i].second.shape()) << got[i].first;
+      EXPECT_EQ(0, std::memcmp(got[i].second.raw_data(), (*want)[i].second.raw_data(),
+                               got[i].second.num_bytes())) << got[i].first;
+    }
+  }
+  train(*client, "emb_adam", 8, 5, 3);
+  const auto probe = testing::random_ids(1000, 900, 1);
+  std::vector<float> rows(probe.size() * 8);
+  client->wait(client->pull("emb_adam", probe, rows.data(), 8));
+  EXPECT_EQ(rows, continued) << "training resumed from the checkpoint diverged";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PsCheckpoint, FileIsSafetensorsWithShardMetadata) {
+  const auto dir = temp_dir("format");
+  Cluster cluster(1);
+  auto client = cluster.client();
+  client->create_table(table_config("meta", 4, "adagrad"));
+  train(*client, "meta", 4, 0, 1);
+  const auto path = (dir / "one.safetensors").string();
+  cluster.servers[0]->save_checkpoint(path);
+  const io::SafetensorsFile file = io::read_safetensors(path);
+  EXPECT_EQ(file.metadata.at("aiacc.ps.shard"), "0");
+  EXPECT_EQ(file.metadata.at("aiacc.ps.num_shards"), "1");
+  ASSERT_NE(file.find("meta.ids"), nullptr);
+  ASSERT_NE(file.find("meta.values"), nullptr);
+  ASSERT_NE(file.find("meta.state"), nullptr);
+  EXPECT_EQ(file.find("meta.state")->dim(1), 4);  // adagrad: one sum per weight
+  const ShardCheckpoint checkpoint = read_shard_checkpoint(path);
+  ASSERT_EQ(checkpoint.tables.size(), 1u);
+  EXPECT_EQ(checkpoint.tables[0].optimizer.type, "adagrad");
+
+  // Shard 1 of 2 refuses shard 0 of 1's file.
+  ServerOptions other;
+  other.shard = 1;
+  other.num_shards = 2;
+  PsServer wrong(other);
+  try {
+    wrong.load_checkpoint(path);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard 0 of 1"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PsCheckpoint, RemoteStoreSaveRowsLoadRowsRoundTrip) {
+  Cluster cluster(3);
+  auto client = cluster.client();
+  const TableConfig config = table_config("rt", 5, "adagrad");
+  RemoteEmbeddingStore store(client, config);
+  auto reference = testing::reference_store(config);
+  const auto ids = testing::random_ids(300, 200, 3);
+  std::vector<std::int64_t> unique;
+  std::vector<float> summed;
+  testing::aggregate(ids, testing::random_grads(ids.size(), 5, 3), 5, unique, summed);
+  store.push(unique, summed.data(), 0.1);
+  reference->push(unique, summed.data(), 0.1);
+  const auto rows = store.save_rows();
+  const auto want = reference->save_rows();
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(rows[i].second.shape(), want[i].second.shape());
+    EXPECT_EQ(0, std::memcmp(rows[i].second.raw_data(), want[i].second.raw_data(), rows[i].second.num_bytes()));
+  }
+  Cluster fresh(3);
+  RemoteEmbeddingStore restored(fresh.client(), config);
+  restored.load_rows(rows);
+  EXPECT_EQ(restored.num_rows(), reference->num_rows());
+  std::vector<float> got(unique.size() * 5);
+  std::vector<float> expected(got.size());
+  restored.pull(unique, got.data());
+  reference->pull(unique, expected.data());
+  EXPECT_EQ(got, expected);
+}
+
+}  // namespace
+}  // namespace aiacc::ps

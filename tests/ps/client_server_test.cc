@@ -1,0 +1,245 @@
+// Client + in-process shards on loopback: pull/push/optimiser results equal a single-process
+// LocalEmbeddingStore fed the same (aggregated) requests, for every sparse optimiser and shard
+// count; ids on one shard, empty and very large requests; retried and duplicated pushes are
+// applied once; errors name the shard, the table and the operation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "ps/sharding.h"
+#include "ps/remote_embedding_store.h"
+#include "tests/ps/ps_fixture.h"
+
+namespace aiacc::ps {
+namespace {
+
+using testing::Cluster;
+using testing::table_config;
+
+// Runs `steps` pull+push rounds on the cluster and on the reference, checking every pull.
+void expect_matches_reference(PsClient& client, const TableConfig& config, int steps,
+                              std::size_t ids_per_step, std::int64_t range) {
+  client.create_table(config);
+  auto reference = testing::reference_store(config);
+  const int dim = static_cast<int>(config.spec.dim);
+  for (int step = 0; step < steps; ++step) {
+    const auto ids = testing::random_ids(ids_per_step, range, 100 + step);
+    std::vector<float> rows(ids.size() * dim, -1.0f);
+    client.wait(client.pull(config.spec.name, ids, rows.data(), step));
+    std::vector<float> expected(ids.size() * dim);
+    reference->pull(ids, expected.data());
+    ASSERT_EQ(rows, expected) << config.optimizer.type << " step " << step;
+
+    const auto grads = testing::random_grads(ids.size(), dim, 200 + step);
+    client.wait(client.push(config.spec.name, ids, grads.data(), 0.05, step));
+    std::vector<std::int64_t> unique;
+    std::vector<float> summed;
+    testing::aggregate(ids, grads, dim, unique, summed);
+    reference->push(unique, summed.data(), 0.05);
+  }
+  // Final state: every row and its optimiser state, bit for bit.
+  const auto got = client.dump_rows(config.spec.name);
+  const auto want = reference->save_rows();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first, want[i].first);
+    ASSERT_EQ(got[i].second.shape(), want[i].second.shape()) << got[i].first;
+    EXPECT_EQ(0, std::memcmp(got[i].second.raw_data(), want[i].second.raw_data(),
+                             got[i].second.num_bytes())) << got[i].first;
+  }
+}
+
+class PsOptimizers : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(PsOptimizers, PullPushEqualSingleProcessReference) {
+  const auto& [optimizer, shards] = GetParam();
+  Cluster cluster(shards);
+  auto client = cluster.client();
+  expect_matches_reference(*client, table_config("t_" + optimizer, 8, optimizer), 6, 3000, 2000);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSparseOptimizers, PsOptimizers,
+                         ::testing::Combine(::testing::Values("sgd", "adagrad", "adam", "ftrl"),
+                                            ::testing::Values(1, 2, 3)));
+
+TEST(PsClientServer, ChunkedRequestsEqualReference) {
+  Cluster cluster(2);
+  ClientOptions options;
+  options.chunk_bytes = 100;  // 3 rows of dim 8 per request: hundreds of chunks per shard
+  auto client = cluster.client(0, options);
+  expect_matches_reference(*client, table_config("chunked", 8, "adam"), 3, 2000, 1500);
+  // Sync and bounded pushes are never chunked (one push per worker, shard and step).
+  expect_matches_reference(*client, table_config("chunked_sync", 8, "adagrad", "sync"), 3, 2000, 1500);
+  expect_matches_reference(*client, table_config("chunked_bounded", 8, "sgd", "bounded"), 3, 2000, 1500);
+}
+
+TEST(PsClientServer, IdsThatAllHashToOneShard) {
+  Cluster cluster(3);
+  auto client = cluster.client();
+  const TableConfig config = table_config("one_shard", 4, "adagrad");
+  client->create_table(config);
+  auto reference = testing::reference_store(config);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t id = 0; ids.size() < 500; ++id) {
+    if (shard_of(id, 3) == 1) ids.push_back(id);
+  }
+  const auto grads = testing::random_grads(ids.size(), 4, 1);
+  client->wait(client->push("one_shard", ids, grads.data(), 0.1, 0));
+  reference->push(ids, grads.data(), 0.1);
+  std::vector<float> rows(ids.size() * 4);
+  std::vector<float> expected(ids.size() * 4);
+  client->wait(client->pull("one_shard", ids, rows.data(), 1));
+  reference->pull(ids, expected.data());
+  EXPECT_EQ(rows, expected);
+  const auto stats = client->stats();
+  EXPECT_EQ(stats[0][0].rows, 0);
+  EXPECT_EQ(stats[1][0].rows, 500);
+  EXPECT_EQ(stats[2][0].rows, 0);
+}
+
+TEST(PsClientServer, EmptyRequests) {
+  Cluster cluster(2);
+  auto client = cluster.client();
+  for (const char* mode : {"async", "sync", "bounded"}) {
+    const std::string name = std::string("empty_") + mode;
+    client->create_table(table_config(name, 4, "sgd", mode));
+    const std::vector<std::int64_t> none;
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      client->wait(client->pull(name, none, nullptr, step));
+      client->wait(client->push(name, none, nullptr, 0.1, step));
+    }
+  }
+  for (const auto& shard : client->stats()) {
+    for (const auto& t : shard) EXPECT_EQ(t.rows, 0) << t.name;
+  }
+}
+
+TEST(PsClientServer, VeryLargeRequests) {
+  Cluster cluster(2);
+  auto client = cluster.client();
+  const TableConfig config = table_config("large", 16, "sgd");
+  client->create_table(config);
+  auto reference = testing::reference_store(config);
+  // 600k unique ids of 16 floats: 38 MB of rows per pull, ~19 MB per shard frame.
+  std::vector<std::int64_t> ids(600000);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(mix64(i));
+  std::vector<float> rows(ids.size() * 16);
+  client->wait(client->pull("large", ids, rows.data(), 0));
+  std::vector<float> expected(rows.size());
+  reference->pull(ids, expected.data());
+  EXPECT_EQ(rows, expected);
+  const auto grads = testing::random_grads(ids.size(), 16, 5);
+  client->wait(client->push("large", ids, grads.data(), 0.1, 0));
+  reference->push(ids, grads.data(), 0.1);
+  client->wait(client->pull("large", ids, rows.data(), 1));
+  reference->pull(ids, expected.data());
+  EXPECT_EQ(rows, expected);
+}
+
+TEST(PsClientServer, DuplicateIdsInOneRequestArePulledOnceAndAggregated) {
+  Cluster cluster(2);
+  auto client = cluster.client();
+  const TableConfig config = table_config("dups", 3, "adam");
+  // 5000 positions over 50 ids: heavy duplication.
+  expect_matches_reference(*client, config, 4, 5000, 50);
+  const auto stats = client->stats();
+  std::int64_t pulled = 0;
+  for (const auto& shard : stats) pulled += shard[0].pulled_rows;
+  EXPECT_LE(pulled, 4 * 50 + 50);  // unique ids only (plus the final dump's none)
+}
+
+TEST(PsClientServer, DuplicatedPushIsAppliedOnce) {
+  Cluster cluster(2);
+  ClientOptions options;
+  options.duplicate_pushes_for_testing = true;
+  auto client = cluster.client(0, options);
+  expect_matches_reference(*client, table_config("twice", 4, "adagrad"), 5, 400, 300);
+  std::int64_t duplicates = 0;
+  for (const auto& shard : client->stats()) duplicates += shard[0].duplicate_pushes;
+  EXPECT_EQ(duplicates, 5 * 2);  // every push arrived twice on each of the 2 shards
+}
+
+TEST(PsClientServer, RetriedPushAfterLostReplyIsAppliedOnce) {
+  ServerOptions server;
+  server.drop_push_replies_for_testing = 3;  // per shard: the first 3 push replies vanish
+  Cluster cluster(2, server);
+  ClientOptions options;
+  options.retry_interval_s = 0.2;
+  auto client = cluster.client(0, options);
+  expect_matches_reference(*client, table_config("retry", 4, "ftrl"), 5, 400, 300);
+  std::int64_t duplicates = 0;
+  for (const auto& shard : client->stats()) duplicates += shard[0].duplicate_pushes;
+  EXPECT_GE(duplicates, 6);
+}
+
+TEST(PsClientServer, ConflictingTableConfigIsRejectedNamingTheTable) {
+  Cluster cluster(1);
+  auto client = cluster.client();
+  client->create_table(table_config("conflict", 4, "sgd"));
+  client->create_table(table_config("conflict", 4, "sgd"));  // same: fine
+  try {
+    client->create_table(table_config("conflict", 8, "sgd"));
+    FAIL() << "expected a CommError";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("conflict"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ps shard 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PsClientServer, UnknownTableIsAConfigError) {
+  Cluster cluster(1);
+  auto client = cluster.client();
+  std::vector<std::int64_t> ids{1};
+  float row[4];
+  EXPECT_THROW(client->pull("nope", ids, row, 0), ConfigError);
+}
+
+TEST(PsClientServer, MissingShardTimesOutNamingIt) {
+  ClientOptions options;
+  options.endpoints = {"tcp://127.0.0.1:1"};  // nothing listens there
+  options.timeout_s = 0.5;
+  options.retry_interval_s = 0.2;
+  PsClient client(options);
+  try {
+    client.create_table(table_config("t", 4, "sgd"));
+    FAIL() << "expected a TimeoutError";
+  } catch (const TimeoutError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("ps shard 0 (tcp://127.0.0.1:1)"), std::string::npos) << message;
+    EXPECT_NE(message.find("create_table"), std::string::npos) << message;
+  }
+}
+
+TEST(PsClientServer, PrefetchedRowsAreThoseOfABlockingPull) {
+  Cluster cluster(2);
+  auto client = cluster.client();
+  const TableConfig config = table_config("prefetch", 4, "adagrad");
+  auto store = std::make_shared<RemoteEmbeddingStore>(client, config);
+  auto reference = testing::reference_store(config);
+  for (int step = 0; step < 4; ++step) {
+    const auto ids = testing::random_ids(200, 500, step);
+    if (step % 2 == 1) store->prefetch(ids);  // taken by the pull below
+    std::vector<float> rows(ids.size() * 4);
+    std::vector<float> expected(rows.size());
+    store->pull(ids, rows.data());
+    reference->pull(ids, expected.data());
+    ASSERT_EQ(rows, expected) << "step " << step;
+    store->prefetch(testing::random_ids(200, 500, 99));  // discarded by the push below
+    std::vector<std::int64_t> unique;
+    std::vector<float> summed;
+    testing::aggregate(ids, testing::random_grads(ids.size(), 4, step), 4, unique, summed);
+    store->push(unique, summed.data(), 0.1);
+    reference->push(unique, summed.data(), 0.1);
+  }
+  // The discarded prefetches still created their rows on the shards (a pull creates rows).
+  const auto discarded = testing::random_ids(200, 500, 99);
+  std::vector<float> scratch(discarded.size() * 4);
+  reference->pull(discarded, scratch.data());
+  EXPECT_EQ(store->num_rows(), reference->num_rows());
+}
+
+}  // namespace
+}  // namespace aiacc::ps

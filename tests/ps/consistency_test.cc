@@ -1,0 +1,176 @@
+// Consistency across workers (ranks as threads on loopback): synchronous tables apply the
+// average of all workers' step gradients once (equal to a reference fed that average) and a
+// push completes only when every worker pushed; bounded staleness is never exceeded (checked on
+// both sides: the server's record and the workers' own step counters); SyncAggregator and
+// StalenessClock units.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "ps/consistency.h"
+#include "tests/ps/ps_fixture.h"
+#include "tests/testing/run_ranks.h"
+
+namespace aiacc::ps {
+namespace {
+
+using testing::Cluster;
+using testing::table_config;
+
+TEST(SyncAggregator, MergesInWorkerOrderAndAverages) {
+  SyncAggregator aggregator(2, /*average=*/true, 2);
+  const std::vector<std::int64_t> ids1{5, 7};
+  const std::vector<float> g1{1, 2, 3, 4};
+  const std::vector<std::int64_t> ids0{7, 9};
+  const std::vector<float> g0{10, 20, 30, 40};
+  Contribution c1{1, 1, ids1, g1.data(), 0.1, nullptr, "b"};
+  aggregator.add(0, c1);
+  ReadyStep ready;
+  EXPECT_FALSE(aggregator.pop_ready(ready));
+  EXPECT_TRUE(aggregator.pending(1, 1));
+  EXPECT_NE(aggregator.describe_waiting().find("workers 0"), std::string::npos);
+  Contribution c0{0, 1, ids0, g0.data(), 0.1, nullptr, "a"};
+  aggregator.add(0, c0);
+  ASSERT_TRUE(aggregator.pop_ready(ready));
+  EXPECT_EQ(ready.ids, (std::vector<std::int64_t>{7, 9, 5}));  // worker 0's ids first
+  EXPECT_EQ(ready.grads, (std::vector<float>{6.5f, 12.0f, 15.0f, 20.0f, 0.5f, 1.0f}));
+  EXPECT_THROW(aggregator.add(0, c0), CommError);  // step 0 already applied
+  aggregator.add(1, c0);
+  EXPECT_THROW(aggregator.add(1, c0), CommError);  // twice for one step
+}
+
+TEST(StalenessClock, LagIsStepMinusSlowest) {
+  StalenessClock clock(3, 1);
+  EXPECT_TRUE(clock.may_serve(1));
+  EXPECT_FALSE(clock.may_serve(2));
+  clock.advance(0, 0);
+  clock.advance(1, 0);
+  EXPECT_EQ(clock.slowest_worker(), 2);
+  EXPECT_FALSE(clock.may_serve(2));
+  clock.advance(2, 0);
+  EXPECT_TRUE(clock.may_serve(2));
+  EXPECT_EQ(clock.lag(2), 1);
+}
+
+TEST(PsConsistency, SyncPushWaitsForEveryWorkerAndAppliesTheAverage) {
+  Cluster cluster(2);
+  constexpr int kWorkers = 3;
+  constexpr int kDim = 4;
+  const TableConfig config = table_config("sync", kDim, "adagrad", "sync", kWorkers);
+  auto reference = testing::reference_store(config);
+  std::vector<std::shared_ptr<PsClient>> clients;
+  for (int w = 0; w < kWorkers; ++w) {
+    clients.push_back(cluster.client(w));
+    clients.back()->create_table(config);
+  }
+  for (std::uint64_t step = 0; step < 4; ++step) {
+    std::vector<std::vector<std::int64_t>> ids(kWorkers);
+    std::vector<std::vector<float>> grads(kWorkers);
+    std::vector<Ticket> tickets;
+    for (int w = 0; w < kWorkers; ++w) {
+      ids[w] = testing::random_ids(300, 400, step * 10 + w);
+      grads[w] = testing::random_grads(ids[w].size(), kDim, step * 10 + w);
+      tickets.push_back(clients[w]->push("sync", ids[w], grads[w].data(), 0.05, step));
+      if (w + 1 < kWorkers) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        EXPECT_FALSE(clients[0]->ready(tickets[0])) << "a sync push completed before all pushed";
+      }
+    }
+    for (int w = 0; w < kWorkers; ++w) clients[w]->wait(tickets[w]);
+    // Reference: each worker's ids aggregated locally, then summed in worker order, averaged.
+    std::vector<std::int64_t> all_ids;
+    std::vector<float> all_grads;
+    for (int w = 0; w < kWorkers; ++w) {
+      std::vector<std::int64_t> u;
+      std::vector<float> s;
+      testing::aggregate(ids[w], grads[w], kDim, u, s);
+      all_ids.insert(all_ids.end(), u.begin(), u.end());
+      all_grads.insert(all_grads.end(), s.begin(), s.end());
+    }
+    std::vector<std::int64_t> merged;
+    std::vector<float> summed;
+    testing::aggregate(all_ids, all_grads, kDim, merged, summed);
+    for (float& g : summed) g /= static_cast<float>(kWorkers);
+    reference->push(merged, summed.data(), 0.05);
+
+    const auto probe = testing::random_ids(500, 400, 777);
+    std::vector<float> rows(probe.size() * kDim);
+    std::vector<float> expected(rows.size());
+    clients[1]->wait(clients[1]->pull("sync", probe, rows.data(), step + 1));
+    reference->pull(probe, expected.data());
+    ASSERT_EQ(rows, expected) << "step " << step;
+  }
+}
+
+TEST(PsConsistency, BoundedStalenessIsNeverExceeded) {
+  for (int staleness : {0, 2}) {
+    Cluster cluster(2);
+    constexpr int kWorkers = 3;
+    constexpr int kSteps = 12;
+    TableConfig c = table_config("bounded", 4, "sgd", "bounded", kWorkers);
+    c.options.staleness = staleness;
+    std::array<std::atomic<int>, kWorkers> pushes_started{};
+    std::atomic<int> worst{0};
+    aiacc::testing::run_ranks(kWorkers, [&](int w) {
+      auto client = cluster.client(w);
+      client->create_table(c);
+      for (int step = 0; step < kSteps; ++step) {
+        const auto ids = testing::random_ids(100, 1000, step * 7 + w);
+        std::vector<float> rows(ids.size() * 4);
+        client->wait(client->pull("bounded", ids, rows.data(), step));
+        // Every worker that the server counted as done with a step had started its push.
+        int slowest = kSteps;
+        for (const auto& p : pushes_started) slowest = std::min(slowest, p.load());
+        int lag = step - slowest;
+        int seen = worst.load();
+        while (lag > seen && !worst.compare_exchange_weak(seen, lag)) {
+        }
+        if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the slow one
+        const auto grads = testing::random_grads(ids.size(), 4, step);
+        pushes_started[w].fetch_add(1);
+        client->wait(client->push("bounded", ids, grads.data(), 0.1, step));
+      }
+    });
+    EXPECT_LE(worst.load(), staleness);
+    auto client = cluster.client(0);
+    for (const auto& shard : client->stats()) {
+      EXPECT_LE(shard[0].max_staleness, staleness);
+      if (staleness > 0) {
+        EXPECT_GE(shard[0].max_staleness, 1) << "the fast workers never ran ahead";
+      }
+    }
+  }
+}
+
+TEST(PsConsistency, AsyncWorkersAllLand) {
+  Cluster cluster(2);
+  constexpr int kWorkers = 3;
+  const TableConfig config = table_config("async", 2, "sgd", "async", kWorkers);
+  aiacc::testing::run_ranks(kWorkers, [&](int w) {
+    auto client = cluster.client(w);
+    client->create_table(config);
+    const std::vector<std::int64_t> ids{1, 2, 3};
+    const std::vector<float> grads(6, 1.0f);
+    for (int step = 0; step < 5; ++step) {
+      client->wait(client->push("async", ids, grads.data(), 0.1, step));
+    }
+  });
+  // SGD is linear: 15 pushes of gradient 1 at lr 0.1 move every weight by exactly -1.5 (up to
+  // rounding) from its initial value, whatever the interleaving.
+  auto client = cluster.client(0);
+  client->create_table(config);
+  auto reference = testing::reference_store(config);
+  const std::vector<std::int64_t> ids{1, 2, 3};
+  std::vector<float> rows(6);
+  std::vector<float> initial(6);
+  client->wait(client->pull("async", ids, rows.data(), 0));
+  reference->pull(ids, initial.data());
+  for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_NEAR(rows[i], initial[i] - 1.5f, 1e-5);
+}
+
+}  // namespace
+}  // namespace aiacc::ps

@@ -1,0 +1,457 @@
+// aiacc-bench ps: parameter-server throughput, shards and workers as local processes.
+//
+//   aiacc-bench ps [--servers 2] [--workers 2] [--dims 8,16,64,128] [--ids 1000,10000,100000]
+//                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
+//                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
+//                  [--iperf-streams 1] [--server-threads T] [--chunk-bytes 262144] [--json FILE]
+//
+// The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
+// program) and --workers worker processes. Every worker owns its own set of U unique ids per
+// request size (warmed up once, so the timed requests look up existing rows) and, for each
+// (dim, U, mode), meets the others at a barrier, runs requests for --seconds and reports.
+// Modes: pull (ids out, rows back), push (ids and gradient rows out, the optimiser runs on the
+// shards), step (a pull then a push of the same ids: one training step's traffic). Figures are
+// aggregates over workers: rows/s and payload GB/s, payload = ids (8 B) + rows (4 * dim B) per
+// row and direction, headers excluded. The ceiling is loopback TCP as iperf3 measures it in the
+// same run; the ratio is payload GB/s over that. Memory: one table of --memory-rows rows of
+// --memory-dim floats is filled through the shards; the shards report their store bytes per row
+// (slots + arena) and the launcher reads their resident-set growth, both against the raw
+// (dim + optimiser state) * 4 bytes per row.
+#include "tools/bench/ps_bench.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/net/rendezvous_client.h"
+#include "core/net/rendezvous_server.h"
+#include "core/optim/sparse_row_optimizer.h"
+#include "ps/client.h"
+#include "ps/server_process.h"
+
+extern char** environ;
+
+namespace aiacc::bench {
+namespace {
+
+struct Args {
+  int servers = 2;
+  int workers = 2;
+  std::vector<int> dims{8, 16, 64, 128};
+  std::vector<int> ids{1000, 10000, 100000};
+  std::vector<std::string> modes{"pull", "push", "step"};
+  double seconds = 0.5;
+  std::string optimizer = "adagrad";
+  std::int64_t memory_rows = 10'000'000;
+  int memory_dim = 16;
+  double iperf_seconds = 2.0;
+  int iperf_streams = 1;
+  int server_threads = 0;  // 0: cores / (servers + workers), at least 1
+  std::int64_t chunk_bytes = ps::ClientOptions{}.chunk_bytes;
+  std::string json;
+  // Internal (child processes).
+  std::string role;
+  int worker = 0;
+  std::string endpoints;
+  std::string rendezvous;
+  std::string out;
+};
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, sep);) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<int> int_list(const std::string& key, const std::string& text) {
+  std::vector<int> out;
+  for (const auto& item : split(text, ',')) {
+    try {
+      out.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      throw ConfigError(fmt::format("aiacc-bench ps: {} expects integers, got '{}'", key, item));
+    }
+  }
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 2; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (i + 1 >= argc) throw ConfigError(fmt::format("aiacc-bench ps: {} needs a value", key));
+    const std::string value = argv[++i];
+    if (key == "--servers") a.servers = std::stoi(value);
+    else if (key == "--workers") a.workers = std::stoi(value);
+    else if (key == "--dims") a.dims = int_list(key, value);
+    else if (key == "--ids") a.ids = int_list(key, value);
+    else if (key == "--modes") a.modes = split(value, ',');
+    else if (key == "--seconds") a.seconds = std::stod(value);
+    else if (key == "--optimizer") a.optimizer = value;
+    else if (key == "--memory-rows") a.memory_rows = std::stoll(value);
+    else if (key == "--memory-dim") a.memory_dim = std::stoi(value);
+    else if (key == "--iperf-seconds") a.iperf_seconds = std::stod(value);
+    else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
+    else if (key == "--server-threads") a.server_threads = std::stoi(value);
+    else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
+    else if (key == "--json") a.json = value;
+    else if (key == "--role") a.role = value;
+    else if (key == "--worker") a.worker = std::stoi(value);
+    else if (key == "--endpoints") a.endpoints = value;
+    else if (key == "--rendezvous") a.rendezvous = value;
+    else if (key == "--out") a.out = value;
+    else throw ConfigError(fmt::format("aiacc-bench ps: unknown option '{}' (see tools/bench/ps_bench.cc)", key));
+  }
+  if (a.servers < 1 || a.workers < 1 || a.seconds <= 0) {
+    throw ConfigError("aiacc-bench ps: --servers, --workers and --seconds must be positive");
+  }
+  for (const auto& m : a.modes) {
+    if (m != "pull" && m != "push" && m != "step") {
+      throw ConfigError(fmt::format("aiacc-bench ps: unknown mode '{}' (pull, push, step)", m));
+    }
+  }
+  return a;
+}
+
+ps::TableConfig table_for(int dim, const std::string& optimizer, const std::string& name, int workers) {
+  ps::TableConfig c;
+  c.spec.name = name;
+  c.spec.dim = dim;
+  c.spec.seed = 1;
+  c.optimizer.type = optimizer;
+  c.optimizer.lr = 0.01;
+  c.options.num_workers = workers;
+  return c;
+}
+
+std::vector<std::int64_t> worker_ids(int worker, int count) {
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    ids[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(
+        mix64((static_cast<std::uint64_t>(worker) << 40) + static_cast<std::uint64_t>(i)));
+  }
+  return ids;
+}
+
+// ---- worker process: runs every point in order, meeting the others at barriers ----
+int run_worker(const Args& a) {
+  log::set_role(fmt::format("bench worker {}", a.worker));
+  ps::tune_malloc_for_large_frames();
+  ps::ClientOptions options;
+  options.endpoints = split(a.endpoints, ',');
+  options.worker = a.worker;
+  options.chunk_bytes = a.chunk_bytes;
+  auto context = net::Context::create(1);
+  ps::PsClient client(options, context);
+  net::RendezvousClient rendezvous(context, a.rendezvous);
+  rendezvous.register_rank(a.worker, a.workers, {}, net::deadline_after(60));
+  nlohmann::json results = nlohmann::json::array();
+  int point = 0;
+  for (int dim : a.dims) {
+    const std::string table = fmt::format("bench_d{}", dim);
+    client.create_table(table_for(dim, a.optimizer, table, a.workers));
+    for (int count : a.ids) {
+      const auto ids = worker_ids(a.worker, count);
+      std::vector<float> rows(ids.size() * static_cast<std::size_t>(dim));
+      std::vector<float> grads(rows.size(), 1e-3f);
+      client.wait(client.pull(table, ids, rows.data(), 0));  // warm-up: creates the rows
+      for (const auto& mode : a.modes) {
+        rendezvous.barrier(fmt::format("start-{}", point), net::deadline_after(300));
+        const auto start = std::chrono::steady_clock::now();
+        double elapsed = 0;
+        int iterations = 0;
+        while (iterations < 3 || elapsed < a.seconds) {
+          if (mode != "push") client.wait(client.pull(table, ids, rows.data(), 0));
+          if (mode != "pull") client.wait(client.push(table, ids, grads.data(), 0.01, 0));
+          ++iterations;
+          elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        const double directions = mode == "step" ? 2.0 : 1.0;
+        const double rows_moved = double(iterations) * count;
+        results.push_back({{"point", point}, {"dim", dim}, {"ids", count}, {"mode", mode},
+                           {"seconds", elapsed}, {"iterations", iterations},
+                           {"rows", rows_moved * directions},
+                           {"payload_bytes", rows_moved * directions * (8.0 + 4.0 * dim)}});
+        rendezvous.barrier(fmt::format("end-{}", point), net::deadline_after(300));
+        ++point;
+      }
+    }
+  }
+  std::ofstream(a.out) << results.dump() << "\n";
+  return 0;
+}
+
+// ---- launcher ----
+class Child {
+ public:
+  // `quiet`: stdout to /dev/null.
+  explicit Child(const std::vector<std::string>& argv, bool quiet = false) {
+    std::vector<char*> args;
+    for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    if (quiet) posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    const int status = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (status != 0) throw IoError(fmt::format("aiacc-bench ps: cannot start {}", argv[0]));
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  pid_t pid() const { return pid_; }
+  // Exit status once exited within `seconds`; throws Error naming `what` otherwise.
+  int wait(double seconds, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    throw Error(fmt::format("aiacc-bench ps: {} did not finish within {:.0f} s", what, seconds));
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+std::string wait_for_file(const std::filesystem::path& path, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string text;
+    if (in >> text && !text.empty()) return text;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw TimeoutError(fmt::format("aiacc-bench ps: no endpoint in {} after {:.0f} s", path.string(), seconds));
+}
+
+std::int64_t rss_bytes(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// Loopback TCP bandwidth (GB/s) measured by iperf3, or a negative value when unavailable.
+double measure_iperf(double seconds, int streams) {
+  if (seconds <= 0) return -1;
+  const int port = 20000 + static_cast<int>(::getpid() % 20000);
+  Child server({"/usr/bin/iperf3", "-s", "-1", "-p", std::to_string(port), "-B", "127.0.0.1"}, true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string command = fmt::format("iperf3 -c 127.0.0.1 -p {} -t {} -P {} -J 2>/dev/null",
+                                          port, seconds, streams);
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::string output;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  ::pclose(pipe);
+  try {
+    const auto j = nlohmann::json::parse(output);
+    return j.at("end").at("sum_received").at("bits_per_second").get<double>() / 8e9;
+  } catch (const std::exception& e) {
+    std::cerr << "aiacc-bench ps: could not read iperf3's result: " << e.what() << "\n";
+    return -1;
+  }
+}
+
+int run_launcher(const Args& a) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("aiacc-bench-ps-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string exe = self_exe();
+
+  std::cout << "aiacc-bench ps: " << a.servers << " shard processes, " << a.workers
+            << " worker processes, optimiser " << a.optimizer << ", "
+            << std::thread::hardware_concurrency() << " cores\n";
+  const double iperf = measure_iperf(a.iperf_seconds, a.iperf_streams);
+  if (iperf > 0) std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s\n", a.iperf_streams, iperf);
+
+  // Shards and workers share the cores: OpenMP threads beyond a fair share only spin.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = a.server_threads > 0 ? a.server_threads : std::max(1, cores / (a.servers + a.workers));
+  std::vector<std::unique_ptr<Child>> servers;
+  std::vector<std::string> endpoints;
+  for (int k = 0; k < a.servers; ++k) {
+    const auto file = dir / fmt::format("endpoint-{}", k);
+    servers.push_back(std::make_unique<Child>(std::vector<std::string>{
+        exe, "ps", "--role", "server", "--shard", std::to_string(k), "--num-shards",
+        std::to_string(a.servers), "--endpoint-file", file.string(), "--threads",
+        std::to_string(threads), "--log-interval-s", "0"}));
+    endpoints.push_back(wait_for_file(file, 60));
+  }
+  const std::string endpoint_list = fmt::format("{}", fmt::join(endpoints, ","));
+
+  auto context = net::Context::create(1);
+  net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
+  std::vector<std::unique_ptr<Child>> workers;
+  auto join = [](const auto& values) { return fmt::format("{}", fmt::join(values, ",")); };
+  const std::string modes = join(a.modes);
+  for (int w = 0; w < a.workers; ++w) {
+    workers.push_back(std::make_unique<Child>(std::vector<std::string>{
+        exe, "ps", "--role", "worker", "--worker", std::to_string(w), "--workers",
+        std::to_string(a.workers), "--endpoints", endpoint_list, "--rendezvous",
+        rendezvous.endpoint(), "--dims", join(a.dims), "--ids", join(a.ids), "--modes", modes,
+        "--seconds", fmt::format("{}", a.seconds), "--optimizer", a.optimizer, "--chunk-bytes",
+        std::to_string(a.chunk_bytes), "--out",
+        (dir / fmt::format("worker-{}.json", w)).string()}));
+  }
+  for (int w = 0; w < a.workers; ++w) {
+    const int status = workers[static_cast<std::size_t>(w)]->wait(3600, fmt::format("worker {}", w));
+    if (status != 0) throw Error(fmt::format("aiacc-bench ps: worker {} exited with status {}", w, status));
+  }
+
+  // Aggregate: rows of every worker over the slowest worker's time, per point.
+  std::vector<nlohmann::json> per_worker;
+  for (int w = 0; w < a.workers; ++w) {
+    per_worker.push_back(nlohmann::json::parse(std::ifstream(dir / fmt::format("worker-{}.json", w))));
+  }
+  nlohmann::json points = nlohmann::json::array();
+  std::cout << fmt::format("shards run {} OpenMP thread(s) each\n", threads);
+  std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14} {:>12} {:>9}\n", "dim", "ids/req", "mode",
+                           "rows/s", "payload GB/s", "of iperf3");
+  for (std::size_t p = 0; p < per_worker[0].size(); ++p) {
+    double rows = 0, bytes = 0, seconds = 0;
+    for (const auto& w : per_worker) {
+      rows += w[p].at("rows").get<double>();
+      bytes += w[p].at("payload_bytes").get<double>();
+      seconds = std::max(seconds, w[p].at("seconds").get<double>());
+    }
+    const auto& first = per_worker[0][p];
+    const double gbs = bytes / seconds / 1e9;
+    nlohmann::json point{{"dim", first.at("dim")}, {"ids_per_request", first.at("ids")},
+                         {"mode", first.at("mode")}, {"rows_per_s", rows / seconds},
+                         {"payload_gb_per_s", gbs}, {"seconds", seconds}};
+    if (iperf > 0) point["ratio_to_iperf3"] = gbs / iperf;
+    std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14.4g} {:>12.3f} {:>8.0f}%\n",
+                             first.at("dim").get<int>(), first.at("ids").get<int>(),
+                             first.at("mode").get<std::string>(), rows / seconds, gbs,
+                             iperf > 0 ? 100.0 * gbs / iperf : 0.0);
+    points.push_back(point);
+  }
+
+  nlohmann::json memory;
+  if (a.memory_rows > 0) {
+    ps::ClientOptions options;
+    options.endpoints = endpoints;
+    options.timeout_s = 600;
+    ps::PsClient client(options, context);
+    const ps::TableConfig config = table_for(a.memory_dim, a.optimizer, "bench_memory", 1);
+    client.create_table(config);
+    std::vector<std::int64_t> rss_before;
+    for (const auto& s : servers) rss_before.push_back(rss_bytes(s->pid()));
+    constexpr std::int64_t kChunk = 200000;
+    std::vector<std::int64_t> ids(kChunk);
+    std::vector<float> rows(static_cast<std::size_t>(kChunk * a.memory_dim));
+    const auto start = std::chrono::steady_clock::now();
+    for (std::int64_t base = 0; base < a.memory_rows; base += kChunk) {
+      const std::int64_t n = std::min(kChunk, a.memory_rows - base);
+      for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(mix64(static_cast<std::uint64_t>(base + i) ^ 0xabcdefull));
+      client.wait(client.pull("bench_memory", std::span(ids).first(static_cast<std::size_t>(n)), rows.data(), 0));
+    }
+    const double fill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::int64_t rss_growth = 0;
+    for (std::size_t k = 0; k < servers.size(); ++k) rss_growth += rss_bytes(servers[k]->pid()) - rss_before[k];
+    std::int64_t held = 0;
+    std::size_t store_bytes = 0;
+    for (const auto& shard : client.stats()) {
+      for (const auto& t : shard) {
+        if (t.name == "bench_memory") {
+          held += t.rows;
+          store_bytes += t.memory_bytes;
+        }
+      }
+    }
+    const int state = optim::SparseRowOptimizer(config.optimizer).state_floats(a.memory_dim);
+    const double raw = 4.0 * (a.memory_dim + state);
+    memory = {{"rows", held}, {"dim", a.memory_dim}, {"state_floats", state},
+              {"raw_bytes_per_row", raw},
+              {"store_bytes_per_row", double(store_bytes) / double(held)},
+              {"store_ratio", double(store_bytes) / double(held) / raw},
+              {"rss_bytes_per_row", double(rss_growth) / double(held)},
+              {"rss_ratio", double(rss_growth) / double(held) / raw},
+              {"fill_seconds", fill_seconds}};
+    std::cout << fmt::format("memory at {} rows (dim {}, {} state floats, raw {:.0f} B/row): store "
+                             "{:.1f} B/row ({:.2f}x), shard RSS growth {:.1f} B/row ({:.2f}x); "
+                             "filled in {:.1f} s\n", held, a.memory_dim, state, raw,
+                             memory["store_bytes_per_row"].get<double>(), memory["store_ratio"].get<double>(),
+                             memory["rss_bytes_per_row"].get<double>(), memory["rss_ratio"].get<double>(),
+                             fill_seconds);
+  }
+
+  {
+    ps::ClientOptions options;
+    options.endpoints = endpoints;
+    options.timeout_s = 30;
+    ps::PsClient(options, context).shutdown_servers();
+  }
+  for (std::size_t k = 0; k < servers.size(); ++k) servers[k]->wait(30, fmt::format("shard {}", k));
+  if (!a.json.empty()) {
+    nlohmann::json out{{"benchmark", "ps"}, {"servers", a.servers}, {"workers", a.workers},
+                       {"chunk_bytes", a.chunk_bytes}, {"server_threads", threads},
+                       {"optimizer", a.optimizer}, {"cores", std::thread::hardware_concurrency()},
+                       {"iperf3_gb_per_s", iperf}, {"iperf3_streams", a.iperf_streams},
+                       {"points", points}, {"memory", memory}};
+    std::ofstream(a.json) << out.dump(1) << "\n";
+    std::cout << "wrote " << a.json << "\n";
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+
+int run_ps_bench(int argc, char** argv) {
+  try {
+    if (argc >= 4 && std::string(argv[2]) == "--role" && std::string(argv[3]) == "server") {
+      // A shard process: its options follow "--role server"; the server program's code runs it.
+      std::vector<char*> server_argv{argv[0]};
+      for (int i = 4; i < argc; ++i) server_argv.push_back(argv[i]);
+      return ps::run_server_process(static_cast<int>(server_argv.size()), server_argv.data());
+    }
+    const Args args = parse(argc, argv);
+    if (args.role == "worker") return run_worker(args);
+    return run_launcher(args);
+  } catch (const ConfigError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "aiacc-bench ps: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace aiacc::bench
