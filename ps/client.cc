@@ -88,6 +88,16 @@ void PsClient::create_table(const TableConfig& config) {
   tables_.try_emplace(config.spec.name, config);
 }
 
+Ticket PsClient::submit(std::shared_ptr<detail::TicketState> t, std::vector<detail::OutRequest> requests) {
+  t->remaining = static_cast<int>(requests.size());
+  if (requests.empty()) {
+    t->done = true;  // nothing to send (no ids): the ticket is complete at once
+  } else {
+    io_->submit(std::move(requests));
+  }
+  return Ticket(std::move(t));
+}
+
 Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> ids, float* rows,
                       std::uint64_t step) {
   const TableConfig& config = table_config(table);
@@ -127,13 +137,7 @@ Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> id
       requests.push_back(std::move(r));
     }
   }
-  t->remaining = static_cast<int>(requests.size());
-  if (requests.empty()) {
-    t->done = true;
-  } else {
-    io_->submit(std::move(requests));
-  }
-  return Ticket(t);
+  return submit(std::move(t), std::move(requests));
 }
 
 Ticket PsClient::push(const std::string& table, std::span<const std::int64_t> ids,
@@ -185,13 +189,7 @@ Ticket PsClient::push(const std::string& table, std::span<const std::int64_t> id
       requests.push_back(std::move(r));
     }
   }
-  t->remaining = static_cast<int>(requests.size());
-  if (requests.empty()) {
-    t->done = true;
-  } else {
-    io_->submit(std::move(requests));
-  }
-  return Ticket(t);
+  return submit(std::move(t), std::move(requests));
 }
 
 void PsClient::wait(const Ticket& ticket) {

@@ -111,6 +111,8 @@ class PsClient {
   detail::OutRequest make_request(const std::shared_ptr<detail::TicketState>& ticket, int shard,
                                   Op op, const std::string& table, std::uint64_t step,
                                   std::size_t count, std::size_t dim);
+  // Hands `requests` (all of ticket `t`) to the I/O thread; an empty set completes `t` at once.
+  Ticket submit(std::shared_ptr<detail::TicketState> t, std::vector<detail::OutRequest> requests);
   // Sends `op` with one optional payload frame to every shard; returns the finished ticket.
   std::shared_ptr<detail::TicketState> broadcast(Op op, std::uint64_t table,
                                                  const std::string& payload_text,
