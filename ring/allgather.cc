@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "ring/detail/recv_exact.h"
 
 namespace aiacc::ring {
 
@@ -30,11 +31,7 @@ void Allgather::run() {
     out.post({base + static_cast<std::size_t>(rank) * block, block}, deadline, "allgather step 0");
     for (int step = 0; step < n - 1; ++step) {
       const int index = (rank - step - 1 + n) % n;
-      net::Message message = comm_->from(left, 0).recv(deadline, fmt::format("allgather step {}", step));
-      if (message.size() != block) {
-        throw CommError(fmt::format("allgather step {}: rank {} sent {} bytes, expected {}", step, left,
-                                    message.size(), block));
-      }
+      net::Message message = detail::recv_exact(comm_->from(left, 0), block, deadline, fmt::format("allgather step {}", step));
       if (block > 0) std::memcpy(base + static_cast<std::size_t>(index) * block, message.bytes().data(), block);
       if (step < n - 2) {
         held.push_back(std::move(message));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "ring/detail/recv_exact.h"
 
 namespace aiacc::ring {
 
@@ -28,6 +29,7 @@ void Broadcast::run() {
   const std::int64_t chunks = (total + chunk_bytes_ - 1) / chunk_bytes_;
   auto* base = static_cast<std::byte*>(buffer_.data);
 
+  const std::string label = fmt::format("broadcast from root {}", root_);
   std::deque<net::Message> held;  // forwarded straight from the transport's buffers
   net::Channel* out = forwards ? &comm_->to(next, 0) : nullptr;
   try {
@@ -36,16 +38,12 @@ void Broadcast::run() {
       const auto size = static_cast<std::size_t>(std::min(chunk_bytes_, total - begin));
       std::span<const std::byte> bytes{base + begin, size};
       if (position > 0) {
-        net::Message message = comm_->from(previous, 0).recv(deadline, fmt::format("broadcast from root {}", root_));
-        if (message.size() != size) {
-          throw CommError(fmt::format("broadcast from root {}: rank {} sent {} bytes, expected {}: the ranks "
-                                      "disagree on the buffer size", root_, previous, message.size(), size));
-        }
+        net::Message message = detail::recv_exact(comm_->from(previous, 0), size, deadline, label);
         std::memcpy(base + begin, message.bytes().data(), size);
         held.push_back(std::move(message));
         bytes = held.back().bytes();
       }
-      if (out) out->post(bytes, deadline, fmt::format("broadcast from root {}", root_));
+      if (out) out->post(bytes, deadline, label);
     }
     if (out) out->wait_posted(deadline, "broadcast: sending the last chunks");
   } catch (...) {

@@ -38,9 +38,7 @@ GradientFuser::GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Par
 
   // Every rank must derive the same layout; checked once with the tensors alone (bucket size
   // 0), since tuning may change the bucket boundaries later (identically on every rank).
-  std::vector<std::pair<std::string, std::int64_t>> listing;
-  for (Parameter* p : parameters_) listing.emplace_back(p->name(), p->grad().numel());
-  verify_plan(comm_, BucketPlan(listing, 0), "gradient fusion");
+  verify_plan(comm_, BucketPlan(listing(), 0), "gradient fusion");
   if (comm_->streams() > 1 && tuner_->current().streams != comm_->active_streams()) {
     comm_->set_active_streams(tuner_->current().streams);
   }
@@ -60,10 +58,14 @@ GradientFuser::~GradientFuser() {
   thread_.join();
 }
 
+std::vector<std::pair<std::string, std::int64_t>> GradientFuser::listing() const {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const Parameter* p : parameters_) out.emplace_back(p->name(), p->grad().numel());
+  return out;
+}
+
 void GradientFuser::build(std::int64_t bucket_bytes) {
-  std::vector<std::pair<std::string, std::int64_t>> listing;
-  for (Parameter* p : parameters_) listing.emplace_back(p->name(), p->grad().numel());
-  plan_.emplace(listing, bucket_bytes);
+  plan_.emplace(listing(), bucket_bytes);
   allreduces_.clear();
   for (const PlannedBucket& bucket : plan_->buckets()) {
     allreduces_.push_back(std::make_unique<Allreduce>(

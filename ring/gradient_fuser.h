@@ -68,6 +68,8 @@ class GradientFuser {
 
  private:
   void on_ready(int tensor);
+  // (name, elements) of every parameter in ready order: what the plan is derived from.
+  std::vector<std::pair<std::string, std::int64_t>> listing() const;
   void build(std::int64_t bucket_bytes);
   void communicate();  // the communication thread
 

@@ -168,11 +168,19 @@ void HierarchicalAllreduce::wait_all(std::uint64_t generation, std::string_view 
   }
 }
 
+void HierarchicalAllreduce::sum_slots(std::size_t offset, std::size_t count) {
+  if (count == 0) return;
+  const detail::WireFormat format{buffer_.dtype, WireType::kNative};
+  std::memcpy(result_ + offset, slot(0) + offset, count * buffer_.element_bytes());
+  for (int l = 1; l < static_cast<int>(local_ranks_.size()); ++l) {
+    detail::accumulate(format, result_ + offset, slot(l) + offset, count);
+  }
+}
+
 void HierarchicalAllreduce::run() {
   if (comm_->world_size() == 1 || buffer_.count == 0) return;
   const auto deadline = comm_->deadline();
   const int local_size = static_cast<int>(local_ranks_.size());
-  const detail::WireFormat format{buffer_.dtype, WireType::kNative};
   const std::size_t element = buffer_.element_bytes();
   if (local_size > 1 && !leaders_ring_ && comm_->host_leaders().size() == 1) {
     // One host: nothing crosses the network, so the buffer is reduced in chunks that stay in
@@ -185,12 +193,7 @@ void HierarchicalAllreduce::run() {
       std::memcpy(slot(local_index_) + at, data + at, static_cast<std::size_t>(size) * element);
       wait_all(++generation_, "inputs written", deadline);
       const Range part = split_even(size, local_size, local_index_);
-      const std::size_t offset = at + static_cast<std::size_t>(part.begin) * element;
-      const auto count = static_cast<std::size_t>(part.size());
-      if (count > 0) {
-        std::memcpy(result_ + offset, slot(0) + offset, count * element);
-        for (int l = 1; l < local_size; ++l) detail::accumulate(format, result_ + offset, slot(l) + offset, count);
-      }
+      sum_slots(at + static_cast<std::size_t>(part.begin) * element, static_cast<std::size_t>(part.size()));
       wait_all(++generation_, "host sum", deadline);
       std::memcpy(data + at, result_ + at, static_cast<std::size_t>(size) * element);
     }
@@ -204,12 +207,7 @@ void HierarchicalAllreduce::run() {
     wait_all(++generation_, "inputs written", deadline);
     // This rank's 1/L slice: the sum over slots in local-rank order.
     const Range slice = split_even(buffer_.count, local_size, local_index_);
-    const std::size_t offset = static_cast<std::size_t>(slice.begin) * element;
-    const auto count = static_cast<std::size_t>(slice.size());
-    if (count > 0) {
-      std::memcpy(result_ + offset, slot(0) + offset, count * element);
-      for (int l = 1; l < local_size; ++l) detail::accumulate(format, result_ + offset, slot(l) + offset, count);
-    }
+    sum_slots(static_cast<std::size_t>(slice.begin) * element, static_cast<std::size_t>(slice.size()));
     wait_all(++generation_, "host sum", deadline);
   }
   if (leaders_ring_) leaders_ring_->run();

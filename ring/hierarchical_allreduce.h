@@ -35,6 +35,9 @@ class HierarchicalAllreduce {
   // Waits until every local rank has passed barrier number `generation`.
   void wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline);
   std::byte* slot(int local) const;
+  // result[offset, +count elements) = the sum of every local slot there, in local-rank order
+  // (`offset` in bytes).
+  void sum_slots(std::size_t offset, std::size_t count);
 
   std::shared_ptr<Communicator> comm_;
   Buffer buffer_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "ring/detail/recv_exact.h"
 
 namespace aiacc::ring {
 
@@ -24,11 +25,7 @@ void RecursiveDoublingAllreduce::run() {
     net::Channel& out = comm_->to(peer, 0);
     try {
       out.post(bytes, deadline, what);
-      net::Message message = comm_->from(peer, 0).recv(deadline, what);
-      if (message.size() != bytes.size()) {
-        throw CommError(fmt::format("{}: rank {} sent {} bytes, expected {}: the ranks disagree on the buffer "
-                                    "size or dtype", what, peer, message.size(), bytes.size()));
-      }
+      net::Message message = detail::recv_exact(comm_->from(peer, 0), bytes.size(), deadline, what);
       out.wait_posted(deadline, what);  // before the buffer changes under the transport
       if (add) detail::accumulate(format_, buffer_.data, message.bytes().data(), count);
     } catch (...) {
@@ -41,10 +38,7 @@ void RecursiveDoublingAllreduce::run() {
     out.send(bytes, deadline, what);
   };
   auto receive_into = [&](int peer, const char* what, bool add) {
-    net::Message message = comm_->from(peer, 0).recv(deadline, what);
-    if (message.size() != bytes.size()) {
-      throw CommError(fmt::format("{}: rank {} sent {} bytes, expected {}", what, peer, message.size(), bytes.size()));
-    }
+    net::Message message = detail::recv_exact(comm_->from(peer, 0), bytes.size(), deadline, what);
     if (add) {
       detail::accumulate(format_, buffer_.data, message.bytes().data(), count);
     } else {

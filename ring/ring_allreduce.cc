@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "ring/detail/recv_exact.h"
 
 namespace aiacc::ring {
 namespace {
@@ -76,7 +77,7 @@ void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) 
   };
   // Posts elements `r` of the buffer (native) or of `stage` after converting them (which
   // reports overflow as non-finite wire values; the check after the collective catches them).
-  auto post_chunk = [&](const Range& r, std::vector<std::byte>& stage, const char* phase, int step) {
+  auto post_chunk = [&](const Range& r, std::vector<std::byte>& stage, const std::string& label) {
     std::span<const std::byte> bytes;
     if (converts) {
       std::byte* wire = stage_at(stage, r.begin);
@@ -85,18 +86,13 @@ void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) 
     } else {
       bytes = {buffer_.at(r.begin), static_cast<std::size_t>(r.size()) * wire_bytes};
     }
-    out.post(bytes, deadline, fmt::format("ring allreduce {} step {}", phase, step));
+    out.post(bytes, deadline, label);
   };
-  auto receive = [&](const Range& r, const char* phase, int step) {
-    net::Message message = in.recv(deadline, fmt::format("ring allreduce {} step {}", phase, step));
-    const std::size_t expected = static_cast<std::size_t>(r.size()) * wire_bytes;
-    if (message.size() != expected) {
-      throw CommError(fmt::format("ring allreduce {} step {}: rank {} sent {} bytes on stream {}, expected {}: "
-                                  "the ranks disagree on the buffer size, dtype or wire type",
-                                  phase, step, left, message.size(), stream, expected));
-    }
-    return message;
+  auto receive = [&](const Range& r, const std::string& label) {
+    return detail::recv_exact(in, static_cast<std::size_t>(r.size()) * wire_bytes, deadline, label);
   };
+  // Labels for errors, formatted once per step rather than per chunk.
+  auto label = [](const char* phase, int step) { return fmt::format("ring allreduce {} step {}", phase, step); };
 
   // Kept alive until the end: all-gather forwards received chunks without copying them.
   std::deque<net::Message> forwarded;  // a deque: elements never move (small messages live inline)
@@ -106,22 +102,25 @@ void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) 
     // full reduction of segment rank + 1.
     {
       const Range first = segment(rank);
-      for (std::int64_t c = 0; c < chunks(first); ++c) post_chunk(chunk(first, c), scatter_stage_, "reduce-scatter", 0);
+      const std::string first_label = label("reduce-scatter", 0);
+      for (std::int64_t c = 0; c < chunks(first); ++c) post_chunk(chunk(first, c), scatter_stage_, first_label);
     }
     for (int step = 0; step < n - 1; ++step) {
       const Range seg = segment(rank - step - 1);
       const bool last = step == n - 2;
+      const std::string this_step = label("reduce-scatter", step);
+      const std::string next_step = last ? label("all-gather", 0) : label("reduce-scatter", step + 1);
       for (std::int64_t c = 0; c < chunks(seg); ++c) {
         const Range r = chunk(seg, c);
-        net::Message message = receive(r, "reduce-scatter", step);
+        net::Message message = receive(r, this_step);
         detail::accumulate(format_, buffer_.at(r.begin), message.bytes().data(), static_cast<std::size_t>(r.size()));
         if (!last) {
-          post_chunk(r, scatter_stage_, "reduce-scatter", step + 1);
+          post_chunk(r, scatter_stage_, next_step);
           continue;
         }
         // This rank owns the segment: finish it and start the all-gather with it.
         if (average != 1.0) detail::scale(buffer_.dtype, buffer_.at(r.begin), static_cast<std::size_t>(r.size()), average);
-        post_chunk(r, gather_stage_, "all-gather", 0);
+        post_chunk(r, gather_stage_, next_step);
         if (converts) {
           // Round the owner's copy exactly as the others will see it.
           detail::decode(format_, buffer_.at(r.begin), stage_at(gather_stage_, r.begin), static_cast<std::size_t>(r.size()));
@@ -132,13 +131,15 @@ void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) 
     // forwards the received bytes as they are.
     for (int step = 0; step < n - 1; ++step) {
       const Range seg = segment(rank - step);
+      const std::string this_step = label("all-gather", step);
+      const std::string next_step = label("all-gather", step + 1);
       for (std::int64_t c = 0; c < chunks(seg); ++c) {
         const Range r = chunk(seg, c);
-        net::Message message = receive(r, "all-gather", step);
+        net::Message message = receive(r, this_step);
         detail::decode(format_, buffer_.at(r.begin), message.bytes().data(), static_cast<std::size_t>(r.size()));
         if (step < n - 2) {
           forwarded.push_back(std::move(message));
-          out.post(forwarded.back().bytes(), deadline, fmt::format("ring allreduce all-gather step {}", step + 1));
+          out.post(forwarded.back().bytes(), deadline, next_step);
         }
       }
     }

@@ -239,6 +239,14 @@ Child spawn(const std::vector<std::string>& argv) {
   return {pid, pipe_fds[0]};
 }
 
+// This program's own path (ranks are copies of it; the MPI side sits next to it).
+std::string self_path() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) throw IoError("readlink /proc/self/exe failed");
+  return std::string(path, static_cast<std::size_t>(n));
+}
+
 std::string read_all(int fd) {
   std::string text;
   char buffer[4096];
@@ -276,11 +284,7 @@ Results parse_results(const std::string& text) {
 }
 
 std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transport, int world) {
-  const std::string self = "/proc/self/exe";
-  char path[4096];
-  const ssize_t n = readlink(self.c_str(), path, sizeof path - 1);
-  if (n <= 0) throw IoError("readlink /proc/self/exe");
-  std::string program(path, static_cast<std::size_t>(n));
+  std::string program = self_path();
   program = program.substr(0, program.rfind('/') + 1) + "aiacc-bench-mpi-allreduce";
   if (access(program.c_str(), X_OK) != 0) {
     std::cerr << "OpenMPI comparison skipped: " << program << " was not built (install libopenmpi-dev and reconfigure)\n";
@@ -327,12 +331,10 @@ int run_launcher(Args a) {
     port = server->port();
   }
   std::vector<Child> children;
-  char exe[4096];
-  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (len <= 0) throw IoError("readlink /proc/self/exe");
+  const std::string exe = self_path();
   for (int local = 0; local < a.ranks; ++local) {
     const int rank = host * a.ranks + local;
-    children.push_back(spawn({std::string(exe, static_cast<std::size_t>(len)), "allreduce", "--rank", std::to_string(rank),
+    children.push_back(spawn({exe, "allreduce", "--rank", std::to_string(rank),
                               "--world", std::to_string(world), "--master", fmt::format("{}:{}", host0, port),
                               "--interface", a.interface, "--streams", a.streams, "--max-streams",
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),

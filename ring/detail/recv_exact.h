@@ -1,0 +1,27 @@
+// recv_exact: the receive every collective uses. Both sides derive each message's size from
+// the same buffer, dtype and plan, so a size that differs means the ranks disagree on them:
+// reported as a CommError naming the peer, stream and step instead of a corrupt reduction.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/net/channel.h"
+
+namespace aiacc::ring::detail {
+
+inline net::Message recv_exact(net::Channel& channel, std::size_t expected_bytes, net::Deadline deadline,
+                               std::string_view what) {
+  net::Message message = channel.recv(deadline, what);
+  if (message.size() != expected_bytes) {
+    throw CommError(fmt::format("{}: rank {} sent {} bytes on stream {}, expected {}: the ranks disagree on the "
+                                "buffer size, dtype or wire type",
+                                what, channel.peer(), message.size(), channel.stream() / 2, expected_bytes));
+  }
+  return message;
+}
+
+}  // namespace aiacc::ring::detail
