@@ -4,18 +4,62 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <omp.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "tools/trainer/job_options.h"
+#include "tools/trainer/launch.h"
+#include "tools/trainer/process_group.h"
 #include "tools/trainer/trainer.h"
 
 namespace {
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
+
+// Processes of this job on this machine, from whichever launcher started them (1 if unknown).
+int local_processes() {
+  for (const char* name : {"AIACC_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
+                           "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) {
+      const int n = std::atoi(value);
+      if (n > 0) return n;
+    }
+  }
+  return 1;
+}
+
+// One process of a distributed job: a worker trains, a server serves its shard.
+int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::ProcessRole& role) {
+  using namespace aiacc;
+  const auto& cluster = job.cluster;
+  log::set_role(role.name(cluster));
+  // Share the machine's cores among the job's processes on it, unless the config says.
+  if (job.job.threads == 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    omp_set_num_threads(std::max(1, cores / local_processes()));
+  }
+  auto group = std::make_shared<trainer::ProcessGroup>(cluster, role);
+  group->check_agreement("resolved configuration", trainer::resolved_yaml(job));
+  if (!group->is_worker()) {
+    group->serve_shard();
+    return 0;
+  }
+  if (group->worker() == 0) {
+    log::get("trainer")->info("resolved configuration:\n{}", trainer::resolved_yaml(job));
+  }
+  trainer::Trainer trainer(job, group);
+  trainer.run();
+  group->finish();
+  return 0;
+}
 
 int run(int argc, char** argv) {
   CLI::App app{"aiacc-train: distributed deep-learning training from a YAML job config"};
@@ -49,6 +93,24 @@ int run(int argc, char** argv) {
   aiacc::trainer::JobOptions job = aiacc::trainer::load_job(config_path, overrides);
   aiacc::log::configure(job.log);
   aiacc::log::set_role("worker 0");
+  const auto& cluster = job.cluster;
+  if (!dry_run && cluster.launcher != "local") {
+    if (auto role = aiacc::trainer::role_from_environment(cluster)) return run_rank(job, *role);
+  }
+  if (!dry_run && cluster.launcher == "external") {
+    throw aiacc::ConfigError(
+        "cluster.launcher is external but no launcher variables are set (OMPI_COMM_WORLD_RANK, "
+        "PMI_RANK, SLURM_PROCID or RANK/WORLD_SIZE): start the job with mpirun, srun or torchrun");
+  }
+  if (!dry_run && cluster.distributed()) {
+    aiacc::log::set_role("launcher");
+    std::vector<std::string> args(argv, argv + argc);
+    const auto result = aiacc::trainer::launch_local(cluster, args);
+    if (result.exit_status != 0) {
+      std::fprintf(stderr, "aiacc-train: job failed: %s\n", result.failure.c_str());
+    }
+    return result.exit_status;
+  }
   if (dry_run) {
     std::cout << "# resolved configuration\n" << aiacc::trainer::resolved_yaml(job) << "\n# plan\n";
     aiacc::trainer::Trainer trainer(job);

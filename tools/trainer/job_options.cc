@@ -19,7 +19,8 @@ std::string reference_yaml() {
       "# this file and the structs disagree. A job config sets only what differs from here.\n"
       "# Sections named after a registered type (model.<type>, data.train.<type>, ...) hold that\n"
       "# type's options; only the block of the selected `type` is used.\n";
-  return header + config::write(JobOptions{}, config::Writer::Mode::reference);
+  const JobOptions defaults;
+  return header + config::write(defaults, config::Writer::Mode::reference);
 }
 
 }  // namespace aiacc::trainer

@@ -10,6 +10,7 @@
 #include "core/optim/optimizer_options.h"
 #include "data/data_options.h"
 #include "models/model.h"
+#include "tools/trainer/cluster_options.h"
 
 namespace aiacc::trainer {
 
@@ -81,6 +82,7 @@ struct JobOptions {
   optim::OptimizerOptions optimizer;
   SparseOptimizerOptions sparse_optimizer;
   TrainOptions train;
+  ClusterOptions cluster;
   log::LogOptions log;
 
   template <class V>
@@ -92,6 +94,7 @@ struct JobOptions {
     v.field("sparse_optimizer", sparse_optimizer,
             "optimiser of sparse embedding rows: sgd | adagrad | adam | ftrl (and its schedule)");
     v.field("train", train, "the training loop");
+    v.field("cluster", cluster, "workers, parameter servers, launching and per-tensor placement");
     v.field("log", log, "log levels");
   }
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -90,6 +91,53 @@ void MetricMeter::merge(const MetricMeter& other) {
   saw_nan_score_ = saw_nan_score_ || other.saw_nan_score_;
   scores_.insert(scores_.end(), other.scores_.begin(), other.scores_.end());
   positives_.insert(positives_.end(), other.positives_.begin(), other.positives_.end());
+}
+
+std::vector<std::byte> MetricMeter::to_bytes() const {
+  // [loss_sum f64][log_loss_sum f64][correct i64][examples i64][nan u8 padded to 8][n i64]
+  // [scores f64 x n][positives u8 x n]
+  const std::int64_t n = static_cast<std::int64_t>(scores_.size());
+  std::vector<std::byte> out(48 + scores_.size() * 9);
+  std::byte* p = out.data();
+  auto put = [&p](const void* value, std::size_t bytes) {
+    std::memcpy(p, value, bytes);
+    p += bytes;
+  };
+  const std::int64_t nan = saw_nan_score_ ? 1 : 0;
+  put(&loss_sum_, 8);
+  put(&log_loss_sum_, 8);
+  put(&correct_, 8);
+  put(&examples_, 8);
+  put(&nan, 8);
+  put(&n, 8);
+  put(scores_.data(), scores_.size() * 8);
+  put(positives_.data(), positives_.size());
+  return out;
+}
+
+MetricMeter MetricMeter::from_bytes(Task task, std::span<const std::byte> bytes) {
+  MetricMeter m(task);
+  AIACC_CHECK(bytes.size() >= 48, "metric meter message of {} bytes", bytes.size());
+  const std::byte* p = bytes.data();
+  auto get = [&p](void* value, std::size_t n) {
+    std::memcpy(value, p, n);
+    p += n;
+  };
+  std::int64_t nan = 0, n = 0;
+  get(&m.loss_sum_, 8);
+  get(&m.log_loss_sum_, 8);
+  get(&m.correct_, 8);
+  get(&m.examples_, 8);
+  get(&nan, 8);
+  get(&n, 8);
+  AIACC_CHECK(n >= 0 && bytes.size() == 48 + static_cast<std::size_t>(n) * 9,
+              "metric meter message of {} bytes for {} scores", bytes.size(), n);
+  m.saw_nan_score_ = nan != 0;
+  m.scores_.resize(static_cast<std::size_t>(n));
+  m.positives_.resize(static_cast<std::size_t>(n));
+  get(m.scores_.data(), m.scores_.size() * 8);
+  get(m.positives_.data(), m.positives_.size());
+  return m;
 }
 
 double MetricMeter::auc() const {

@@ -3,7 +3,9 @@
 // Meters merge, so ranks can evaluate shards and combine them (distributed evaluation).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/batch.h"
@@ -29,6 +31,10 @@ class MetricMeter {
   void merge(const MetricMeter& other);
 
   void reset() { *this = MetricMeter(task_); }
+  // Everything the meter holds, as bytes (to gather the meters of several ranks), and back.
+  // from_bytes throws InternalError on a malformed buffer.
+  std::vector<std::byte> to_bytes() const;
+  static MetricMeter from_bytes(Task task, std::span<const std::byte> bytes);
 
   // Example-weighted mean of the batches' mean losses; 0 before any example.
   double mean_loss() const { return examples_ ? loss_sum_ / static_cast<double>(examples_) : 0.0; }

@@ -4,14 +4,20 @@
 #include "tools/trainer/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include <unordered_set>
 
 #include "core/embedding/local_embedding_store.h"
 #include "core/error.h"
@@ -20,8 +26,13 @@
 #include "core/optim/optimizer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "ps/remote_embedding_store.h"
+#include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
+#include "tools/trainer/placement.h"
+#include "tools/trainer/process_group.h"
+#include "tools/trainer/replicated_embedding_store.h"
 
 namespace aiacc::trainer {
 
@@ -81,6 +92,48 @@ std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows) {
   return tables;
 }
 
+// A local store that counts what the placement probe's batches touch.
+class ProbeStore final : public EmbeddingStore {
+ public:
+  ProbeStore(const EmbeddingTableSpec& spec, const optim::OptimizerOptions& optimizer)
+      : inner_(spec, optimizer) {}
+  const EmbeddingTableSpec& spec() const override { return inner_.spec(); }
+  void pull(std::span<const std::int64_t> ids, float* rows) override {
+    inner_.pull(ids, rows);
+    std::unordered_set<std::int64_t> unique(ids.begin(), ids.end());
+    unique_this_batch_ += static_cast<std::int64_t>(unique.size());
+    for (auto id : unique) new_this_batch_ += seen_.insert(id).second ? 1 : 0;
+  }
+  void push(std::span<const std::int64_t>, const float*, double) override {}
+  std::int64_t num_rows() const override { return inner_.num_rows(); }
+  std::vector<std::pair<std::string, Tensor>> save_rows() const override { return {}; }
+  void load_rows(const std::vector<std::pair<std::string, Tensor>>&) override {}
+
+  void end_batch() {
+    unique_total_ += unique_this_batch_;
+    new_last_ = new_this_batch_;
+    ++batches_;
+    unique_this_batch_ = new_this_batch_ = 0;
+  }
+  TableProbe probe(std::int64_t total_steps) const {
+    TableProbe p;
+    p.dim = inner_.spec().dim;
+    p.state_floats = inner_.state_floats();
+    p.unique_rows_per_step = batches_ ? static_cast<double>(unique_total_) / static_cast<double>(batches_) : 0;
+    p.rows_seen = static_cast<std::int64_t>(seen_.size());
+    p.new_rows_last_batch = new_last_;
+    p.probe_batches = batches_;
+    p.total_steps = total_steps;
+    return p;
+  }
+
+ private:
+  LocalEmbeddingStore inner_;
+  std::unordered_set<std::int64_t> seen_;
+  std::int64_t unique_this_batch_ = 0, new_this_batch_ = 0, unique_total_ = 0, new_last_ = 0,
+               batches_ = 0;
+};
+
 }  // namespace
 
 struct Trainer::State {
@@ -92,6 +145,38 @@ struct Trainer::State {
   std::vector<Parameter*> dense_params;
   std::vector<Parameter*> sparse_params;
   std::map<std::string, std::shared_ptr<EmbeddingStore>> stores;  // by table name
+  std::shared_ptr<ProcessGroup> group;  // null: a single process
+  std::unique_ptr<ring::GradientFuser> fuser;
+  std::vector<ReplicatedEmbeddingStore*> replicated;  // ring-placed tables (several workers)
+  std::map<std::string, ps::RemoteEmbeddingStore*> remote;  // ps-placed tables
+  std::map<std::string, Placement> sparse_placement;
+  std::vector<PlacementDecision> placement;
+  double comm_wait_seconds = 0;  // training-thread time waiting on communication, this interval
+
+  int rank() const { return group ? group->worker() : 0; }
+  int workers() const { return group ? group->workers() : 1; }
+  bool leader() const { return rank() == 0; }
+  bool multi_worker() const { return workers() > 1; }
+
+  // Worker 0's values of every dense parameter and buffer on every worker.
+  void broadcast_model() {
+    if (!multi_worker()) return;
+    for (auto& [name, tensor] : model_tensors()) group->broadcast(tensor, 0);
+  }
+  // Buffers (batch-norm running statistics) follow each worker's own batches: average them
+  // before they are evaluated or saved.
+  void average_buffers() {
+    if (!multi_worker()) return;
+    for (auto& [name, tensor] : model->buffers()) {
+      if (tensor.dtype() != DType::f32) continue;
+      std::vector<double> values(static_cast<std::size_t>(tensor.numel()));
+      const float* data = tensor.data<float>();
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = data[i];
+      group->sum(values);
+      float* out = tensor.data<float>();
+      for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i] / workers());
+    }
+  }
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LrSchedule> schedule;
   std::unique_ptr<optim::LrSchedule> sparse_schedule;
@@ -150,8 +235,11 @@ struct Trainer::State {
         if (it == tables.end()) {
           throw DataError(fmt::format("{}: the embeddings file has no table '{}'", where, name));
         }
+        // A sharded table is loaded into the shards once, by worker 0.
+        if (remote.count(name) && !leader()) continue;
         store->load_rows(it->second);
       }
+      if (!remote.empty() && multi_worker()) group->barrier();
     }
     if (checkpoint.state.value("config", std::string()) != resolved_yaml(options)) {
       log->warn("{}: the checkpoint was written with a different configuration; continuing with "
@@ -162,24 +250,94 @@ struct Trainer::State {
   }
 };
 
-Trainer::Trainer(const JobOptions& options) : state_(std::make_unique<State>()) {
+Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
+    : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.options = options;
+  s.group = std::move(group);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
 
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
 
+  data::Loader probe_loader(*s.train_data, loader_options(options, true), s.rank(), s.workers());
+  s.steps_per_epoch = probe_loader.batches_per_epoch();
+  s.total_steps = options.train.epochs * s.steps_per_epoch;
+  if (options.train.max_steps > 0) s.total_steps = std::min(s.total_steps, options.train.max_steps);
+  if (s.total_steps == 0) {
+    throw ConfigError(fmt::format("data.batch_size {} leaves no full batch in {} training examples "
+                                  "for each of {} workers",
+                                  options.data.batch_size, s.train_data->size(), s.workers()));
+  }
+
   models::ModelContext context;
   context.input = s.train_data->spec();
   context.seed = options.job.seed;
-  // Every table lives in a local store in this process (parameter-server placement comes with
-  // the distributed trainer); the store runs the sparse optimiser on the rows a batch touched.
-  context.embedding_stores = [&s](const EmbeddingTableSpec& spec) -> std::shared_ptr<EmbeddingStore> {
+  const ClusterOptions& cluster = options.cluster;
+
+  // Auto placement of sparse tables with parameter servers: read a few batches through a
+  // throwaway copy of the model to measure the rows each table touches per step. Every worker
+  // probes the same batches, so all take the same decisions.
+  std::map<std::string, TableProbe> probes;
+  if (s.group && cluster.servers > 0) {
+    std::map<std::string, std::shared_ptr<ProbeStore>> counting;
+    models::ModelContext probe_context = context;
+    probe_context.embedding_stores = [&](const EmbeddingTableSpec& spec) -> std::shared_ptr<EmbeddingStore> {
+      auto store = std::make_shared<ProbeStore>(spec, options.sparse_optimizer);
+      counting[spec.name] = store;
+      return store;
+    };
+    auto probe_model = models::make_model(options.model, probe_context);
+    std::vector<std::string> names;
+    for (const auto& [name, store] : counting) names.push_back(name);
+    if (needs_probe(cluster, names)) {
+      probe_loader.start_epoch(0);
+      for (int b = 0; b < cluster.placement_probe_batches; ++b) {
+        auto batch = probe_loader.next();
+        if (!batch) break;
+        probe_model->forward(*batch, /*training=*/false);
+        for (auto& [name, store] : counting) store->end_batch();
+      }
+    }
+    for (const auto& [name, store] : counting) probes[name] = store->probe(s.total_steps);
+  }
+
+  // Each table's store: local with one process; else as placed (replicated or sharded).
+  context.embedding_stores = [&s, &probes](const EmbeddingTableSpec& spec) -> std::shared_ptr<EmbeddingStore> {
     if (s.stores.count(spec.name)) {
       throw InternalError(fmt::format("embedding table '{}' requested twice", spec.name));
     }
-    auto store = std::make_shared<LocalEmbeddingStore>(spec, s.options.sparse_optimizer);
+    const JobOptions& o = s.options;
+    std::shared_ptr<EmbeddingStore> store;
+    if (!s.group) {
+      store = std::make_shared<LocalEmbeddingStore>(spec, o.sparse_optimizer);
+    } else {
+      TableProbe probe;
+      probe.dim = spec.dim;
+      if (auto it = probes.find(spec.name); it != probes.end()) probe = it->second;
+      PlacementDecision decision = place_sparse(o.cluster, spec.name, probe);
+      s.sparse_placement[spec.name] = decision.choice;
+      s.placement.push_back(decision);
+      if (decision.choice == Placement::ps) {
+        ps::TableConfig config;
+        config.spec = spec;
+        config.optimizer = o.sparse_optimizer;
+        config.options.consistency = o.cluster.ps.consistency;
+        config.options.staleness = o.cluster.ps.staleness;
+        config.options.num_workers = s.workers();
+        config.options.min_count = o.cluster.ps.min_count;
+        config.options.capacity_rows = o.cluster.ps.capacity_rows;
+        auto remote = std::make_shared<ps::RemoteEmbeddingStore>(s.group->ps_client(), config);
+        s.remote[spec.name] = remote.get();
+        store = remote;
+      } else if (s.multi_worker()) {
+        auto replica = std::make_shared<ReplicatedEmbeddingStore>(spec, o.sparse_optimizer, *s.group);
+        s.replicated.push_back(replica.get());
+        store = replica;
+      } else {
+        store = std::make_shared<LocalEmbeddingStore>(spec, o.sparse_optimizer);
+      }
+    }
     s.stores.emplace(spec.name, store);
     return store;
   };
@@ -187,6 +345,10 @@ Trainer::Trainer(const JobOptions& options) : state_(std::make_unique<State>()) 
   for (Parameter* p : s.model->parameters()) {
     if (p->kind() == ParamKind::dense) {
       s.dense_params.push_back(p);
+      if (s.group) {
+        s.placement.push_back(place_dense(cluster, p->name(), p->value().shape().str(),
+                                          p->value().numel() * static_cast<std::int64_t>(dtype_size(p->value().dtype()))));
+      }
       continue;
     }
     auto it = s.stores.find(p->name());
@@ -197,20 +359,37 @@ Trainer::Trainer(const JobOptions& options) : state_(std::make_unique<State>()) 
     EmbeddingStore* store = it->second.get();
     p->add_grad_ready_hook([&s, store](Parameter& param) {
       const SparseGrad& grad = param.sparse_grad();
+      const auto start = Clock::now();
       store->push(grad.ids, grad.rows.data<float>(), s.sparse_lr);
+      s.comm_wait_seconds += seconds_since(start);
     });
     s.sparse_params.push_back(p);
   }
   s.optimizer = std::make_unique<optim::Optimizer>(options.optimizer, s.dense_params);
 
-  data::Loader probe(*s.train_data, loader_options(options, true), 0, 1);
-  s.steps_per_epoch = probe.batches_per_epoch();
-  s.total_steps = options.train.epochs * s.steps_per_epoch;
-  if (options.train.max_steps > 0) s.total_steps = std::min(s.total_steps, options.train.max_steps);
-  if (s.total_steps == 0) {
-    throw ConfigError(fmt::format("data.batch_size {} leaves no full batch in {} training examples",
-                                  options.data.batch_size, s.train_data->size()));
+  if (s.group) {
+    std::string listing;
+    for (const auto& d : s.placement) listing += fmt::format("{} {} {}\n", d.name, d.shape, placement_name(d.choice));
+    s.group->check_worker_agreement("parameter list and placement", listing);
+    if (s.leader()) s.log->info("placement of {} tensors:\n{}", s.placement.size(), format_placement(s.placement));
+    if (s.multi_worker() && !s.dense_params.empty()) {
+      ring::FusionOptions fusion;
+      fusion.bucket_bytes = cluster.ring.bucket_bytes;
+      fusion.spec.op = ring::ReduceOp::kAverage;
+      fusion.spec.wire = cluster.ring.wire == "f16"    ? ring::WireType::kF16
+                         : cluster.ring.wire == "bf16" ? ring::WireType::kBf16
+                                                       : ring::WireType::kNative;
+      fusion.tuning.hierarchical = cluster.ring.hierarchical;
+      if (cluster.ring.auto_tune) {
+        fusion.tune_bucket_bytes = {1 << 20, 4 << 20, 16 << 20};
+        fusion.tune_streams = true;
+      }
+      // Gradients become ready in reverse forward order.
+      std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
+      s.fuser = std::make_unique<ring::GradientFuser>(s.group->dense(), ready_order, fusion);
+    }
   }
+
   s.schedule = make_schedule(options.optimizer, s.total_steps, "optimizer");
   s.sparse_schedule = make_schedule(options.sparse_optimizer, s.total_steps, "sparse_optimizer");
   s.run_path = std::filesystem::path(options.job.run_dir) / options.job.name;
@@ -236,6 +415,12 @@ void Trainer::describe(std::ostream& out) const {
                      s.steps_per_epoch, s.total_steps);
   out << fmt::format("model: {}, example shape {}\n", s.options.model.type,
                      s.train_data->spec().example_shape.str());
+  if (s.group) {
+    out << fmt::format("cluster: {} workers, {} parameter-server shards\n", s.workers(),
+                       s.options.cluster.servers);
+    out << format_placement(s.placement);
+    return;
+  }
   out << fmt::format("{:<32} {:>18} {:>12}  {:<6} {}\n", "parameter", "shape", "elements", "kind",
                      "synchronisation");
   std::int64_t total = 0;
@@ -255,12 +440,21 @@ void Trainer::describe(std::ostream& out) const {
 
 EvalResult Trainer::evaluate() {
   State& s = *state_;
-  data::Loader loader(*s.test_data, loader_options(s.options, false), 0, 1);
+  s.average_buffers();
+  // Each worker evaluates its shard of the test split; the meters are merged on every worker,
+  // so exact AUC is computed over the whole split.
+  data::Loader loader(*s.test_data, loader_options(s.options, false), s.rank(), s.workers());
   loader.start_epoch(0);
   MetricMeter meter(s.test_data->spec().task);
   while (auto batch = loader.next()) {
     double loss = s.model->forward(*batch, /*training=*/false);
     meter.add(loss, s.model->outputs(), batch->labels);
+  }
+  if (s.multi_worker()) {
+    const auto all = s.group->allgather(meter.to_bytes());
+    MetricMeter merged(meter.task());
+    for (const auto& bytes : all) merged.merge(MetricMeter::from_bytes(meter.task(), bytes));
+    meter = std::move(merged);
   }
   const bool binary = meter.task() == Task::binary;
   return EvalResult{meter.mean_loss(), meter.accuracy(), binary ? meter.auc() : NAN,
@@ -273,15 +467,25 @@ TrainResult Trainer::run(const RunControl& control) {
   std::error_code ec;
   std::filesystem::create_directories(s.run_path, ec);
   if (ec) throw IoError(fmt::format("cannot create the run folder {}: {}", s.run_path.string(), ec.message()));
-  s.metrics.open(s.run_path / "metrics.jsonl", std::ios::app);
-  if (!s.metrics) throw IoError(fmt::format("cannot write {}", (s.run_path / "metrics.jsonl").string()));
-  std::ofstream(s.run_path / "config.yaml") << resolved_yaml(o);
+  if (s.leader()) {
+    s.metrics.open(s.run_path / "metrics.jsonl", std::ios::app);
+    if (!s.metrics) throw IoError(fmt::format("cannot write {}", (s.run_path / "metrics.jsonl").string()));
+    std::ofstream(s.run_path / "config.yaml") << resolved_yaml(o);
+  }
 
   CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
   TrainResult result;
   std::int64_t step = 0, first_epoch = 0, first_batch = 0;
   if (o.train.checkpoint.resume == "auto") {
-    if (auto latest = checkpoints.load_latest()) {
+    // Worker 0 picks the checkpoint (the run folder must be shared by all workers); every
+    // worker loads that one.
+    std::optional<Checkpoint> latest;
+    if (s.leader()) latest = checkpoints.load_latest();
+    std::vector<double> chosen{latest ? static_cast<double>(latest->step) + 1 : 0.0};
+    if (s.multi_worker()) s.group->sum(chosen);
+    if (chosen[0] > 0) {
+      const auto resume_step = static_cast<std::int64_t>(chosen[0]) - 1;
+      if (!latest) latest = checkpoints.load(checkpoints.path_for(resume_step));
       const std::string where = checkpoints.path_for(latest->step).string();
       std::tie(first_epoch, first_batch) = s.restore(*latest, where);
       step = latest->step;
@@ -290,8 +494,10 @@ TrainResult Trainer::run(const RunControl& control) {
                   first_batch);
     }
   }
+  for (auto& [name, remote] : s.remote) remote->set_step(static_cast<std::uint64_t>(step));
+  s.broadcast_model();
 
-  data::Loader loader(*s.train_data, loader_options(o, true), 0, 1);
+  data::Loader loader(*s.train_data, loader_options(o, true), s.rank(), s.workers());
   const Task task = s.train_data->spec().task;
   MetricMeter interval(task);
   const auto start = Clock::now();
@@ -307,11 +513,25 @@ TrainResult Trainer::run(const RunControl& control) {
   }
 
   auto save = [&](std::int64_t epoch, std::int64_t batch) {
-    auto dir = checkpoints.save(s.snapshot(step, epoch, batch));
+    // Every worker has finished the step (no push of the next one reaches a shard before the
+    // snapshot), and the buffers agree.
+    if (s.multi_worker()) s.group->barrier();
+    s.average_buffers();
     last_saved = step;
+    if (!s.leader()) return;
+    auto dir = checkpoints.save(s.snapshot(step, epoch, batch));
     s.log->info("checkpoint at step {}: {}", step, dir.string());
   };
 
+  std::optional<std::pair<int, std::int64_t>> kill_at;
+  if (const char* spec = std::getenv("AIACC_TEST_KILL_AT")) {
+    int rank = -1;
+    long long at = -1;
+    if (std::sscanf(spec, "%d:%lld", &rank, &at) != 2) {
+      throw ConfigError(fmt::format("AIACC_TEST_KILL_AT='{}': expected RANK:STEP", spec));
+    }
+    kill_at = std::make_pair(rank, static_cast<std::int64_t>(at));
+  }
   bool stopped = false;
   for (std::int64_t epoch = first_epoch; epoch < epochs && step < s.total_steps && !stopped; ++epoch) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
@@ -326,25 +546,48 @@ TrainResult Trainer::run(const RunControl& control) {
         throw Error(fmt::format("the training loss became {} at step {} (epoch {}); lower "
                                 "optimizer.lr or check the data", loss, step, epoch + 1));
       }
+      if (s.fuser) s.fuser->begin_step();
       s.model->backward();
+      if (s.fuser) {
+        s.fuser->finish_step();
+        s.comm_wait_seconds += s.fuser->last_exposed_seconds();
+      }
+      if (!s.replicated.empty()) {
+        const auto sync_start = Clock::now();
+        ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
+        s.comm_wait_seconds += seconds_since(sync_start);
+      }
       s.optimizer->step(lr);
       interval.add(loss, s.model->outputs(), batch->labels);
       ++step;
       ++batch_index;
       if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
         const double elapsed = seconds_since(interval_start);
-        const double rate = static_cast<double>(interval.examples()) / std::max(elapsed, 1e-9);
         const bool binary = task == Task::binary;
-        const double metric = binary ? interval.auc() : interval.accuracy();
-        s.log->info("epoch {}/{} step {}/{} loss {:.4f} {} {:.4f} lr {:.5f} samples/s {:.1f}",
-                    epoch + 1, epochs, step, s.total_steps, interval.mean_loss(),
-                    binary ? "auc" : "acc", metric, lr, rate);
-        s.write_metrics({{"kind", "train"}, {"step", step}, {"epoch", epoch + 1},
-                         {"loss", interval.mean_loss()}, {binary ? "auc" : "accuracy", metric},
-                         {"lr", lr}, {"samples_per_s", rate}});
-        if (result.first_train_loss == 0) result.first_train_loss = interval.mean_loss();
-        result.last_train_loss = interval.mean_loss();
+        // Loss and accuracy over all workers; AUC over worker 0's examples (exact AUC over
+        // every worker needs every score: evaluation does that).
+        std::vector<double> totals{interval.mean_loss() * static_cast<double>(interval.examples()),
+                                   interval.accuracy() * static_cast<double>(interval.examples()),
+                                   static_cast<double>(interval.examples()), s.comm_wait_seconds};
+        if (s.multi_worker()) s.group->sum(totals);
+        const double examples = std::max(totals[2], 1.0);
+        const double mean_loss = totals[0] / examples;
+        const double metric = binary ? interval.auc() : totals[1] / examples;
+        const double rate = totals[2] / std::max(elapsed, 1e-9);
+        const double comm_share = totals[3] / s.workers() / std::max(elapsed, 1e-9);
+        if (s.leader()) {
+          s.log->info("epoch {}/{} step {}/{} loss {:.4f} {} {:.4f} lr {:.5f} samples/s {:.1f}{}",
+                      epoch + 1, epochs, step, s.total_steps, mean_loss, binary ? "auc" : "acc",
+                      metric, lr, rate,
+                      s.group ? fmt::format(" comm wait {:.0f}%", 100 * comm_share) : std::string());
+          s.write_metrics({{"kind", "train"}, {"step", step}, {"epoch", epoch + 1},
+                           {"loss", mean_loss}, {binary ? "auc" : "accuracy", metric},
+                           {"lr", lr}, {"samples_per_s", rate}, {"comm_wait_share", comm_share}});
+        }
+        if (result.first_train_loss == 0) result.first_train_loss = mean_loss;
+        result.last_train_loss = mean_loss;
         interval.reset();
+        s.comm_wait_seconds = 0;
         interval_start = Clock::now();
       }
       // The position after this step: the rest of this epoch, or the next epoch.
@@ -353,6 +596,12 @@ TrainResult Trainer::run(const RunControl& control) {
       const std::int64_t next_batch = epoch_done ? 0 : batch_index;
       const auto& every = o.train.checkpoint.every_steps;
       if (every > 0 && step % every == 0) save(next_epoch, next_batch);
+      // Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP kills worker RANK right after
+      // STEP (and its checkpoint), as a crash would.
+      if (kill_at && kill_at->first == s.rank() && kill_at->second == step) {
+        s.log->warn("AIACC_TEST_KILL_AT: killing this worker after step {}", step);
+        std::raise(SIGKILL);
+      }
       if (control.stop_after_step > 0 && step >= control.stop_after_step) {
         stopped = true;
         break;
@@ -365,7 +614,9 @@ TrainResult Trainer::run(const RunControl& control) {
       const auto eval_start = Clock::now();
       EvalResult eval = evaluate();
       const bool binary = task == Task::binary;
-      if (binary) {
+      if (!s.leader()) {
+        // Only worker 0 reports.
+      } else if (binary) {
         s.log->info("epoch {}/{} test loss {:.4f} auc {:.4f} log loss {:.4f} accuracy {:.4f} ({} examples)",
                     epoch + 1, epochs, eval.loss, eval.auc, eval.log_loss, eval.accuracy, eval.examples);
       } else {
@@ -380,7 +631,7 @@ TrainResult Trainer::run(const RunControl& control) {
         record["log_loss"] = eval.log_loss;
         if (auto best = s.test_data->reference_auc()) record["reference_auc"] = *best;
       }
-      s.write_metrics(record);
+      if (s.leader()) s.write_metrics(record);
       result.last_eval = eval;
       // Evaluation time is not training time: shift the interval's start past it.
       interval_start += Clock::now() - eval_start;
@@ -389,17 +640,19 @@ TrainResult Trainer::run(const RunControl& control) {
   }
   result.steps = step;
   result.seconds = seconds_since(start) - eval_seconds;
-  result.samples_per_second =
-      static_cast<double>((step - start_step) * o.data.batch_size) / std::max(result.seconds, 1e-9);
-  for (const auto& [name, store] : s.stores) {
-    s.log->info("embedding table {}: {} rows", name, store->num_rows());
+  result.samples_per_second = static_cast<double>((step - start_step) * o.data.batch_size * s.workers()) /
+                              std::max(result.seconds, 1e-9);
+  if (s.leader() && !s.stores.empty()) {
+    std::vector<std::string> rows;
+    for (const auto& [name, store] : s.stores) rows.push_back(fmt::format("{} {}", name, store->num_rows()));
+    s.log->info("embedding tables (rows): {}", fmt::join(rows, ", "));
   }
   std::string summary;
   if (result.last_eval) {
     summary = task == Task::binary ? fmt::format(", test auc {:.4f}", result.last_eval->auc)
                                    : fmt::format(", test accuracy {:.4f}", result.last_eval->accuracy);
   }
-  s.log->info("{}: {} steps in {:.1f} s of training ({:.1f} samples/s){}",
+  if (s.leader()) s.log->info("{}: {} steps in {:.1f} s of training ({:.1f} samples/s){}",
               stopped ? "stopped" : "done", step - start_step, result.seconds,
               result.samples_per_second, summary);
   return result;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tools/trainer/job_options.h"
+#include "tools/trainer/process_group.h"
 
 namespace aiacc::trainer {
 
@@ -39,8 +40,11 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // Builds datasets, model and optimiser. Throws ConfigError or DataError.
-  explicit Trainer(const JobOptions& options);
+  // Builds datasets, model and optimiser. Throws ConfigError or DataError. With `group` (a
+  // worker of a distributed job) parameters are placed per cluster.placement: dense gradients
+  // all-reduced by a GradientFuser during backward, sparse tables replicated or on the
+  // parameter servers; collective with the other workers from here on.
+  explicit Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -1,0 +1,236 @@
+// The distributed trainer end to end, through the real aiacc-train program (path in argv[1]):
+// every job runs as separate processes (the local launcher, or mpirun), and the final
+// checkpoints are compared tensor by tensor against a reference run.
+//   - equivalence: 2 synchronous workers with batch B equal 1 worker with batch 2B after 20
+//     steps (fp32 wire), for an all-dense model (ring only) and for Wide&Deep with its
+//     embedding tables on 2 parameter-server shards and the dense part on the ring;
+//   - placement: tables forced to the ring, forced to the servers, mixed and auto all train
+//     to the same values;
+//   - failure: a worker killed mid-job stops the job, and the launcher names it;
+//   - kill and resume: the job restarted from its last checkpoint ends where an uninterrupted
+//     job ends;
+//   - mpirun -np 3 runs the same job (when OpenMPI's mpirun is installed).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "core/io/safetensors.h"
+#include "tests/testing/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string g_program;
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / fmt::format("aiacc_dist_test_{}", ::getpid());
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+constexpr int kSteps = 20;
+
+// Wide&Deep on synthetic CTR data: 53 sparse tables, a small MLP; SGD with momentum on the
+// dense part, Adagrad (or SGD) on the rows. Comparing batch splits (1 x 2B vs 2 x B) uses SGD
+// rows: Adagrad's first update of a row is lr * g / |g|, so a row whose gradient sums to
+// nearly zero flips with the summation order (rounding, not a bug); runs that split the batch
+// alike are compared with Adagrad.
+std::string wide_deep_job(const std::string& name, int batch, const std::string& cluster,
+                          const std::string& sparse_optimizer = "adagrad") {
+  return fmt::format(R"(job: {{name: {}, run_dir: {}, seed: 3}}
+model:
+  type: wide_deep
+  wide_deep: {{embedding_dim: 4, hidden: [16], dropout: 0.0, cross_features: [C1_x_C2]}}
+data:
+  batch_size: {}
+  shuffle: true
+  train: {{type: synthetic_ctr, synthetic_ctr: {{num_integer: 13, num_categorical: 26, vocabulary: 300, size: 8000}}}}
+  test: {{type: synthetic_ctr, synthetic_ctr: {{num_integer: 13, num_categorical: 26, vocabulary: 300, size: 500}}}}
+optimizer: {{type: sgd, lr: 0.05, momentum: 0.9}}
+sparse_optimizer: {{type: {}, lr: 0.05}}
+train: {{epochs: 1, max_steps: {}, log_every_steps: 10, eval_each_epoch: false,
+        checkpoint: {{every_steps: 10, at_end: true, resume: auto}}}}
+cluster:
+{}
+)",
+                     name, scratch().string(), batch, sparse_optimizer, kSteps, cluster);
+}
+
+// An all-dense model (the ring only): an MLP on synthetic images.
+std::string mlp_job(const std::string& name, int batch, const std::string& cluster) {
+  return fmt::format(R"(job: {{name: {}, run_dir: {}, seed: 5}}
+model: {{type: mlp, mlp: {{hidden: [64, 32]}}}}
+data:
+  batch_size: {}
+  train: {{type: synthetic_images, synthetic_images: {{size: 2048}}}}
+  test: {{type: synthetic_images, synthetic_images: {{size: 128}}}}
+optimizer: {{type: sgd, lr: 0.05, momentum: 0.9}}
+train: {{epochs: 1, max_steps: {}, log_every_steps: 10, eval_each_epoch: false,
+        checkpoint: {{at_end: true, resume: never}}}}
+cluster:
+{}
+)",
+                     name, scratch().string(), batch, kSteps, cluster);
+}
+
+struct Run {
+  int status = -1;
+  std::string output;
+};
+
+Run train(const std::string& name, const std::string& yaml, const std::string& env = "",
+          const std::string& launcher = "") {
+  const fs::path config = scratch() / (name + ".yaml");
+  std::ofstream(config) << yaml;
+  auto r = aiacc::testing::run_command(fmt::format("{} {} {} {} 2>&1", env, launcher, g_program, config.string()));
+  return {r.status, r.output};
+}
+
+// Every tensor of the final checkpoint's files, by "<file>/<tensor>".
+std::map<std::string, aiacc::Tensor> final_checkpoint(const std::string& name) {
+  const fs::path dir = scratch() / name / "checkpoints" / fmt::format("step-{:012d}", kSteps);
+  std::map<std::string, aiacc::Tensor> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    auto file = aiacc::io::read_safetensors(entry.path().string());
+    for (auto& [tensor_name, tensor] : file.tensors) {
+      out.emplace(entry.path().stem().string() + "/" + tensor_name, tensor);
+    }
+  }
+  return out;
+}
+
+// Every tensor of `a` equals `b`'s within `rel` relative (of the tensor's largest magnitude);
+// ids and counters exactly. The optimiser file is compared only when `with_optimizer`.
+void expect_same_state(const std::string& a, const std::string& b, double rel, bool with_optimizer = true) {
+  const auto ta = final_checkpoint(a), tb = final_checkpoint(b);
+  ASSERT_FALSE(ta.empty()) << a;
+  int compared = 0;
+  for (const auto& [name, x] : ta) {
+    if (!with_optimizer && name.rfind("optimizer/", 0) == 0) continue;
+    auto it = tb.find(name);
+    ASSERT_NE(it, tb.end()) << name << " is in " << a << " but not in " << b;
+    const aiacc::Tensor& y = it->second;
+    ASSERT_EQ(x.shape(), y.shape()) << name;
+    ASSERT_EQ(x.dtype(), y.dtype()) << name;
+    if (x.dtype() == aiacc::DType::i64) {
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        ASSERT_EQ(x.data<std::int64_t>()[i], y.data<std::int64_t>()[i]) << name << "[" << i << "]";
+      }
+    } else if (x.dtype() == aiacc::DType::f32) {
+      double scale = 1e-6;
+      for (std::int64_t i = 0; i < x.numel(); ++i) scale = std::max(scale, std::fabs(double(x.data<float>()[i])));
+      double worst = 0;
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        worst = std::max(worst, std::fabs(double(x.data<float>()[i]) - y.data<float>()[i]) / scale);
+      }
+      EXPECT_LE(worst, rel) << name << ": " << a << " vs " << b;
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 3);
+}
+
+const char* kOneWorker = "  workers: 1\n";
+
+TEST(DistributedTrain, TwoRingWorkersEqualOneWorkerWithTwiceTheBatch) {
+  auto one = train("mlp_1w", mlp_job("mlp_1w", 64, kOneWorker));
+  ASSERT_EQ(one.status, 0) << one.output;
+  auto two = train("mlp_2w", mlp_job("mlp_2w", 32, "  workers: 2\n"));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_THAT(two.output, HasSubstr("started 2 workers and 0 parameter-server shards"));
+  EXPECT_THAT(two.output, HasSubstr("comm wait"));
+  expect_same_state("mlp_1w", "mlp_2w", 1e-5);
+}
+
+TEST(DistributedTrain, WideDeepOnTwoShardsEqualsOneWorkerWithTwiceTheBatch) {
+  auto one = train("wd_1w", wide_deep_job("wd_1w", 64, kOneWorker, "sgd"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  auto two = train("wd_ps", wide_deep_job("wd_ps", 32,
+                                         "  workers: 2\n  servers: 2\n  placement: [{match: '*', place: ps}]\n", "sgd"));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_THAT(two.output, HasSubstr("started 2 workers and 2 parameter-server shards"));
+  EXPECT_THAT(two.output, HasSubstr("deep.C7"));
+  EXPECT_THAT(two.output, HasSubstr("placement rule"));
+  expect_same_state("wd_1w", "wd_ps", 1e-5);
+}
+
+TEST(DistributedTrain, ForcedAutoAndMixedPlacementsTrainAlike) {
+  auto ring = train("wd_ring", wide_deep_job("wd_ring", 32, "  workers: 2\n  servers: 0\n"));
+  ASSERT_EQ(ring.status, 0) << ring.output;
+  EXPECT_THAT(ring.output, HasSubstr("auto: no parameter servers"));
+  auto mixed = train("wd_mixed", wide_deep_job("wd_mixed", 32,
+                                              "  workers: 2\n  servers: 1\n"
+                                              "  placement: [{match: 'deep.*', place: ps}, {match: 'wide.*', place: ring}]\n"));
+  ASSERT_EQ(mixed.status, 0) << mixed.output;
+  auto automatic = train("wd_auto", wide_deep_job("wd_auto", 32, "  workers: 2\n  servers: 2\n"));
+  ASSERT_EQ(automatic.status, 0) << automatic.output;
+  EXPECT_THAT(automatic.output, HasSubstr("auto: per step"));
+  auto ps = train("wd_ps_only", wide_deep_job("wd_ps_only", 32,
+                                             "  workers: 2\n  servers: 2\n  placement: [{match: '*', place: ps}]\n"));
+  ASSERT_EQ(ps.status, 0) << ps.output;
+  expect_same_state("wd_ring", "wd_mixed", 1e-5);
+  expect_same_state("wd_ring", "wd_auto", 1e-5);
+  expect_same_state("wd_ring", "wd_ps_only", 1e-5);
+}
+
+TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun) {
+  const std::string cluster = "  workers: 2\n  servers: 1\n  placement: [{match: 'wide.*', place: ps}]\n";
+  auto whole = train("wd_whole", wide_deep_job("wd_whole", 32, cluster));
+  ASSERT_EQ(whole.status, 0) << whole.output;
+
+  auto crashed = train("wd_resumed", wide_deep_job("wd_resumed", 32, cluster), "AIACC_TEST_KILL_AT=1:13");
+  EXPECT_NE(crashed.status, 0) << crashed.output;
+  EXPECT_THAT(crashed.output, HasSubstr("worker 1 (pid"));
+  EXPECT_THAT(crashed.output, HasSubstr("killed by signal 9"));
+  EXPECT_THAT(crashed.output, HasSubstr("job failed"));
+
+  auto resumed = train("wd_resumed", wide_deep_job("wd_resumed", 32, cluster));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed from"));
+  EXPECT_THAT(resumed.output, HasSubstr("step 10"));
+  // The momentum buffers and row state continue exactly, so everything matches.
+  expect_same_state("wd_whole", "wd_resumed", 1e-6);
+}
+
+TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {
+  if (aiacc::testing::run_command("command -v mpirun >/dev/null 2>&1").status != 0) {
+    GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  }
+  const std::string cluster = "  workers: 2\n  servers: 1\n  master_port: {}\n  placement: [{{match: 'deep.*', place: ps}}]\n";
+  auto local = train("wd_local3", wide_deep_job("wd_local3", 32, fmt::format(fmt::runtime(cluster), 0 + 29500)));
+  ASSERT_EQ(local.status, 0) << local.output;
+  const int port = 20000 + ::getpid() % 20000;
+  auto mpi = train("wd_mpi3", wide_deep_job("wd_mpi3", 32, fmt::format(fmt::runtime(cluster), port)),
+                   "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=",
+                   "mpirun -np 3 --oversubscribe --bind-to none");
+  ASSERT_EQ(mpi.status, 0) << mpi.output;
+  EXPECT_THAT(mpi.output, HasSubstr("launcher: mpirun"));
+  expect_same_state("wd_local3", "wd_mpi3", 1e-6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s PATH/TO/aiacc-train\n", argv[0]);
+    return 2;
+  }
+  g_program = argv[1];
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,127 @@
+// The job's `cluster:` section: how many workers and parameter-server shards, how processes are
+// started and find each other, where each parameter is synchronised, and the ring's and the
+// parameter servers' options. One YAML runs on one machine (the local launcher) or on a cluster
+// (mpirun, srun, torchrun-style environments) unchanged.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config/schema.h"
+#include "ring/communicator.h"
+
+namespace aiacc::trainer {
+
+// One placement rule: parameters whose name matches the glob `match` (fnmatch: *, ?, [..]) are
+// synchronised as `place` says. The first matching rule wins; unmatched parameters use auto.
+struct PlacementRule {
+  std::string match = "*";
+  std::string place = "auto";
+
+  template <class V>
+  void visit(V& v) {
+    v.field("match", match, "glob over parameter names, e.g. 'deep.*'", config::non_empty());
+    v.field("place", place, "auto | ring | ps", config::one_of({"auto", "ring", "ps"}));
+  }
+};
+
+// Dense collectives (ring/): the communicator plus gradient fusion.
+struct RingOptions {
+  ring::CommunicatorOptions comm;
+  std::int64_t bucket_bytes = 4 << 20;
+  std::string wire = "f32";
+  bool hierarchical = true;
+  bool auto_tune = false;
+
+  template <class V>
+  void visit(V& v) {
+    comm.visit(v);
+    v.field("bucket_bytes", bucket_bytes, "gradient fusion bucket size in bytes",
+            config::at_least<std::int64_t>(1024));
+    v.field("wire", wire, "f32 | f16 | bf16: element type on the wire (f16/bf16 halve the bytes)",
+            config::one_of({"f32", "f16", "bf16"}));
+    v.field("hierarchical", hierarchical,
+            "reduce through shared memory within a host, ring between hosts");
+    v.field("auto_tune", auto_tune,
+            "try bucket sizes and stream counts during the first steps and keep the fastest");
+  }
+};
+
+// Parameter servers (ps/): consistency and the shards' resources.
+struct PsOptions {
+  std::string consistency = "sync";
+  int staleness = 0;
+  std::int64_t min_count = 1;
+  std::int64_t capacity_rows = 0;
+  int partitions = 16;
+  int threads = 1;
+  double timeout_s = 300.0;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("consistency", consistency,
+            "sync (every step's pushes averaged, like one big batch) | async | bounded",
+            config::one_of({"async", "sync", "bounded"}));
+    v.field("staleness", staleness, "bounded: steps a worker may run ahead of the slowest",
+            config::at_least(0));
+    v.field("min_count", min_count, "requests of an id before its row is created (1: always)",
+            config::at_least<std::int64_t>(1));
+    v.field("capacity_rows", capacity_rows, "rows per shard before eviction (0: unbounded)",
+            config::at_least<std::int64_t>(0));
+    v.field("partitions", partitions, "store partitions per table on each shard",
+            config::in_range(1, 4096));
+    v.field("threads", threads, "compute threads of each shard process", config::at_least(0));
+    v.field("timeout_s", timeout_s, "seconds a pull or push may take before the job fails",
+            config::greater_than(0.0));
+  }
+};
+
+struct ClusterOptions {
+  int workers = 1;
+  int servers = 0;
+  std::string launcher = "auto";
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  double start_timeout_s = 120.0;
+  std::vector<PlacementRule> placement;
+  int placement_probe_batches = 4;
+  std::int64_t replica_max_mib = 1024;
+  RingOptions ring;
+  PsOptions ps;
+
+  int world_size() const { return workers + servers; }
+  bool distributed() const { return world_size() > 1; }
+
+  template <class V>
+  void visit(V& v) {
+    v.field("workers", workers, "training processes (ranks 0 .. workers-1)", config::in_range(1, 4096));
+    v.field("servers", servers,
+            "parameter-server shard processes (ranks workers .. workers+servers-1); 0: sparse "
+            "tables are replicated on every worker", config::in_range(0, 4096));
+    v.field("launcher", launcher,
+            "auto: join the job an outer launcher (mpirun, srun, torchrun-style RANK/WORLD_SIZE) "
+            "started, else start workers+servers local processes | local | external",
+            config::one_of({"auto", "local", "external"}));
+    v.field("master_addr", master_addr,
+            "where rank 0 serves the rendezvous store under an outer launcher (MASTER_ADDR wins)",
+            config::non_empty());
+    v.field("master_port", master_port, "its port (MASTER_PORT wins)", config::in_range(1, 65535));
+    v.field("start_timeout_s", start_timeout_s, "seconds every rank may take to join the job",
+            config::greater_than(0.0));
+    v.field("placement", placement,
+            "rules [{match: GLOB, place: auto|ring|ps}], first match wins; dense tensors always "
+            "use the ring");
+    v.field("placement_probe_batches", placement_probe_batches,
+            "auto placement: batches read at start to measure the rows each table touches",
+            config::in_range(1, 1000));
+    v.field("replica_max_mib", replica_max_mib,
+            "auto placement: a sparse table replicated on every worker (ring) may hold at most "
+            "this many MiB; bigger or unbounded tables go to the parameter servers",
+            config::at_least<std::int64_t>(0));
+    v.field("ring", ring, "dense collectives: streams, fusion, wire type, timeouts");
+    v.field("ps", ps, "parameter servers: consistency, partitions, timeouts");
+  }
+};
+
+}  // namespace aiacc::trainer

@@ -1,0 +1,241 @@
+#include "tools/trainer/launch.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/net/context.h"
+#include "core/net/rendezvous_server.h"
+
+namespace aiacc::trainer {
+
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int env_int(const char* name, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || value < 0 || value > 1'000'000) {
+    throw ConfigError(fmt::format("environment variable {}='{}' is not a rank or count", name, text));
+  }
+  return static_cast<int>(value);
+}
+
+// A launcher's (rank, size, local rank) variables, when its rank variable is set.
+struct LauncherVars {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+};
+constexpr LauncherVars kLaunchers[] = {
+    {"local", "AIACC_RANK", "AIACC_WORLD_SIZE", "AIACC_LOCAL_RANK"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+};
+
+std::atomic<int> g_forwarded_signal{0};
+void remember_signal(int signal) { g_forwarded_signal.store(signal); }
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return fmt::format("was killed by signal {} ({})", sig, strsignal(sig));
+  }
+  return fmt::format("ended with wait status {}", status);
+}
+
+int exit_status_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+std::string rank_name(const ClusterOptions& cluster, int rank) {
+  return rank < cluster.workers ? fmt::format("worker {}", rank)
+                                : fmt::format("server {}", rank - cluster.workers);
+}
+
+std::string ProcessRole::name(const ClusterOptions& c) const { return rank_name(c, rank); }
+
+std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) {
+  for (const auto& vars : kLaunchers) {
+    auto rank_text = env(vars.rank);
+    if (!rank_text) continue;
+    auto size_text = env(vars.size);
+    if (!size_text) {
+      throw ConfigError(fmt::format("{} is set ({}) but {} is not: cannot tell the world size",
+                                    vars.rank, *rank_text, vars.size));
+    }
+    ProcessRole role;
+    role.launcher = vars.launcher;
+    role.rank = env_int(vars.rank, *rank_text);
+    role.world_size = env_int(vars.size, *size_text);
+    if (auto local = env(vars.local_rank)) role.local_rank = env_int(vars.local_rank, *local);
+    if (role.world_size != cluster.world_size()) {
+      throw ConfigError(fmt::format(
+          "{} says the job has {} processes ({}={}) but the config's cluster section needs {} "
+          "(cluster.workers {} + cluster.servers {}); start {} processes or change the config",
+          role.launcher, role.world_size, vars.size, role.world_size, cluster.world_size(),
+          cluster.workers, cluster.servers, cluster.world_size()));
+    }
+    if (role.rank >= role.world_size) {
+      throw ConfigError(fmt::format("{}={} is outside the world of {}", vars.rank, role.rank,
+                                    role.world_size));
+    }
+    if (role.launcher == "local") {
+      auto rendezvous = env("AIACC_RENDEZVOUS");
+      if (!rendezvous) throw ConfigError("AIACC_RANK is set but AIACC_RENDEZVOUS is not");
+      role.rendezvous = *rendezvous;
+      return role;
+    }
+    const std::string host = env("MASTER_ADDR").value_or(cluster.master_addr);
+    const std::string port = env("MASTER_PORT").value_or(std::to_string(cluster.master_port));
+    env_int("MASTER_PORT", port);
+    role.rendezvous = host + ":" + port;
+    role.serves_rendezvous = role.rank == 0;
+    return role;
+  }
+  return std::nullopt;
+}
+
+LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv) {
+  auto log = log::get("launcher");
+  auto context = net::Context::create();
+  net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
+  const int world = cluster.world_size();
+  const std::string rendezvous_address = fmt::format("127.0.0.1:{}", rendezvous.port());
+
+  // Everything the children need is prepared before fork: between fork and exec only
+  // async-signal-safe calls are allowed (this process has ZeroMQ threads).
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    if (entry.rfind("AIACC_RANK=", 0) == 0 || entry.rfind("AIACC_WORLD_SIZE=", 0) == 0 ||
+        entry.rfind("AIACC_LOCAL_RANK=", 0) == 0 || entry.rfind("AIACC_RENDEZVOUS=", 0) == 0 ||
+        entry.rfind("AIACC_LOCAL_WORLD_SIZE=", 0) == 0) {
+      continue;
+    }
+    base_env.push_back(std::move(entry));
+  }
+  // Idle OpenMP threads must not spin on cores another process of the job needs.
+  if (!env("OMP_WAIT_POLICY")) base_env.push_back("OMP_WAIT_POLICY=PASSIVE");
+  std::vector<std::vector<std::string>> child_env(static_cast<std::size_t>(world), base_env);
+  std::vector<std::vector<char*>> child_envp(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    auto& e = child_env[static_cast<std::size_t>(r)];
+    e.push_back(fmt::format("AIACC_RANK={}", r));
+    e.push_back(fmt::format("AIACC_WORLD_SIZE={}", world));
+    e.push_back(fmt::format("AIACC_LOCAL_RANK={}", r));
+    e.push_back(fmt::format("AIACC_LOCAL_WORLD_SIZE={}", world));
+    e.push_back(fmt::format("AIACC_RENDEZVOUS={}", rendezvous_address));
+    for (auto& s : e) child_envp[static_cast<std::size_t>(r)].push_back(s.data());
+    child_envp[static_cast<std::size_t>(r)].push_back(nullptr);
+  }
+
+  struct sigaction action {};
+  action.sa_handler = remember_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+
+  std::vector<pid_t> pids(static_cast<std::size_t>(world), -1);
+  std::vector<bool> running(static_cast<std::size_t>(world), false);
+  LaunchResult result;
+  auto stop_all = [&](int signal) {
+    for (int r = 0; r < world; ++r) {
+      if (running[static_cast<std::size_t>(r)]) kill(pids[static_cast<std::size_t>(r)], signal);
+    }
+  };
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      result = {1, fmt::format("cannot start {}: fork failed: {}", rank_name(cluster, r), std::strerror(errno))};
+      break;
+    }
+    if (pid == 0) {
+      execve("/proc/self/exe", args.data(), child_envp[static_cast<std::size_t>(r)].data());
+      _exit(127);
+    }
+    pids[static_cast<std::size_t>(r)] = pid;
+    running[static_cast<std::size_t>(r)] = true;
+  }
+  log->info("started {} workers and {} parameter-server shards as local processes (rendezvous {})",
+            cluster.workers, cluster.servers, rendezvous_address);
+
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> kill_at;
+  if (result.exit_status != 0) {
+    stop_all(SIGTERM);
+    kill_at = Clock::now() + std::chrono::seconds(10);
+  }
+  int alive = 0;
+  for (bool r : running) alive += r ? 1 : 0;
+  int forwarded = 0;
+  while (alive > 0) {
+    if (int sig = g_forwarded_signal.exchange(0); sig != 0) {
+      log->warn("got signal {} ({}): stopping the job", sig, strsignal(sig));
+      stop_all(sig);
+      forwarded = sig;
+      if (!kill_at) kill_at = Clock::now() + std::chrono::seconds(10);
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < world; ++r) {
+        if (pids[static_cast<std::size_t>(r)] != pid || !running[static_cast<std::size_t>(r)]) continue;
+        running[static_cast<std::size_t>(r)] = false;
+        --alive;
+        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && result.exit_status == 0 && forwarded == 0) {
+          result.exit_status = exit_status_of(status);
+          result.failure = fmt::format("{} (pid {}) {}", rank_name(cluster, r), pid, describe_status(status));
+          log->error("{}; stopping the other processes", result.failure);
+          stop_all(SIGTERM);
+          kill_at = Clock::now() + std::chrono::seconds(10);
+        } else if (failed) {
+          log->info("{} (pid {}) {}", rank_name(cluster, r), pid, describe_status(status));
+        }
+      }
+      continue;
+    }
+    if (kill_at && Clock::now() >= *kill_at) {
+      log->warn("processes still running 10 s after SIGTERM: sending SIGKILL");
+      stop_all(SIGKILL);
+      kill_at = Clock::now() + std::chrono::hours(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (forwarded != 0 && result.exit_status == 0) {
+    result = {128 + forwarded, fmt::format("stopped by signal {} ({})", forwarded, strsignal(forwarded))};
+  }
+  return result;
+}
+
+}  // namespace aiacc::trainer

@@ -1,0 +1,110 @@
+#include "tools/trainer/placement.h"
+
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include "core/error.h"
+
+namespace aiacc::trainer {
+
+const char* placement_name(Placement placement) {
+  return placement == Placement::ring ? "ring" : "ps";
+}
+
+std::string rule_for(const ClusterOptions& cluster, const std::string& name) {
+  for (std::size_t i = 0; i < cluster.placement.size(); ++i) {
+    const auto& rule = cluster.placement[i];
+    const int matched = fnmatch(rule.match.c_str(), name.c_str(), 0);
+    if (matched == 0) return rule.place;
+    if (matched != FNM_NOMATCH) {
+      throw ConfigError(fmt::format("cluster.placement[{}].match: '{}' is not a valid glob", i, rule.match));
+    }
+  }
+  return "auto";
+}
+
+PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& name,
+                              const std::string& shape, std::int64_t bytes) {
+  PlacementDecision d{name, shape, bytes, false, Placement::ring, "dense tensor: all-reduced"};
+  if (rule_for(cluster, name) == "ps") d.reason = "dense tensor: all-reduced (ps applies to sparse tables only)";
+  return d;
+}
+
+namespace {
+std::string mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1 << 20)); }
+std::string kib(double bytes) { return fmt::format("{:.1f} KiB", bytes / 1024); }
+}  // namespace
+
+PlacementDecision place_sparse(const ClusterOptions& cluster, const std::string& name,
+                               const TableProbe& probe) {
+  PlacementDecision d;
+  d.name = name;
+  d.sparse = true;
+  d.shape = fmt::format("[ids, {}]", probe.dim);
+  const std::string rule = rule_for(cluster, name);
+  if (rule == "ps") {
+    if (cluster.servers == 0) {
+      throw ConfigError(fmt::format("cluster.placement: table '{}' is placed on ps but "
+                                    "cluster.servers is 0; add servers or place it on the ring", name));
+    }
+    d.choice = Placement::ps;
+    d.reason = "placement rule";
+    d.bytes = -1;
+    return d;
+  }
+  if (rule == "ring") {
+    d.choice = Placement::ring;
+    d.reason = "placement rule";
+    d.bytes = -1;
+    return d;
+  }
+  if (cluster.servers == 0) {
+    d.choice = Placement::ring;
+    d.reason = "auto: no parameter servers";
+    d.bytes = -1;
+    return d;
+  }
+  const double row_bytes = 4.0 * static_cast<double>(probe.dim);
+  const double remaining = static_cast<double>(std::max<std::int64_t>(0, probe.total_steps - probe.probe_batches));
+  const double rows = static_cast<double>(probe.rows_seen) + static_cast<double>(probe.new_rows_last_batch) * remaining;
+  const double replica = rows * 4.0 * static_cast<double>(probe.dim + probe.state_floats);
+  d.bytes = static_cast<std::int64_t>(replica);
+  const double n = cluster.workers;
+  const double ring_bytes = (n - 1) * probe.unique_rows_per_step * row_bytes;
+  const double ps_bytes = 2 * probe.unique_rows_per_step * row_bytes;
+  if (replica > static_cast<double>(cluster.replica_max_mib) * (1 << 20)) {
+    d.choice = Placement::ps;
+    d.reason = fmt::format("auto: a replica would reach ~{} (> cluster.replica_max_mib {})", mib(replica),
+                           cluster.replica_max_mib);
+  } else if (ring_bytes <= ps_bytes) {
+    d.choice = Placement::ring;
+    d.reason = fmt::format("auto: per step ring {} <= ps {} ({:.0f} unique rows)", kib(ring_bytes),
+                           kib(ps_bytes), probe.unique_rows_per_step);
+  } else {
+    d.choice = Placement::ps;
+    d.reason = fmt::format("auto: per step ps {} < ring {} ({:.0f} unique rows)", kib(ps_bytes),
+                           kib(ring_bytes), probe.unique_rows_per_step);
+  }
+  return d;
+}
+
+bool needs_probe(const ClusterOptions& cluster, const std::vector<std::string>& sparse_names) {
+  if (cluster.servers == 0) return false;
+  for (const auto& name : sparse_names) {
+    if (rule_for(cluster, name) == "auto") return true;
+  }
+  return false;
+}
+
+std::string format_placement(const std::vector<PlacementDecision>& decisions) {
+  std::string out = fmt::format("{:<28} {:>16} {:>12}  {:<5} {}\n", "tensor", "shape", "bytes", "place", "reason");
+  for (const auto& d : decisions) {
+    std::string bytes = "-";
+    if (d.bytes >= 0) bytes = fmt::format("{}{}", d.sparse ? "~" : "", d.bytes);
+    out += fmt::format("{:<28} {:>16} {:>12}  {:<5} {}\n", d.name, d.shape, bytes,
+                       placement_name(d.choice), d.reason);
+  }
+  return out;
+}
+
+}  // namespace aiacc::trainer

@@ -1,0 +1,57 @@
+// Per-parameter placement (shared/DESIGN.md §3): which synchronisation each parameter uses.
+//   dense tensors        always the ring (all-reduced gradients, fused in buckets)
+//   sparse tables, ring  replicated on every worker; each step the workers' row gradients are
+//                        all-gathered and every replica applies the same averaged update
+//   sparse tables, ps    sharded over the parameter servers; rows pulled, gradients pushed
+// `auto` weighs the bytes each moves per step per worker, measured over the first batches:
+// ring (n - 1) x unique rows x row bytes (the all-gather), ps 2 x unique rows x row bytes
+// (pull + push), under a memory bound: a replica must fit cluster.replica_max_mib, and a table
+// that was still growing at the end of the probe is taken as unbounded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/trainer/cluster_options.h"
+
+namespace aiacc::trainer {
+
+enum class Placement { ring, ps };
+const char* placement_name(Placement placement);
+
+// What the probe batches showed about one sparse table.
+struct TableProbe {
+  std::int64_t dim = 0;
+  std::int64_t state_floats = 0;      // optimiser state per row
+  double unique_rows_per_step = 0;    // mean over the probe batches
+  std::int64_t rows_seen = 0;         // distinct rows over all probe batches
+  std::int64_t new_rows_last_batch = 0;
+  std::int64_t probe_batches = 0;
+  std::int64_t total_steps = 0;       // the job's steps (to extrapolate growth)
+};
+
+struct PlacementDecision {
+  std::string name;
+  std::string shape;
+  std::int64_t bytes = 0;        // dense: tensor bytes; sparse: estimated replica bytes (-1: unbounded)
+  bool sparse = false;
+  Placement choice = Placement::ring;
+  std::string reason;
+};
+
+// The first rule matching `name`, or "auto". ConfigError if a rule's glob is malformed.
+std::string rule_for(const ClusterOptions& cluster, const std::string& name);
+
+PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& name,
+                              const std::string& shape, std::int64_t bytes);
+// ConfigError when the rule asks for ps and the job has no servers (naming the rule).
+PlacementDecision place_sparse(const ClusterOptions& cluster, const std::string& name,
+                               const TableProbe& probe);
+// Whether any sparse table's rule is auto with servers present (only then is a probe needed).
+bool needs_probe(const ClusterOptions& cluster, const std::vector<std::string>& sparse_names);
+
+// The start-up table: tensor, shape, bytes, choice, reason.
+std::string format_placement(const std::vector<PlacementDecision>& decisions);
+
+}  // namespace aiacc::trainer

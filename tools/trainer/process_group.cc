@@ -1,0 +1,187 @@
+#include "tools/trainer/process_group.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "ps/server.h"
+#include "ring/allgather.h"
+#include "ring/allreduce.h"
+#include "ring/barrier.h"
+#include "ring/broadcast.h"
+
+namespace aiacc::trainer {
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The first lines where `a` and `b` differ, for an error message (YAML lines name their key).
+std::string first_differences(const std::string& a, const std::string& b, int limit = 3) {
+  const auto la = lines_of(a), lb = lines_of(b);
+  std::vector<std::string> out;
+  const std::size_t n = std::max(la.size(), lb.size());
+  for (std::size_t i = 0; i < n && static_cast<int>(out.size()) < limit; ++i) {
+    const std::string x = i < la.size() ? la[i] : "(missing)";
+    const std::string y = i < lb.size() ? lb[i] : "(missing)";
+    if (x != y) out.push_back(fmt::format("line {}: rank 0 has '{}', it has '{}'", i + 1, x, y));
+  }
+  return fmt::format("{}", fmt::join(out, "; "));
+}
+
+std::string bind_host(const std::string& address) {
+  const auto colon = address.rfind(':');
+  const std::string host = address.substr(0, colon);
+  // Loopback addresses bind as given; anything else (a hostname such as a Kubernetes service)
+  // binds every interface, since ZeroMQ binds interfaces, not names.
+  return host.rfind("127.", 0) == 0 || host == "localhost" ? "127.0.0.1" : "*";
+}
+
+int port_of(const std::string& address) {
+  return std::stoi(address.substr(address.rfind(':') + 1));
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& role)
+    : cluster_(cluster), role_(role), context_(net::Context::create()) {
+  auto log = log::get("cluster");
+  const auto deadline = net::deadline_after(cluster.start_timeout_s);
+  if (role.serves_rendezvous) {
+    rendezvous_server_ = std::make_unique<net::RendezvousServer>(context_, bind_host(role.rendezvous),
+                                                                 port_of(role.rendezvous));
+    log->info("serving the rendezvous store on {}", rendezvous_server_->endpoint());
+  }
+  rendezvous_ = std::make_unique<net::RendezvousClient>(context_, role.rendezvous);
+  rendezvous_->register_rank(role.rank, role.world_size, {}, deadline);
+  rendezvous_->wait_all(deadline);
+  log->info("{} joined a job of {} workers and {} servers (launcher: {})", name(), cluster.workers,
+            cluster.servers, role.launcher.empty() ? "none" : role.launcher);
+  if (!is_worker()) return;
+
+  dense_ = ring::Communicator::connect(context_, *rendezvous_, role.rank, cluster.workers,
+                                       cluster.ring.comm, "dense");
+  ring::CommunicatorOptions control_options = cluster.ring.comm;
+  control_options.streams = 1;
+  control_ = ring::Communicator::connect(context_, *rendezvous_, role.rank, cluster.workers,
+                                         control_options, "control");
+}
+
+std::shared_ptr<ps::PsClient> ProcessGroup::ps_client() {
+  if (ps_client_ || cluster_.servers == 0) return ps_client_;
+  AIACC_CHECK(is_worker(), "ps_client on a server");
+  // Shards publish their endpoints once they serve (after the start-up checks).
+  const auto deadline = net::deadline_after(cluster_.start_timeout_s);
+  ps::ClientOptions client;
+  for (int k = 0; k < cluster_.servers; ++k) {
+    client.endpoints.push_back(rendezvous_->get_string(fmt::format("ps/endpoint/{}", k), deadline));
+  }
+  client.worker = role_.rank;
+  client.timeout_s = cluster_.ps.timeout_s;
+  client.retry_interval_s = std::min(10.0, cluster_.ps.timeout_s / 4);
+  ps_client_ = std::make_shared<ps::PsClient>(client, context_);
+  return ps_client_;
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::check(const std::string& what, const std::string& text, int ranks) {
+  const auto deadline = net::deadline_after(cluster_.start_timeout_s);
+  const std::string prefix = fmt::format("check/{}/{}", checks_++, what);
+  rendezvous_->set_string(fmt::format("{}/{}", prefix, role_.rank), text, deadline);
+  const std::string reference = rendezvous_->get_string(fmt::format("{}/0", prefix), deadline);
+  std::vector<std::string> differing;
+  std::string example;
+  for (int r = 1; r < ranks; ++r) {
+    const std::string other = rendezvous_->get_string(fmt::format("{}/{}", prefix, r), deadline);
+    if (other == reference) continue;
+    differing.push_back(rank_name(cluster_, r));
+    if (example.empty()) example = fmt::format("{}: {}", rank_name(cluster_, r), first_differences(reference, other));
+  }
+  if (!differing.empty()) {
+    throw ConfigError(fmt::format("start-up check failed: the {} of {} differs from worker 0's ({})",
+                                  what, fmt::join(differing, ", "), example));
+  }
+}
+
+void ProcessGroup::check_agreement(const std::string& what, const std::string& text) {
+  check(what, text, role_.world_size);
+}
+
+void ProcessGroup::check_worker_agreement(const std::string& what, const std::string& text) {
+  AIACC_CHECK(is_worker(), "check_worker_agreement on a server");
+  check(what, text, cluster_.workers);
+}
+
+void ProcessGroup::serve_shard() {
+  auto log = log::get("ps");
+  ps::ServerOptions options;
+  options.shard = role_.rank - cluster_.workers;
+  options.num_shards = cluster_.servers;
+  options.bind = fmt::format("tcp://{}:0", cluster_.ring.comm.interface);
+  options.num_partitions = cluster_.ps.partitions;
+  options.num_threads = cluster_.ps.threads;
+  options.wait_timeout_s = cluster_.ps.timeout_s;
+  ps::PsServer server(options, context_);
+  rendezvous_->set_string(fmt::format("ps/endpoint/{}", options.shard), server.endpoint(),
+                          net::deadline_after(cluster_.start_timeout_s));
+  while (!server.wait_stopped(net::deadline_after(1.0))) server.check();
+  server.check();
+  log->info("shard {} shut down by the workers", options.shard);
+}
+
+void ProcessGroup::sum(std::span<double> values) {
+  if (values.empty() || cluster_.workers == 1) return;
+  ring::AllreduceTuning tuning;
+  tuning.hierarchical = false;
+  ring::Allreduce(control_, ring::Buffer{values.data(), static_cast<std::int64_t>(values.size()), DType::f64},
+                  ring::AllreduceSpec{}, tuning)
+      .run();
+}
+
+std::vector<std::vector<std::byte>> ProcessGroup::allgather(std::span<const std::byte> mine) {
+  const int n = cluster_.workers;
+  if (n == 1) return {std::vector<std::byte>(mine.begin(), mine.end())};
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(n), 0);
+  sizes[static_cast<std::size_t>(role_.rank)] = static_cast<std::int64_t>(mine.size());
+  ring::Allgather(control_, ring::Buffer{sizes.data(), n, DType::i64}).run();
+  std::int64_t largest = 1;
+  for (auto s : sizes) largest = std::max(largest, s);
+  // Blocks of equal size (the largest, rounded up to whole 8-byte words), then cut to size.
+  const std::int64_t words = (largest + 7) / 8;
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(words * n), 0);
+  std::memcpy(blocks.data() + words * role_.rank, mine.data(), mine.size());
+  ring::Allgather(control_, ring::Buffer{blocks.data(), words * n, DType::i64}).run();
+  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const auto* begin = reinterpret_cast<const std::byte*>(blocks.data() + words * r);
+    out[static_cast<std::size_t>(r)].assign(begin, begin + sizes[static_cast<std::size_t>(r)]);
+  }
+  return out;
+}
+
+void ProcessGroup::broadcast(Tensor& tensor, int root) {
+  if (cluster_.workers == 1 || tensor.numel() == 0) return;
+  ring::Broadcast(control_, ring::Buffer::of(tensor), root).run();
+}
+
+void ProcessGroup::barrier() {
+  if (cluster_.workers > 1) ring::barrier(*control_, "job barrier");
+}
+
+void ProcessGroup::finish() {
+  if (!is_worker()) return;
+  barrier();
+  if (role_.rank == 0 && cluster_.servers > 0) ps_client()->shutdown_servers();
+}
+
+}  // namespace aiacc::trainer

@@ -1,0 +1,88 @@
+// ProcessGroup: one process's membership in a distributed job (shared/DESIGN.md §6). Ranks
+// 0 .. workers-1 train; ranks workers .. workers+servers-1 each serve one parameter-server
+// shard. All meet at the rendezvous store; workers build two communicators over the ring
+// module: `dense` for gradient buckets (driven by the GradientFuser's thread during backward)
+// and `control` for everything the training thread exchanges itself (start-up broadcasts,
+// replicated sparse tables, metrics), so the two never interleave messages on one channel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/net/context.h"
+#include "core/net/rendezvous_client.h"
+#include "core/net/rendezvous_server.h"
+#include "core/tensor.h"
+#include "ps/client.h"
+#include "ring/communicator.h"
+#include "tools/trainer/cluster_options.h"
+#include "tools/trainer/launch.h"
+
+namespace aiacc::trainer {
+
+class ProcessGroup {
+ public:
+  // Joins the job: serves the rendezvous store when the role says so, registers, and (workers)
+  // connects both communicators and the parameter-server client. Blocks until every rank has
+  // joined or cluster.start_timeout_s (TimeoutError naming the missing ranks).
+  ProcessGroup(const ClusterOptions& cluster, const ProcessRole& role);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  const ProcessRole& role() const { return role_; }
+  const ClusterOptions& cluster() const { return cluster_; }
+  int rank() const { return role_.rank; }
+  bool is_worker() const { return role_.rank < cluster_.workers; }
+  int worker() const { return role_.rank; }
+  int workers() const { return cluster_.workers; }
+  std::string name() const { return role_.name(cluster_); }
+
+  // Start-up check, collective over every rank (servers too): each publishes `text` under
+  // `what`; a rank whose text differs from rank 0's stops the job with ConfigError naming the
+  // ranks and the first differing lines (for YAML: the keys).
+  void check_agreement(const std::string& what, const std::string& text);
+  // The same among workers only (parameter lists, plans).
+  void check_worker_agreement(const std::string& what, const std::string& text);
+
+  // Server ranks: serves this rank's shard until a worker shuts the servers down.
+  void serve_shard();
+
+  // Workers only.
+  std::shared_ptr<ring::Communicator> dense() const { return dense_; }
+  std::shared_ptr<ring::Communicator> control() const { return control_; }
+  // The client of every shard (connected on first use); null when the job has no servers.
+  std::shared_ptr<ps::PsClient> ps_client();
+
+  // Collectives on the control communicator (workers only, same order on every worker):
+  // element-wise sum of `values` over workers (f64, exact enough for counters and metrics).
+  void sum(std::span<double> values);
+  // Every worker's bytes, in worker order (sizes may differ).
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine);
+  // Copies worker `root`'s `tensor` to every worker.
+  void broadcast(Tensor& tensor, int root);
+  // Returns once every worker has called it.
+  void barrier();
+
+  // End of the job: worker 0 waits for every worker, then shuts the servers down.
+  void finish();
+
+ private:
+  void check(const std::string& what, const std::string& text, int ranks);
+
+  ClusterOptions cluster_;
+  ProcessRole role_;
+  std::shared_ptr<net::Context> context_;
+  std::unique_ptr<net::RendezvousServer> rendezvous_server_;
+  std::unique_ptr<net::RendezvousClient> rendezvous_;
+  std::shared_ptr<ring::Communicator> dense_;
+  std::shared_ptr<ring::Communicator> control_;
+  std::shared_ptr<ps::PsClient> ps_client_;
+  int checks_ = 0;
+};
+
+}  // namespace aiacc::trainer

@@ -1,0 +1,47 @@
+// ReplicatedEmbeddingStore: a sparse table placed on the ring. Every worker holds a full
+// replica (a LocalEmbeddingStore); push() only records this worker's row gradients, and
+// synchronize() (once per step, after backward, on every worker in the same order) all-gathers
+// every worker's rows and applies one merged update: gradients of an id summed in worker
+// order and divided by the number of workers, exactly like an all-reduced dense gradient. All
+// replicas apply identical updates, so they stay bitwise equal.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/embedding/local_embedding_store.h"
+#include "tools/trainer/process_group.h"
+
+namespace aiacc::trainer {
+
+class ReplicatedEmbeddingStore final : public EmbeddingStore {
+ public:
+  ReplicatedEmbeddingStore(const EmbeddingTableSpec& spec, const optim::OptimizerOptions& optimizer,
+                           ProcessGroup& group);
+  const EmbeddingTableSpec& spec() const override { return replica_.spec(); }
+  void pull(std::span<const std::int64_t> ids, float* rows) override { replica_.pull(ids, rows); }
+  // Records the gradient rows of this step (applied by synchronize()).
+  void push(std::span<const std::int64_t> ids, const float* grads, double lr) override;
+  // Collective over workers: merges every worker's pushed rows of each of `tables` (the same
+  // tables in the same order on every worker) and applies them. One all-gather for all tables.
+  static void synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables, ProcessGroup& group);
+  std::int64_t num_rows() const override { return replica_.num_rows(); }
+  std::vector<std::pair<std::string, Tensor>> save_rows() const override { return replica_.save_rows(); }
+  void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override { replica_.load_rows(rows); }
+
+ private:
+  // This step's rows as [count i64][lr f64][ids i64 x count][grads f32 x count x dim].
+  void take_pending(std::vector<std::byte>& message);
+  // Applies the merged rows of every worker's message part for this table; advances `offsets`.
+  void apply(const std::vector<std::vector<std::byte>>& messages, std::vector<std::size_t>& offsets);
+
+  LocalEmbeddingStore replica_;
+  ProcessGroup& group_;
+  std::vector<std::int64_t> ids_;
+  std::vector<float> grads_;
+  double lr_ = 0;
+};
+
+}  // namespace aiacc::trainer
