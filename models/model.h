@@ -14,7 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,9 @@ struct ModelContext {
   // Serves the model's sparse embedding tables (local or parameter servers, chosen by the
   // trainer per table). Models with sparse tables require it.
   EmbeddingStoreFactory embedding_stores;
+  // Data-parallel training with synchronised batch norm: sums a vector over all replicas (see
+  // BatchNorm::set_cross_replica_sum). Empty: batch statistics are this process's own.
+  std::function<void(std::span<double>)> cross_replica_sum;
 };
 
 class Model {

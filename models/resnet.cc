@@ -65,6 +65,9 @@ ResNet::ResNet(const Options& options, const ModelContext& context)
   if (options.zero_init_residual) {
     for (BatchNorm* norm : targets.residual_norms) norm->weight().value().zero();
   }
+  if (context.cross_replica_sum) {
+    for (BatchNorm* norm : targets.norms) norm->set_cross_replica_sum(context.cross_replica_sum);
+  }
 }
 
 double ResNet::forward(const Batch& batch, bool training) {

@@ -16,6 +16,14 @@
 namespace aiacc::models {
 namespace {
 
+// Adds a batch norm (PyTorch's momentum and eps) and records it for the model's set-up.
+BatchNorm* add_norm(Sequential& seq, std::string name, std::int64_t channels, DType dtype,
+                    ResNetInitTargets& targets) {
+  auto* norm = seq.add(std::make_unique<BatchNorm>(std::move(name), channels, 0.1, 1e-5, dtype));
+  targets.norms.push_back(norm);
+  return norm;
+}
+
 struct ImagenetDepth {
   std::int64_t depth;
   ResNetBlock block;
@@ -79,20 +87,20 @@ std::unique_ptr<ResidualBlock> make_block(const ResNetArchitecture& arch, const 
   BatchNorm* last_norm = nullptr;
   if (arch.block == ResNetBlock::basic) {
     add_conv(*main, name("conv1"), in, planes, 3, stride, 1, seed++, dtype, targets);
-    main->add(std::make_unique<BatchNorm>(name("bn1"), planes, 0.1, 1e-5, dtype));
+    add_norm(*main, name("bn1"), planes, dtype, targets);
     main->add(std::make_unique<ReLU>(name("relu1")));
     add_conv(*main, name("conv2"), planes, planes, 3, 1, 1, seed++, dtype, targets);
-    last_norm = main->add(std::make_unique<BatchNorm>(name("bn2"), planes, 0.1, 1e-5, dtype));
+    last_norm = add_norm(*main, name("bn2"), planes, dtype, targets);
   } else {
     // Stride on the 3x3 conv (torchvision's "ResNet v1.5"), not on the first 1x1.
     add_conv(*main, name("conv1"), in, planes, 1, 1, 0, seed++, dtype, targets);
-    main->add(std::make_unique<BatchNorm>(name("bn1"), planes, 0.1, 1e-5, dtype));
+    add_norm(*main, name("bn1"), planes, dtype, targets);
     main->add(std::make_unique<ReLU>(name("relu1")));
     add_conv(*main, name("conv2"), planes, planes, 3, stride, 1, seed++, dtype, targets);
-    main->add(std::make_unique<BatchNorm>(name("bn2"), planes, 0.1, 1e-5, dtype));
+    add_norm(*main, name("bn2"), planes, dtype, targets);
     main->add(std::make_unique<ReLU>(name("relu2")));
     add_conv(*main, name("conv3"), planes, out, 1, 1, 0, seed++, dtype, targets);
-    last_norm = main->add(std::make_unique<BatchNorm>(name("bn3"), out, 0.1, 1e-5, dtype));
+    last_norm = add_norm(*main, name("bn3"), out, dtype, targets);
   }
   targets.residual_norms.push_back(last_norm);
 
@@ -101,7 +109,7 @@ std::unique_ptr<ResidualBlock> make_block(const ResNetArchitecture& arch, const 
   if (stride != 1 || in != out) {
     shortcut = std::make_unique<Sequential>(name("downsample"));
     add_conv(*shortcut, name("downsample.0"), in, out, 1, stride, 0, seed++, dtype, targets);
-    shortcut->add(std::make_unique<BatchNorm>(name("downsample.1"), out, 0.1, 1e-5, dtype));
+    add_norm(*shortcut, name("downsample.1"), out, dtype, targets);
   }
   return std::make_unique<ResidualBlock>(prefix, std::move(main), std::move(shortcut));
 }
@@ -181,7 +189,7 @@ void build_resnet_trunk(const ResNetArchitecture& arch, std::int64_t in_channels
   } else {
     add_conv(net, "conv1", in_channels, arch.width, 3, 1, 1, seed++, dtype, targets);
   }
-  net.add(std::make_unique<BatchNorm>("bn1", arch.width, 0.1, 1e-5, dtype));
+  add_norm(net, "bn1", arch.width, dtype, targets);
   net.add(std::make_unique<ReLU>("relu"));
   if (arch.imagenet_stem) net.add(std::make_unique<MaxPool2d>("maxpool", 3, 2, 1));
 

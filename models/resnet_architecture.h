@@ -54,6 +54,7 @@ ResNetArchitecture resolve_resnet(const ResNetChoice& choice, const Shape& examp
 struct ResNetInitTargets {
   std::vector<Conv2d*> convs;             // every convolution, in forward order
   std::vector<BatchNorm*> residual_norms; // the last batch norm of each block's main path
+  std::vector<BatchNorm*> norms;          // every batch norm, in forward order
 };
 
 // Appends the stem (conv1, bn1, relu[, maxpool]) and every stage (layer1 ...) to `net` for

@@ -91,6 +91,49 @@ void BatchNormGeometry::validate() const {
 }
 
 template <class T>
+void batch_norm_moments(const BatchNormGeometry& g, const T* x, double* mean, double* m2) {
+  g.validate();
+  for_channel_blocks(g, [&](std::int64_t c0, std::int64_t c1) {
+    std::vector<double> block_mean, block_m2;
+    channel_moments(g, x, c0, c1, block_mean, block_m2);
+    std::copy(block_mean.begin(), block_mean.end(), mean + c0);
+    std::copy(block_m2.begin(), block_m2.end(), m2 + c0);
+  });
+}
+
+template <class T>
+void batch_norm_forward_from_moments(const BatchNormGeometry& g, const BatchNormOptions& options,
+                                     double count, const double* mean, const double* m2, const T* x,
+                                     const T* gamma, const T* beta, T* y, T* save_mean,
+                                     T* save_inv_std, T* running_mean, T* running_var) {
+  g.validate();
+  AIACC_CHECK(count > 1, "batch norm training needs more than one value per channel ({} in all)", count);
+  const double momentum = options.momentum;
+  for_channel_blocks(g, [&](std::int64_t c0, std::int64_t c1) {
+    const auto k_count = static_cast<std::size_t>(c1 - c0);
+    std::vector<double> scale(k_count), shift(k_count);
+    for (std::size_t k = 0; k < k_count; ++k) {
+      const std::int64_t c = c0 + static_cast<std::int64_t>(k);
+      const double biased_var = m2[c] / count;
+      const double inv_std = 1.0 / std::sqrt(biased_var + options.eps);
+      save_mean[c] = static_cast<T>(mean[c]);
+      save_inv_std[c] = static_cast<T>(inv_std);
+      if (running_mean != nullptr) {
+        running_mean[c] = static_cast<T>((1.0 - momentum) * running_mean[c] + momentum * mean[c]);
+      }
+      if (running_var != nullptr) {
+        const double unbiased_var = m2[c] / (count - 1);
+        running_var[c] =
+            static_cast<T>((1.0 - momentum) * running_var[c] + momentum * unbiased_var);
+      }
+      scale[k] = static_cast<double>(gamma[c]) * inv_std;
+      shift[k] = static_cast<double>(beta[c]) - mean[c] * scale[k];
+    }
+    affine_channels(g, x, c0, c1, scale, shift, y);
+  });
+}
+
+template <class T>
 void batch_norm_forward_train(const BatchNormGeometry& g, const BatchNormOptions& options,
                               const T* x, const T* gamma, const T* beta, T* y, T* save_mean,
                               T* save_inv_std, T* running_mean, T* running_var) {
@@ -98,31 +141,11 @@ void batch_norm_forward_train(const BatchNormGeometry& g, const BatchNormOptions
   const std::int64_t m = g.values_per_channel();
   AIACC_CHECK_GT(m, 1, "batch norm training needs more than one value per channel (N={}, S={})",
                  g.batch, g.spatial);
-  const double momentum = options.momentum;
-  for_channel_blocks(g, [&](std::int64_t c0, std::int64_t c1) {
-    const auto k_count = static_cast<std::size_t>(c1 - c0);
-    std::vector<double> mean, centred_sq;
-    channel_moments(g, x, c0, c1, mean, centred_sq);
-    std::vector<double> scale(k_count), shift(k_count);
-    for (std::size_t k = 0; k < k_count; ++k) {
-      const std::int64_t c = c0 + static_cast<std::int64_t>(k);
-      const double biased_var = centred_sq[k] / static_cast<double>(m);
-      const double inv_std = 1.0 / std::sqrt(biased_var + options.eps);
-      save_mean[c] = static_cast<T>(mean[k]);
-      save_inv_std[c] = static_cast<T>(inv_std);
-      if (running_mean != nullptr) {
-        running_mean[c] = static_cast<T>((1.0 - momentum) * running_mean[c] + momentum * mean[k]);
-      }
-      if (running_var != nullptr) {
-        const double unbiased_var = centred_sq[k] / static_cast<double>(m - 1);
-        running_var[c] =
-            static_cast<T>((1.0 - momentum) * running_var[c] + momentum * unbiased_var);
-      }
-      scale[k] = static_cast<double>(gamma[c]) * inv_std;
-      shift[k] = static_cast<double>(beta[c]) - mean[k] * scale[k];
-    }
-    affine_channels(g, x, c0, c1, scale, shift, y);
-  });
+  std::vector<double> mean(static_cast<std::size_t>(g.channels)), m2(mean.size());
+  batch_norm_moments(g, x, mean.data(), m2.data());
+  batch_norm_forward_from_moments(g, options, static_cast<double>(m), mean.data(), m2.data(), x,
+                                  gamma, beta, y, save_mean, save_inv_std, running_mean,
+                                  running_var);
 }
 
 template <class T>
@@ -144,50 +167,46 @@ void batch_norm_forward_eval(const BatchNormGeometry& g, const BatchNormOptions&
 }
 
 template <class T>
-void batch_norm_backward(const BatchNormGeometry& g, BatchNormStats stats, const T* x, const T* dy,
-                         const T* gamma, const T* mean, const T* inv_std, T* dx, T* dgamma,
-                         T* dbeta) {
+void batch_norm_backward_sums(const BatchNormGeometry& g, const T* x, const T* dy, const T* mean,
+                              const T* inv_std, double* sum_dy, double* sum_dy_xhat) {
   g.validate();
-  const std::int64_t m = g.values_per_channel();
-  const bool need_sums = dgamma != nullptr || dbeta != nullptr || stats == BatchNormStats::batch;
   for_channel_blocks(g, [&](std::int64_t c0, std::int64_t c1) {
-    const auto k_count = static_cast<std::size_t>(c1 - c0);
-    std::vector<double> sum_dy(k_count, 0.0), sum_dy_xhat(k_count, 0.0);
-    if (need_sums) {
-      for (std::int64_t n = 0; n < g.batch; ++n) {
-        for (std::int64_t c = c0; c < c1; ++c) {
-          const std::int64_t base = (n * g.channels + c) * g.spatial;
-          // Per-plane sums in T (vectorised, L1-resident); planes accumulate in double.
-          const T mu = mean[c];
-          T a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-          for (std::int64_t s = 0; s < g.spatial; ++s) {
-            a += dy[base + s];
-            b += dy[base + s] * (x[base + s] - mu);
-          }
-          sum_dy[static_cast<std::size_t>(c - c0)] += static_cast<double>(a);
-          sum_dy_xhat[static_cast<std::size_t>(c - c0)] +=
-              static_cast<double>(b) * static_cast<double>(inv_std[c]);
-        }
-      }
-    }
-    for (std::size_t k = 0; k < k_count; ++k) {
-      const std::int64_t c = c0 + static_cast<std::int64_t>(k);
-      if (dbeta != nullptr) dbeta[c] = static_cast<T>(sum_dy[k]);
-      if (dgamma != nullptr) dgamma[c] = static_cast<T>(sum_dy_xhat[k]);
-    }
-    if (dx == nullptr) return;
-    const bool through_batch = stats == BatchNormStats::batch && m > 0;
+    for (std::int64_t c = c0; c < c1; ++c) sum_dy[c] = sum_dy_xhat[c] = 0.0;
     for (std::int64_t n = 0; n < g.batch; ++n) {
       for (std::int64_t c = c0; c < c1; ++c) {
-        const auto k = static_cast<std::size_t>(c - c0);
+        const std::int64_t base = (n * g.channels + c) * g.spatial;
+        // Per-plane sums in T (vectorised, L1-resident); planes accumulate in double.
+        const T mu = mean[c];
+        T a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+        for (std::int64_t s = 0; s < g.spatial; ++s) {
+          a += dy[base + s];
+          b += dy[base + s] * (x[base + s] - mu);
+        }
+        sum_dy[c] += static_cast<double>(a);
+        sum_dy_xhat[c] += static_cast<double>(b) * static_cast<double>(inv_std[c]);
+      }
+    }
+  });
+}
+
+template <class T>
+void batch_norm_backward_input(const BatchNormGeometry& g, BatchNormStats stats, double count,
+                               const T* x, const T* dy, const T* gamma, const T* mean,
+                               const T* inv_std, const double* sum_dy, const double* sum_dy_xhat,
+                               T* dx) {
+  g.validate();
+  const bool through_batch = stats == BatchNormStats::batch && count > 0;
+  for_channel_blocks(g, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t n = 0; n < g.batch; ++n) {
+      for (std::int64_t c = c0; c < c1; ++c) {
         const std::int64_t base = (n * g.channels + c) * g.spatial;
         const double mu = mean[c], is = inv_std[c];
         const double gain = static_cast<double>(gamma[c]) * is;
         // With batch statistics, mean and variance depend on every x of the channel, which
         // subtracts the mean of dy and the projection of dy on xhat.
-        const double mean_dy = through_batch ? sum_dy[k] / static_cast<double>(m) : 0.0;
-        const double mean_dy_xhat = through_batch ? sum_dy_xhat[k] / static_cast<double>(m) : 0.0;
+        const double mean_dy = through_batch ? sum_dy[c] / count : 0.0;
+        const double mean_dy_xhat = through_batch ? sum_dy_xhat[c] / count : 0.0;
         // dx = gain * (dy - mean_dy - xhat * mean_dy_xhat), folded into one FMA chain in T.
         const auto dy_gain = static_cast<T>(gain);
         const auto x_gain = static_cast<T>(-gain * is * mean_dy_xhat);
@@ -201,7 +220,35 @@ void batch_norm_backward(const BatchNormGeometry& g, BatchNormStats stats, const
   });
 }
 
+template <class T>
+void batch_norm_backward(const BatchNormGeometry& g, BatchNormStats stats, const T* x, const T* dy,
+                         const T* gamma, const T* mean, const T* inv_std, T* dx, T* dgamma,
+                         T* dbeta) {
+  g.validate();
+  const auto channels = static_cast<std::size_t>(g.channels);
+  const bool need_sums = dgamma != nullptr || dbeta != nullptr || stats == BatchNormStats::batch;
+  std::vector<double> sum_dy(channels, 0.0), sum_dy_xhat(channels, 0.0);
+  if (need_sums) batch_norm_backward_sums(g, x, dy, mean, inv_std, sum_dy.data(), sum_dy_xhat.data());
+  for (std::size_t c = 0; c < channels; ++c) {
+    if (dbeta != nullptr) dbeta[c] = static_cast<T>(sum_dy[c]);
+    if (dgamma != nullptr) dgamma[c] = static_cast<T>(sum_dy_xhat[c]);
+  }
+  if (dx == nullptr) return;
+  batch_norm_backward_input(g, stats, static_cast<double>(g.values_per_channel()), x, dy, gamma,
+                            mean, inv_std, sum_dy.data(), sum_dy_xhat.data(), dx);
+}
+
 #define AIACC_INSTANTIATE_BATCH_NORM(T)                                                           \
+  template void batch_norm_moments<T>(const BatchNormGeometry&, const T*, double*, double*);      \
+  template void batch_norm_forward_from_moments<T>(const BatchNormGeometry&,                      \
+                                                   const BatchNormOptions&, double, const double*, \
+                                                   const double*, const T*, const T*, const T*, T*, \
+                                                   T*, T*, T*, T*);                               \
+  template void batch_norm_backward_sums<T>(const BatchNormGeometry&, const T*, const T*,         \
+                                            const T*, const T*, double*, double*);                \
+  template void batch_norm_backward_input<T>(const BatchNormGeometry&, BatchNormStats, double,    \
+                                             const T*, const T*, const T*, const T*, const T*,    \
+                                             const double*, const double*, T*);                   \
   template void batch_norm_forward_train<T>(const BatchNormGeometry&, const BatchNormOptions&,    \
                                             const T*, const T*, const T*, T*, T*, T*, T*, T*);    \
   template void batch_norm_forward_eval<T>(const BatchNormGeometry&, const BatchNormOptions&,     \

@@ -59,4 +59,34 @@ void batch_norm_backward(const BatchNormGeometry& g, BatchNormStats stats, const
                          const T* gamma, const T* mean, const T* inv_std, T* dx, T* dgamma,
                          T* dbeta);
 
+// The same computations in pieces, for batch norm synchronised over data-parallel replicas
+// (statistics over every replica's batch): each replica computes its moments, the caller merges
+// them across replicas (counts, means and M2 by Chan's rule), and the forward and backward
+// continue from the merged values. With one replica the pieces give bit-identical results to
+// the functions above, which are built from them.
+//
+// Per-channel mean and M2 (sum of squared deviations from the mean) of x, in double.
+template <class T>
+void batch_norm_moments(const BatchNormGeometry& g, const T* x, double* mean, double* m2);
+
+// Training forward from statistics over `count` values per channel (all replicas): as
+// batch_norm_forward_train, with the moments given.
+template <class T>
+void batch_norm_forward_from_moments(const BatchNormGeometry& g, const BatchNormOptions& options,
+                                     double count, const double* mean, const double* m2, const T* x,
+                                     const T* gamma, const T* beta, T* y, T* save_mean,
+                                     T* save_inv_std, T* running_mean, T* running_var);
+
+// This replica's backward sums: sum_dy[c] = sum dy, sum_dy_xhat[c] = sum dy * xhat (double).
+template <class T>
+void batch_norm_backward_sums(const BatchNormGeometry& g, const T* x, const T* dy, const T* mean,
+                              const T* inv_std, double* sum_dy, double* sum_dy_xhat);
+
+// dx from the sums over all replicas (`count` values per channel in all).
+template <class T>
+void batch_norm_backward_input(const BatchNormGeometry& g, BatchNormStats stats, double count,
+                               const T* x, const T* dy, const T* gamma, const T* mean,
+                               const T* inv_std, const double* sum_dy, const double* sum_dy_xhat,
+                               T* dx);
+
 }  // namespace aiacc::kernels

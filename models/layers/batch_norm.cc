@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 
@@ -66,7 +67,11 @@ Tensor BatchNorm::forward_typed(const Tensor& input, bool training) {
   saved_inv_std_ = Tensor::empty(Shape{channels_}, input.dtype());
   const T* gamma = weight_.value().data<T>();
   const T* beta = bias_.value().data<T>();
-  if (training) {
+  if (training && cross_replica_sum_) {
+    forward_synchronised<T>(g, input.data<T>(), output.data<T>());
+    num_batches_tracked_.data<std::int64_t>()[0] += 1;
+    saved_stats_ = kernels::BatchNormStats::batch;
+  } else if (training) {
     kernels::batch_norm_forward_train<T>(
         g, options_, input.data<T>(), gamma, beta, output.data<T>(), saved_mean_.data<T>(),
         saved_inv_std_.data<T>(), running_mean_.data<T>(), running_var_.data<T>());
@@ -105,12 +110,69 @@ template <class T>
 Tensor BatchNorm::backward_typed(const Tensor& grad_output, bool need_input_grad) {
   Tensor grad_input;
   if (need_input_grad) grad_input = Tensor::empty(input_.shape(), input_.dtype());
+  T* dx = need_input_grad ? grad_input.data<T>() : nullptr;
+  if (cross_replica_sum_ && saved_stats_ == kernels::BatchNormStats::batch) {
+    backward_synchronised<T>(geometry(input_), grad_output.data<T>(), dx);
+    return grad_input;
+  }
   kernels::batch_norm_backward<T>(geometry(input_), saved_stats_, input_.data<T>(),
                                   grad_output.data<T>(), weight_.value().data<T>(),
-                                  saved_mean_.data<T>(), saved_inv_std_.data<T>(),
-                                  need_input_grad ? grad_input.data<T>() : nullptr,
+                                  saved_mean_.data<T>(), saved_inv_std_.data<T>(), dx,
                                   weight_.grad().data<T>(), bias_.grad().data<T>());
   return grad_input;
+}
+
+template <class T>
+void BatchNorm::forward_synchronised(const kernels::BatchNormGeometry& g, const T* x, T* y) {
+  const auto cs = static_cast<std::size_t>(channels_);
+  std::vector<double> mean(cs), m2(cs);
+  kernels::batch_norm_moments<T>(g, x, mean.data(), m2.data());
+  // Merge the replicas' (count, mean, M2) by Chan's rule with two sums: the global count and
+  // mean first, then each replica's M2 plus its mean's squared offset from the global mean.
+  const auto local_count = static_cast<double>(g.values_per_channel());
+  std::vector<double> first(cs + 1);
+  for (std::size_t c = 0; c < cs; ++c) first[c] = local_count * mean[c];
+  first[cs] = local_count;
+  cross_replica_sum_(first);
+  const double count = first[cs];
+  std::vector<double> global_mean(cs), second(cs);
+  for (std::size_t c = 0; c < cs; ++c) {
+    global_mean[c] = first[c] / count;
+    const double offset = mean[c] - global_mean[c];
+    second[c] = m2[c] + local_count * offset * offset;
+  }
+  cross_replica_sum_(second);
+  global_count_ = count;
+  kernels::batch_norm_forward_from_moments<T>(
+      g, options_, count, global_mean.data(), second.data(), x, weight_.value().data<T>(),
+      bias_.value().data<T>(), y, saved_mean_.data<T>(), saved_inv_std_.data<T>(),
+      running_mean_.data<T>(), running_var_.data<T>());
+}
+
+template <class T>
+void BatchNorm::backward_synchronised(const kernels::BatchNormGeometry& g, const T* dy, T* dx) {
+  const auto cs = static_cast<std::size_t>(channels_);
+  const T* x = input_.data<T>();
+  const T* mean = saved_mean_.data<T>();
+  const T* inv_std = saved_inv_std_.data<T>();
+  // [sum dy | sum dy * xhat] of this replica: its weight and bias gradients (the dense
+  // all-reduce averages them like every other gradient).
+  std::vector<double> sums(2 * cs);
+  kernels::batch_norm_backward_sums<T>(g, x, dy, mean, inv_std, sums.data(), sums.data() + cs);
+  T* dgamma = weight_.grad().data<T>();
+  T* dbeta = bias_.grad().data<T>();
+  for (std::size_t c = 0; c < cs; ++c) {
+    dbeta[c] = static_cast<T>(sums[c]);
+    dgamma[c] = static_cast<T>(sums[cs + c]);
+  }
+  // dx needs the sums over every replica. Each replica's loss is a mean over its own batch,
+  // so every dy carries the same factor (replicas) relative to the global loss: the sums
+  // combine consistently, and the average of the parameter gradients removes the factor.
+  cross_replica_sum_(sums);
+  if (dx == nullptr) return;
+  kernels::batch_norm_backward_input<T>(g, kernels::BatchNormStats::batch, global_count_, x, dy,
+                                        weight_.value().data<T>(), mean, inv_std, sums.data(),
+                                        sums.data() + cs, dx);
 }
 
 }  // namespace aiacc::models

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +14,10 @@
 #include "models/layers/layer.h"
 
 namespace aiacc::models {
+
+// Sums a vector element-wise over all data-parallel replicas, in place (the same call on every
+// replica, in the same order). What synchronised batch norm needs from the trainer.
+using CrossReplicaSum = std::function<void(std::span<double>)>;
 
 class BatchNorm : public Layer {
  public:
@@ -39,6 +45,12 @@ class BatchNorm : public Layer {
   // The tensors share storage with the layer, so loading a checkpoint can copy into them.
   std::vector<std::pair<std::string, Tensor>> buffers() override;
 
+  // Synchronised batch norm (SyncBatchNorm): in training, mean and variance are taken over
+  // the batches of all replicas (two sums per forward, one per backward through `sum`), so N
+  // replicas with batch B normalise exactly like one with batch N*B. Weight and bias gradients
+  // stay this replica's (the dense all-reduce averages them). Empty: local statistics.
+  void set_cross_replica_sum(CrossReplicaSum sum) { cross_replica_sum_ = std::move(sum); }
+
   Parameter& weight() { return weight_; }
   Parameter& bias() { return bias_; }
   const Tensor& running_mean() const { return running_mean_; }
@@ -65,6 +77,13 @@ class BatchNorm : public Layer {
   Tensor saved_mean_;     // [C]
   Tensor saved_inv_std_;  // [C]
   kernels::BatchNormStats saved_stats_ = kernels::BatchNormStats::batch;
+  CrossReplicaSum cross_replica_sum_;
+  double global_count_ = 0;  // values per channel over all replicas (synchronised forward)
+
+  template <class T>
+  void forward_synchronised(const kernels::BatchNormGeometry& g, const T* x, T* y);
+  template <class T>
+  void backward_synchronised(const kernels::BatchNormGeometry& g, const T* dy, T* dx);
 };
 
 }  // namespace aiacc::models

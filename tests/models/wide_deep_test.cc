@@ -50,7 +50,7 @@ constexpr const char* kSmallModel =
 
 TEST(WideDeep, ParametersAreNamedPerTable) {
   KeepingFactory keep{testing::recording_factory()};
-  ModelContext context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f32, keep.factory()};
+  ModelContext context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f32, keep.factory(), {}};
   auto model = build(kSmallModel, context);
   std::vector<std::string> names;
   for (Parameter* p : model->parameters()) names.push_back(p->name());
@@ -75,7 +75,7 @@ TEST(WideDeep, ParametersAreNamedPerTable) {
 
   // wide only: the logistic-regression baseline has no deep tables and no MLP.
   KeepingFactory lr_keep{testing::recording_factory()};
-  ModelContext lr_context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f32, lr_keep.factory()};
+  ModelContext lr_context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f32, lr_keep.factory(), {}};
   auto lr = build("deep: false\n", lr_context);
   names.clear();
   for (Parameter* p : lr->parameters()) names.push_back(p->name());
@@ -84,7 +84,7 @@ TEST(WideDeep, ParametersAreNamedPerTable) {
 
 TEST(WideDeep, Float64GradientsMatchFiniteDifferences) {
   KeepingFactory keep{testing::recording_factory()};
-  ModelContext context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f64, keep.factory()};
+  ModelContext context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f64, keep.factory(), {}};
   auto model = build(kSmallModel, context);
   auto* wide_deep = dynamic_cast<WideDeep*>(model.get());
   ASSERT_NE(wide_deep, nullptr);
@@ -141,7 +141,7 @@ TEST(WideDeep, Float64GradientsMatchFiniteDifferences) {
 
 TEST(WideDeep, GradReadyOncePerParameterAndNoPushes) {
   KeepingFactory keep{testing::recording_factory()};
-  ModelContext context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f32, keep.factory()};
+  ModelContext context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f32, keep.factory(), {}};
   auto model = build(std::string(kSmallModel) + "dropout: 0.2\n", context);
   std::map<std::string, int> fired;
   for (Parameter* p : model->parameters()) {
@@ -207,7 +207,7 @@ TEST(WideDeep, HashingSeparatesFieldsAndCrosses) {
 }
 
 TEST(WideDeep, ReportsBadConfigurationsAndBatches) {
-  ModelContext context{ctr_spec({"C1", "C2"}, 2), 3, DType::f32, testing::recording_factory()};
+  ModelContext context{ctr_spec({"C1", "C2"}, 2), 3, DType::f32, testing::recording_factory(), {}};
   try {
     build("cross_features: [C1_x_C9]\n", context);
     FAIL() << "expected ConfigError";
@@ -218,7 +218,7 @@ TEST(WideDeep, ReportsBadConfigurationsAndBatches) {
   EXPECT_THROW(build("wide: false\ndeep: false\n", context), ConfigError);
   EXPECT_THROW(build("pooling: max\n", context), ConfigError);
 
-  ModelContext no_stores{ctr_spec({"C1"}, 2), 3, DType::f32, nullptr};
+  ModelContext no_stores{ctr_spec({"C1"}, 2), 3, DType::f32, nullptr, {}};
   EXPECT_THROW(build("", no_stores), ConfigError);
   ModelContext images = context;
   images.input.task = Task::classification;

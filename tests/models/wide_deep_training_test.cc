@@ -105,7 +105,7 @@ double train_and_evaluate(const std::string& yaml, const Data& train, const Data
   input.task = Task::binary;
   input.example_shape = Shape{kInts};
   for (int f = 1; f <= kFields; ++f) input.sparse_fields.push_back(fmt::format("C{}", f));
-  const ModelContext context{input, 5, DType::f32, keep.factory()};
+  const ModelContext context{input, 5, DType::f32, keep.factory(), {}};
   auto model =
       model_registry().create("wide_deep", config::Document::from_string(yaml, "m.yaml").root(), context);
 

@@ -79,7 +79,7 @@ struct Replica {
     input.task = Task::binary;
     input.example_shape = Shape{kInts};
     for (int f = 1; f <= kFields; ++f) input.sparse_fields.push_back(fmt::format("C{}", f));
-    const models::ModelContext context{input, 5, DType::f32, keep.factory()};
+    const models::ModelContext context{input, 5, DType::f32, keep.factory(), {}};
     model = models::model_registry().create(
         "wide_deep", config::Document::from_string(kModelYaml, "m.yaml").root(), context);
     for (Parameter* p : model->parameters()) {

@@ -87,6 +87,7 @@ struct ClusterOptions {
   std::vector<PlacementRule> placement;
   int placement_probe_batches = 4;
   std::int64_t replica_max_mib = 1024;
+  bool sync_batch_norm = false;
   RingOptions ring;
   PsOptions ps;
 
@@ -119,6 +120,10 @@ struct ClusterOptions {
             "auto placement: a sparse table replicated on every worker (ring) may hold at most "
             "this many MiB; bigger or unbounded tables go to the parameter servers",
             config::at_least<std::int64_t>(0));
+    v.field("sync_batch_norm", sync_batch_norm,
+            "batch norm statistics over all workers' batches (SyncBatchNorm): W workers then "
+            "train exactly like one with W times the batch; costs three small all-reduces per "
+            "batch-norm layer and step");
     v.field("ring", ring, "dense collectives: streams, fusion, wire type, timeouts");
     v.field("ps", ps, "parameter servers: consistency, partitions, timeouts");
   }

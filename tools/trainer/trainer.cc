@@ -274,6 +274,9 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   context.input = s.train_data->spec();
   context.seed = options.job.seed;
   const ClusterOptions& cluster = options.cluster;
+  if (s.multi_worker() && cluster.sync_batch_norm) {
+    context.cross_replica_sum = [group = s.group.get()](std::span<double> values) { group->sum(values); };
+  }
 
   // Auto placement of sparse tables with parameter servers: read a few batches through a
   // throwaway copy of the model to measure the rows each table touches per step. Every worker

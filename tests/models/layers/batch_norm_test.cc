@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <cmath>
+#include <span>
+#include <thread>
 #include <map>
 #include <vector>
 
@@ -134,6 +137,78 @@ TEST(BatchNormLayer, RejectsMismatchedInput) {
     bn.forward(Tensor::zeros({2, 4}), true);
   } catch (const InternalError& e) {
     EXPECT_NE(std::string(e.what()).find("bn7"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::models
+
+// Synchronised batch norm: two replicas (threads) with half the batch each, summing through a
+// shared in-process "all-reduce", normalise, differentiate and update running statistics like
+// one layer over the whole batch. Each replica's loss is the mean over its own half, so its
+// dx is twice the full-batch dx rows, and the average of the replicas' weight/bias gradients
+// equals the full batch's.
+namespace aiacc::models {
+namespace {
+
+TEST(BatchNormLayer, SynchronisedReplicasMatchOneLayerOverTheWholeBatch) {
+  const std::int64_t n = 8, c = 3, h = 2, w = 3, half = n / 2, plane = c * h * w;
+  const auto x_values = random_values(static_cast<std::size_t>(n * plane), 11);
+  const auto dy_values = random_values(static_cast<std::size_t>(n * plane), 12);
+  Tensor x = f64_tensor(x_values, Shape{n, c, h, w});
+  // Full-batch loss = mean over n examples; replica loss = mean over its half: dy doubles.
+  Tensor dy = f64_tensor(dy_values, Shape{n, c, h, w});
+  BatchNorm full("bn", c, 0.1, 1e-5, DType::f64);
+  const Tensor y_full = full.forward(x, true);
+  const Tensor dx_full = full.backward(dy);
+  const auto gamma_grad_full = full.weight().grad().to_vector<double>();
+  const auto beta_grad_full = full.bias().grad().to_vector<double>();
+
+  std::vector<std::vector<double>> slots(2);
+  std::barrier sync(2);
+  auto sum_over_replicas = [&](int replica, std::span<double> values) {
+    slots[static_cast<std::size_t>(replica)].assign(values.begin(), values.end());
+    sync.arrive_and_wait();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = slots[0][i] + slots[1][i];
+    sync.arrive_and_wait();
+  };
+  std::vector<std::vector<double>> y(2), dx(2), gamma_grad(2), beta_grad(2), running_var(2);
+  auto replica = [&](int r) {
+    BatchNorm bn("bn", c, 0.1, 1e-5, DType::f64);
+    bn.set_cross_replica_sum([&, r](std::span<double> v) { sum_over_replicas(r, v); });
+    const auto begin = static_cast<std::ptrdiff_t>(r * half * plane);
+    const auto end = begin + static_cast<std::ptrdiff_t>(half * plane);
+    Tensor xr = f64_tensor({x_values.begin() + begin, x_values.begin() + end}, Shape{half, c, h, w});
+    std::vector<double> dyr(dy_values.begin() + begin, dy_values.begin() + end);
+    for (double& v : dyr) v *= 2;
+    y[static_cast<std::size_t>(r)] = bn.forward(xr, true).to_vector<double>();
+    dx[static_cast<std::size_t>(r)] = bn.backward(f64_tensor(dyr, Shape{half, c, h, w})).to_vector<double>();
+    gamma_grad[static_cast<std::size_t>(r)] = bn.weight().grad().to_vector<double>();
+    beta_grad[static_cast<std::size_t>(r)] = bn.bias().grad().to_vector<double>();
+    running_var[static_cast<std::size_t>(r)] = bn.running_var().to_vector<double>();
+  };
+  std::thread other(replica, 1);
+  replica(0);
+  other.join();
+
+  const auto y_ref = y_full.to_vector<double>();
+  const auto dx_ref = dx_full.to_vector<double>();
+  for (int r = 0; r < 2; ++r) {
+    for (std::int64_t i = 0; i < half * plane; ++i) {
+      const auto at = static_cast<std::size_t>(r * half * plane + i);
+      EXPECT_NEAR(y[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)], y_ref[at], 1e-12);
+      EXPECT_NEAR(dx[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)], 2 * dx_ref[at], 1e-12);
+    }
+    EXPECT_EQ(running_var[static_cast<std::size_t>(r)].size(), static_cast<std::size_t>(c));
+    for (std::int64_t k = 0; k < c; ++k) {
+      EXPECT_NEAR(running_var[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)],
+                  full.running_var().to_vector<double>()[static_cast<std::size_t>(k)], 1e-12);
+    }
+  }
+  for (std::int64_t k = 0; k < c; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    EXPECT_NEAR((gamma_grad[0][i] + gamma_grad[1][i]) / 2, gamma_grad_full[i], 1e-12);
+    EXPECT_NEAR((beta_grad[0][i] + beta_grad[1][i]) / 2, beta_grad_full[i], 1e-12);
   }
 }
 
