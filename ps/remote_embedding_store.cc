@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/trace.h"
 
 namespace aiacc::ps {
 
@@ -15,6 +16,7 @@ RemoteEmbeddingStore::RemoteEmbeddingStore(std::shared_ptr<PsClient> client, con
 }
 
 void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
+  trace::Span span("ps", "pull " + config_.spec.name, {{"rows", ids.size()}});
   std::lock_guard lock(mutex_);
   if (prefetch_) {
     std::unique_ptr<Prefetch> p = std::move(prefetch_);
@@ -39,6 +41,7 @@ void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
 }
 
 void RemoteEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
+  trace::Span span("ps", "push " + config_.spec.name, {{"rows", ids.size()}});
   std::lock_guard lock(mutex_);
   if (prefetch_) {
     client_->wait(prefetch_->ticket);  // rows fetched before this push would be stale

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
 
 namespace aiacc::ring {
 
@@ -106,6 +107,7 @@ void GradientFuser::on_ready(int tensor) {
 }
 
 void GradientFuser::communicate() {
+  trace::set_thread_name("gradient all-reduce");
   std::uint64_t seen = 0;
   for (;;) {
     std::size_t buckets = 0;
@@ -126,6 +128,8 @@ void GradientFuser::communicate() {
       }
       try {
         Allreduce& allreduce = *allreduces_[b];
+        trace::Span span("allreduce", fmt::format("bucket {}", b),
+                         {{"bytes", allreduce.buffer().bytes()}, {"step", step_}});
         allreduce.run();
         if (balancer_ && allreduce.ring()) balancer_->record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
         for (int t : plan_->buckets()[b].tensors) {

@@ -20,6 +20,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "core/io/safetensors.h"
@@ -93,10 +95,11 @@ struct Run {
 };
 
 Run train(const std::string& name, const std::string& yaml, const std::string& env = "",
-          const std::string& launcher = "") {
+          const std::string& launcher = "", const std::string& args = "") {
   const fs::path config = scratch() / (name + ".yaml");
   std::ofstream(config) << yaml;
-  auto r = aiacc::testing::run_command(fmt::format("{} {} {} {} 2>&1", env, launcher, g_program, config.string()));
+  auto r = aiacc::testing::run_command(
+      fmt::format("{} {} {} {} {} 2>&1", env, launcher, g_program, config.string(), args));
   return {r.status, r.output};
 }
 
@@ -216,8 +219,23 @@ TEST(DistributedTrain, ForcedAutoAndMixedPlacementsTrainAlike) {
   EXPECT_THAT(ring.output, HasSubstr("auto: no parameter servers"));
   auto mixed = train("wd_mixed", wide_deep_job("wd_mixed", 32,
                                               "  workers: 2\n  servers: 1\n"
-                                              "  placement: [{match: 'deep.*', place: ps}, {match: 'wide.*', place: ring}]\n"));
+                                              "  placement: [{match: 'deep.*', place: ps}, {match: 'wide.*', place: ring}]\n"),
+                     "", "", "--set train.trace=true");
   ASSERT_EQ(mixed.status, 0) << mixed.output;
+  // The job's trace: both workers' compute, bucket all-reduces and parameter-server requests.
+  {
+    std::ifstream in(scratch() / "wd_mixed" / "trace.json");
+    const auto trace = nlohmann::json::parse(in);
+    std::set<std::pair<int, std::string>> seen;
+    for (const auto& e : trace.at("traceEvents")) {
+      if (e.contains("cat")) seen.emplace(e.at("pid").get<int>(), e.at("cat").get<std::string>());
+    }
+    for (int pid : {0, 1}) {
+      for (const char* cat : {"compute", "allreduce", "ps", "wait"}) {
+        EXPECT_TRUE(seen.count({pid, cat})) << "no '" << cat << "' events of worker " << pid;
+      }
+    }
+  }
   auto automatic = train("wd_auto", wide_deep_job("wd_auto", 32, "  workers: 2\n  servers: 2\n"));
   ASSERT_EQ(automatic.status, 0) << automatic.output;
   EXPECT_THAT(automatic.output, HasSubstr("auto: per step"));

@@ -52,6 +52,7 @@ struct TrainOptions {
   std::int64_t max_steps = 0;
   std::int64_t log_every_steps = 50;
   bool eval_each_epoch = true;
+  bool trace = false;
   CheckpointOptions checkpoint;
 
   template <class V>
@@ -62,6 +63,9 @@ struct TrainOptions {
     v.field("log_every_steps", log_every_steps, "progress line interval in steps",
             config::at_least<std::int64_t>(1));
     v.field("eval_each_epoch", eval_each_epoch, "evaluate on the test split after every epoch");
+    v.field("trace", trace,
+            "record a Chrome/Perfetto trace of every worker (compute, each bucket's all-reduce, "
+            "each parameter-server request) to <run_dir>/<name>/trace.json");
     v.field("checkpoint", checkpoint, "checkpoints in <run_dir>/<name>/checkpoints (safetensors)");
   }
 };

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
+#include "core/trace.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "ps/remote_embedding_store.h"
@@ -476,6 +477,13 @@ TrainResult Trainer::run(const RunControl& control) {
     std::ofstream(s.run_path / "config.yaml") << resolved_yaml(o);
   }
 
+  if (o.train.trace) {
+    const auto dir = s.run_path / "trace";
+    std::filesystem::create_directories(dir, ec);
+    trace::start((dir / fmt::format("worker-{}.json", s.rank())).string(), s.rank(),
+                 fmt::format("worker {}", s.rank()));
+    trace::set_thread_name("training");
+  }
   CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
   TrainResult result;
   std::int64_t step = 0, first_epoch = 0, first_batch = 0;
@@ -522,6 +530,7 @@ TrainResult Trainer::run(const RunControl& control) {
     s.average_buffers();
     last_saved = step;
     if (!s.leader()) return;
+    trace::Span span("checkpoint", "save");
     auto dir = checkpoints.save(s.snapshot(step, epoch, batch));
     s.log->info("checkpoint at step {}: {}", step, dir.string());
   };
@@ -540,27 +549,44 @@ TrainResult Trainer::run(const RunControl& control) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
     loader.start_epoch(epoch, batch_index);
     while (step < s.total_steps) {
-      auto batch = loader.next();
+      trace::Span step_span("step", fmt::format("step {}", step + 1));
+      std::optional<Batch> batch;
+      {
+        trace::Span span("data", "next batch");
+        batch = loader.next();
+      }
       if (!batch) break;
       const double lr = s.schedule->lr_at(step);
       s.sparse_lr = s.sparse_schedule->lr_at(step);
-      const double loss = s.model->forward(*batch, /*training=*/true);
+      double loss = 0;
+      {
+        trace::Span span("compute", "forward");
+        loss = s.model->forward(*batch, /*training=*/true);
+      }
       if (!std::isfinite(loss)) {
         throw Error(fmt::format("the training loss became {} at step {} (epoch {}); lower "
                                 "optimizer.lr or check the data", loss, step, epoch + 1));
       }
       if (s.fuser) s.fuser->begin_step();
-      s.model->backward();
+      {
+        trace::Span span("compute", "backward");
+        s.model->backward();
+      }
       if (s.fuser) {
+        trace::Span span("wait", "wait for all-reduce");
         s.fuser->finish_step();
         s.comm_wait_seconds += s.fuser->last_exposed_seconds();
       }
       if (!s.replicated.empty()) {
+        trace::Span span("wait", "replicated tables");
         const auto sync_start = Clock::now();
         ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
         s.comm_wait_seconds += seconds_since(sync_start);
       }
-      s.optimizer->step(lr);
+      {
+        trace::Span span("compute", "optimizer");
+        s.optimizer->step(lr);
+      }
       interval.add(loss, s.model->outputs(), batch->labels);
       ++step;
       ++batch_index;
@@ -615,7 +641,11 @@ TrainResult Trainer::run(const RunControl& control) {
     }
     if (o.train.eval_each_epoch && !stopped) {
       const auto eval_start = Clock::now();
-      EvalResult eval = evaluate();
+      EvalResult eval;
+      {
+        trace::Span span("eval", "evaluate");
+        eval = evaluate();
+      }
       const bool binary = task == Task::binary;
       if (!s.leader()) {
         // Only worker 0 reports.
@@ -654,6 +684,20 @@ TrainResult Trainer::run(const RunControl& control) {
   if (result.last_eval) {
     summary = task == Task::binary ? fmt::format(", test auc {:.4f}", result.last_eval->auc)
                                    : fmt::format(", test accuracy {:.4f}", result.last_eval->accuracy);
+  }
+  if (o.train.trace) {
+    trace::stop();
+    if (s.multi_worker()) s.group->barrier();  // every worker's file is written
+    if (s.leader()) {
+      std::vector<std::string> files;
+      for (int w = 0; w < s.workers(); ++w) {
+        files.push_back((s.run_path / "trace" / fmt::format("worker-{}.json", w)).string());
+      }
+      const auto merged = (s.run_path / "trace.json").string();
+      const auto events = trace::merge_files(files, merged);
+      s.log->info("trace of {} workers ({} events): {} (open in https://ui.perfetto.dev)",
+                  s.workers(), events, merged);
+    }
   }
   if (s.leader()) s.log->info("{}: {} steps in {:.1f} s of training ({:.1f} samples/s){}",
               stopped ? "stopped" : "done", step - start_step, result.seconds,
