@@ -1,4 +1,4 @@
-// aiacc-train CONFIG.yaml [--set key=value]... [--dry-run]
+// aiacc-train CONFIG.yaml [--set key=value]... [--dry-run | --emit slurm|kubernetes]
 // Exit status: 0 success; 2 bad config or usage; 1 failure at run time. Every failure prints one
 // message on stderr naming its context (file:line: key, data file, peer rank).
 #include <CLI/CLI.hpp>
@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
 #include "tools/trainer/process_group.h"
@@ -67,12 +68,17 @@ int run(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool dry_run = false;
   bool print_reference = false;
+  std::string emit_target;
   app.add_option("config", config_path, "job config (YAML); see configs/reference.yaml");
   app.add_option("--set", overrides, "override a config key: --set optimizer.lr=0.05 (repeatable)")
       ->type_name("KEY=VALUE");
   app.add_flag("--dry-run", dry_run, "print the resolved config and the plan, then exit");
   app.add_flag("--print-reference", print_reference,
                "print every config key with its default and doc (configs/reference.yaml)");
+  app.add_option("--emit", emit_target,
+                 "print an sbatch script (slurm) or a Kubernetes manifest (kubernetes) that runs "
+                 "this job on a cluster, then exit")
+      ->check(CLI::IsMember({"slurm", "kubernetes"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -91,6 +97,10 @@ int run(int argc, char** argv) {
   }
 
   aiacc::trainer::JobOptions job = aiacc::trainer::load_job(config_path, overrides);
+  if (!emit_target.empty()) {
+    std::cout << aiacc::trainer::emit_cluster_files(emit_target, job, config_path, overrides);
+    return 0;
+  }
   aiacc::log::configure(job.log);
   aiacc::log::set_role("worker 0");
   const auto& cluster = job.cluster;

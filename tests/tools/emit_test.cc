@@ -1,0 +1,242 @@
+// --emit slurm|kubernetes: the Kubernetes manifest is read back with yaml-cpp and checked object
+// by object (its ConfigMap must hold a config that loads as the same job); the sbatch script is
+// parsed by bash and run with stand-ins for srun, scontrol and aiacc-train, which record the
+// arguments and environment each rank would get.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tests/testing/process.h"
+#include "tools/trainer/emit.h"
+#include "tools/trainer/job_options.h"
+
+namespace aiacc::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// The first line starts with spaces (a literal block without an indentation indicator would
+// misread it) and a blank line sits in the middle.
+const char* kJobText =
+    "  # emit_test job: 3 workers and 2 parameter-server shards\n"
+    "job: {name: Emit_Test.Job, run_dir: /shared/runs}\n"
+    "model: {type: mlp, mlp: {hidden: [16]}}\n"
+    "\n"
+    "data:\n"
+    "  batch_size: 32\n"
+    "  train: {type: synthetic_images, synthetic_images: {size: 256}}\n"
+    "  test: {type: synthetic_images, synthetic_images: {size: 64}}\n"
+    "cluster: {workers: 3, servers: 2, master_port: 29511}\n";
+
+// A fresh folder per test, removed at the end.
+class EmitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    folder_ = fs::temp_directory_path() /
+              ("aiacc_emit_test_" + std::to_string(::getpid()) + "_" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(folder_);
+    config_path_ = write("job.yaml", kJobText);
+  }
+  void TearDown() override { fs::remove_all(folder_); }
+
+  std::string write(const std::string& name, const std::string& text) const {
+    const fs::path path = folder_ / name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path.string();
+  }
+
+  fs::path folder_;
+  std::string config_path_;
+};
+
+// The env entry `name` of a container, or an undefined node.
+YAML::Node env_entry(const YAML::Node& container, const std::string& name) {
+  for (const auto& entry : container["env"]) {
+    if (entry["name"].as<std::string>() == name) return entry;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+TEST_F(EmitTest, KubernetesManifestIsAnIndexedJobWithHeadlessService) {
+  const std::vector<std::string> overrides = {"optimizer.lr=0.05", "train.note=costs $(5) or $$"};
+  const JobOptions job = load_job(config_path_, {});
+  const std::vector<YAML::Node> docs = YAML::LoadAll(emit_kubernetes(job, config_path_, overrides));
+  ASSERT_EQ(docs.size(), 3u);
+  const YAML::Node& config_map = docs[0];
+  const YAML::Node& service = docs[1];
+  const YAML::Node& kjob = docs[2];
+  EXPECT_EQ(config_map["kind"].as<std::string>(), "ConfigMap");
+  EXPECT_EQ(service["kind"].as<std::string>(), "Service");
+  EXPECT_EQ(kjob["kind"].as<std::string>(), "Job");
+  EXPECT_EQ(kjob["apiVersion"].as<std::string>(), "batch/v1");
+
+  // Names: DNS labels from job.name.
+  EXPECT_EQ(kjob["metadata"]["name"].as<std::string>(), "emit-test-job");
+  EXPECT_EQ(service["metadata"]["name"].as<std::string>(), "emit-test-job");
+
+  // The ConfigMap holds the file as written.
+  EXPECT_EQ(config_map["data"]["job.yaml"].as<std::string>(), kJobText);
+
+  // One pod per rank, all at once, none retried.
+  const YAML::Node spec = kjob["spec"];
+  EXPECT_EQ(spec["completionMode"].as<std::string>(), "Indexed");
+  EXPECT_EQ(spec["completions"].as<int>(), 5);
+  EXPECT_EQ(spec["parallelism"].as<int>(), 5);
+  EXPECT_EQ(spec["backoffLimit"].as<int>(), 0);
+  const YAML::Node pod = spec["template"]["spec"];
+  EXPECT_EQ(pod["restartPolicy"].as<std::string>(), "Never");
+
+  // The Service is headless, selects the job's pods and is their subdomain.
+  EXPECT_EQ(service["spec"]["clusterIP"].as<std::string>(), "None");
+  EXPECT_EQ(pod["subdomain"].as<std::string>(), service["metadata"]["name"].as<std::string>());
+  const YAML::Node pod_labels = spec["template"]["metadata"]["labels"];
+  for (const auto& selector : service["spec"]["selector"]) {
+    const auto key = selector.first.as<std::string>();
+    ASSERT_TRUE(pod_labels[key]) << key;
+    EXPECT_EQ(pod_labels[key].as<std::string>(), selector.second.as<std::string>()) << key;
+  }
+
+  // The container's environment tells each pod its rank and rank 0's address.
+  ASSERT_EQ(pod["containers"].size(), 1u);
+  const YAML::Node container = pod["containers"][0];
+  EXPECT_EQ(env_entry(container, "RANK")["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(),
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']");
+  EXPECT_EQ(env_entry(container, "WORLD_SIZE")["value"].as<std::string>(), "5");
+  EXPECT_EQ(env_entry(container, "MASTER_ADDR")["value"].as<std::string>(),
+            "emit-test-job-0.emit-test-job");
+  EXPECT_EQ(env_entry(container, "MASTER_PORT")["value"].as<std::string>(), "29511");
+  EXPECT_EQ(env_entry(container, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(),
+            "status.podIP");
+
+  // The command reads the mounted ConfigMap; the user's '$' survives Kubernetes' $(VAR) expansion.
+  EXPECT_EQ(container["command"][0].as<std::string>(), "aiacc-train");
+  EXPECT_THAT(container["args"].as<std::vector<std::string>>(),
+              ElementsAre("/config/job.yaml", "--set", "cluster.launcher=external", "--set",
+                          "cluster.ring.interface=$(POD_IP)", "--set", "optimizer.lr=0.05", "--set",
+                          "train.note=costs $$(5) or $$$$"));
+  const YAML::Node mount = container["volumeMounts"][0];
+  EXPECT_EQ(mount["mountPath"].as<std::string>(), "/config");
+  const YAML::Node volume = pod["volumes"][0];
+  EXPECT_EQ(volume["name"].as<std::string>(), mount["name"].as<std::string>());
+  EXPECT_EQ(volume["configMap"]["name"].as<std::string>(),
+            config_map["metadata"]["name"].as<std::string>());
+}
+
+TEST_F(EmitTest, ConfigMapLoadsAsTheSameJob) {
+  const std::vector<std::string> overrides = {"optimizer.lr=0.05"};
+  const JobOptions job = load_job(config_path_, overrides);
+  const auto docs = YAML::LoadAll(emit_kubernetes(job, config_path_, overrides));
+  const std::string in_pod =
+      write("pod_job.yaml", docs.at(0)["data"]["job.yaml"].as<std::string>());
+  EXPECT_EQ(resolved_yaml(load_job(in_pod, overrides)), resolved_yaml(job));
+}
+
+TEST_F(EmitTest, SlurmScriptRunsOneRankPerTask) {
+  const JobOptions job = load_job(config_path_, {});
+  const std::string script = emit_slurm(job, config_path_, {"optimizer.lr=0.05"});
+  EXPECT_THAT(script, HasSubstr("\n#SBATCH --ntasks=5\n"));
+  EXPECT_THAT(script, HasSubstr("\n#SBATCH --job-name=Emit_Test.Job\n"));
+  EXPECT_THAT(script, HasSubstr("\n#SBATCH --output=/shared/runs/Emit_Test.Job/slurm-%j.out\n"));
+  EXPECT_THAT(script, HasSubstr("scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1"));
+  EXPECT_THAT(script, HasSubstr("\nexport MASTER_PORT=29511\n"));
+  EXPECT_THAT(script, HasSubstr("\nsrun --kill-on-bad-exit=1 "));
+  EXPECT_THAT(script, HasSubstr("cluster.launcher=external"));
+}
+
+TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
+  if (testing::run_command("bash -c true").status != 0) GTEST_SKIP() << "no bash";
+  const JobOptions job = load_job(config_path_, {});
+  // Quotes, spaces and shell syntax must reach aiacc-train as typed.
+  const std::string tricky = "train.note=it's \"quoted\" $(not run) `nor this` $HOME";
+  const std::string script_path =
+      write("job.sbatch", emit_slurm(job, config_path_, {"optimizer.lr=0.05", tricky}));
+  const auto parsed = testing::run_command("bash -n " + script_path + " 2>&1");
+  ASSERT_EQ(parsed.status, 0) << parsed.output;
+
+  // Stand-ins: srun runs its command once (as one task would), scontrol names two nodes,
+  // hostname -I gives two addresses, aiacc-train records what it was given.
+  const fs::path bin = folder_ / "bin";
+  fs::create_directories(bin);
+  const std::string args_file = (folder_ / "args.txt").string();
+  const std::vector<std::pair<std::string, std::string>> stand_ins = {
+      {"srun", "#!/bin/sh\nwhile [ \"${1#--}\" != \"$1\" ]; do shift; done\nexec \"$@\"\n"},
+      {"scontrol", "#!/bin/sh\nprintf 'node-a\\nnode-b\\n'\n"},
+      {"hostname", "#!/bin/sh\necho '10.1.2.3 10.9.9.9 '\n"},
+      {"aiacc-train", "#!/bin/sh\nprintf '%s\\n' \"MASTER_ADDR=$MASTER_ADDR\" "
+                      "\"MASTER_PORT=$MASTER_PORT\" \"$@\" > " + args_file + "\n"},
+  };
+  for (const auto& [name, text] : stand_ins) {
+    write("bin/" + name, text);
+    fs::permissions(bin / name, fs::perms::owner_all);
+  }
+  const auto ran = testing::run_command("SLURM_JOB_NODELIST='node-[a-b]' PATH=" + bin.string() +
+                                        ":$PATH bash " + script_path + " 2>&1");
+  ASSERT_EQ(ran.status, 0) << ran.output;
+  std::ifstream in(args_file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  EXPECT_THAT(lines, ElementsAre("MASTER_ADDR=node-a", "MASTER_PORT=29511", config_path_, "--set",
+                                 "cluster.launcher=external", "--set",
+                                 "cluster.ring.interface=10.1.2.3", "--set", "optimizer.lr=0.05",
+                                 "--set", tricky));
+}
+
+TEST_F(EmitTest, SlurmRejectsRunDirThatAnSbatchLineCannotHold) {
+  JobOptions job = load_job(config_path_, {});
+  job.job.run_dir = "/shared/my runs";
+  try {
+    emit_slurm(job, config_path_, {});
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("job.run_dir"));
+  }
+}
+
+TEST_F(EmitTest, BadJobNameIsAConfigError) {
+  JobOptions job = load_job(config_path_, {});
+  job.job.name = "___";
+  try {
+    emit_kubernetes(job, config_path_, {});
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("job.name"));
+    EXPECT_THAT(e.what(), HasSubstr("'___'"));
+  }
+}
+
+TEST_F(EmitTest, UnknownTargetAndMissingConfigAreConfigErrors) {
+  const JobOptions job = load_job(config_path_, {});
+  EXPECT_THROW(emit_cluster_files("pbs", job, config_path_, {}), ConfigError);
+  EXPECT_THROW(emit_kubernetes(job, (folder_ / "missing.yaml").string(), {}), ConfigError);
+}
+
+TEST(KubernetesName, IsADnsLabelStartingWithALetter) {
+  EXPECT_EQ(kubernetes_name("mlp_fashion_mnist"), "mlp-fashion-mnist");
+  EXPECT_EQ(kubernetes_name("  Wide&Deep -- v2!"), "wide-deep-v2");
+  EXPECT_EQ(kubernetes_name("2024 run"), "job-2024-run");
+  const std::string long_name = kubernetes_name(std::string(40, 'a') + "_" + std::string(40, 'b'));
+  EXPECT_LE(long_name.size(), 52u);
+  EXPECT_NE(long_name.back(), '-');
+  EXPECT_THROW(kubernetes_name("--"), ConfigError);
+}
+
+TEST(ShellQuote, QuotesOnlyWhatNeedsIt) {
+  EXPECT_EQ(shell_quote("optimizer.lr=0.05"), "optimizer.lr=0.05");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+}
+
+}  // namespace
+}  // namespace aiacc::trainer

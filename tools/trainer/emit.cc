@@ -1,0 +1,324 @@
+// Emitted sbatch scripts and Kubernetes manifests. They are written as text (not through a YAML
+// emitter) so that they keep the comments a person reads before submitting them.
+#include "tools/trainer/emit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
+
+#include "core/error.h"
+
+namespace aiacc::trainer {
+
+namespace {
+
+// Host names are DNS labels (63 characters); this leaves room for "-<index>" and "-config".
+constexpr std::size_t kMaxKubernetesName = 52;
+// Where the pods find the config: the ConfigMap's volume.
+constexpr const char* kPodConfigFolder = "/config";
+constexpr const char* kPodConfigPath = "/config/job.yaml";
+constexpr const char* kPodWorkingFolder = "/workspace";
+
+// Set on every emitted rank, before the user's --set (which come last, so they win): ranks take
+// their rank from the cluster's launcher and must never start local processes.
+constexpr const char* kExternalLauncher = "cluster.launcher=external";
+
+std::string join(const std::vector<std::string>& words, const std::string& separator) {
+  std::string out;
+  for (const auto& word : words) {
+    if (!out.empty()) out += separator;
+    out += word;
+  }
+  return out;
+}
+
+// "ranks 0-1 are workers, rank 2 a parameter-server shard": how the comments name the world.
+std::string describe_ranks(const ClusterOptions& cluster) {
+  auto range = [](int first, int count) {
+    return count == 1 ? fmt::format("rank {}", first)
+                      : fmt::format("ranks {}-{}", first, first + count - 1);
+  };
+  std::string text = fmt::format("{} {}", range(0, cluster.workers),
+                                 cluster.workers == 1 ? "is the worker" : "are workers");
+  if (cluster.servers > 0) {
+    text += fmt::format(", {} {}", range(cluster.workers, cluster.servers),
+                        cluster.servers == 1 ? "the parameter-server shard"
+                                             : "parameter-server shards");
+  }
+  return text;
+}
+
+// An #SBATCH line ends at whitespace and takes no shell quoting, so values must not need any.
+void check_sbatch_value(const std::string& key, const std::string& value) {
+  const bool bad = std::any_of(value.begin(), value.end(), [](unsigned char c) {
+    return std::isspace(c) || c == '"' || c == '\'' || c == '\\';
+  });
+  if (bad) {
+    throw ConfigError(fmt::format(
+        "{}: '{}' has whitespace, a quote or a backslash, which an #SBATCH line cannot carry; "
+        "choose one without them for --emit slurm", key, value));
+  }
+}
+
+// Slurm expands %j, %x, ... in --output; a literal '%' is written "%%".
+std::string escape_slurm_pattern(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '%') out += '%';
+  }
+  return out;
+}
+
+// A double-quoted YAML scalar (JSON strings are valid YAML): safe for any text.
+std::string yaml_quote(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Kubernetes expands $(VAR) in command and args and reads "$$" as "$": doubling every '$'
+// passes the user's text through unchanged.
+std::string escape_kubernetes_expansion(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '$') out += '$';
+  }
+  return out;
+}
+
+std::string read_config_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot open the config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read the config file", path));
+  // A YAML literal block cannot carry '\r'; CRLF files load the same without it.
+  std::string out;
+  for (char c : text.str()) {
+    if (c != '\r') out += c;
+  }
+  return out;
+}
+
+// `text` as the value of a key at `indent` columns: a literal block whose explicit indentation
+// indicator keeps lines that start with spaces intact.
+std::string yaml_literal_block(const std::string& text, int indent) {
+  if (text.empty()) return "\"\"\n";
+  std::string out = "|2\n";
+  const std::string margin(static_cast<std::size_t>(indent + 2), ' ');
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) out += line.empty() ? "\n" : margin + line + "\n";
+  return out;
+}
+
+}  // namespace
+
+std::string shell_quote(const std::string& text) {
+  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("_@%+=:,./-").find(static_cast<char>(c)) !=
+                                  std::string_view::npos;
+  });
+  if (plain) return text;
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string kubernetes_name(const std::string& job_name) {
+  std::string name;
+  for (unsigned char c : job_name) {
+    if (std::isalnum(c) && c < 0x80) {
+      name += static_cast<char>(std::tolower(c));
+    } else if (!name.empty() && name.back() != '-') {
+      name += '-';
+    }
+  }
+  while (!name.empty() && name.back() == '-') name.pop_back();
+  if (name.empty()) {
+    throw ConfigError(fmt::format(
+        "job.name: '{}' has no letter or digit to name the job's Kubernetes objects after",
+        job_name));
+  }
+  if (!std::isalpha(static_cast<unsigned char>(name.front()))) name = "job-" + name;
+  if (name.size() > kMaxKubernetesName) name.resize(kMaxKubernetesName);
+  while (name.back() == '-') name.pop_back();
+  return name;
+}
+
+std::string emit_slurm(const JobOptions& job, const std::string& config_path,
+                       const std::vector<std::string>& overrides) {
+  check_sbatch_value("job.name", job.job.name);
+  check_sbatch_value("job.run_dir", job.job.run_dir);
+  const auto& cluster = job.cluster;
+  const std::string job_folder = job.job.run_dir + "/" + job.job.name;
+
+  // The rank's command runs in a shell of its own inside each task, because only there is the
+  // node's address known; the user's arguments are quoted for that shell, and the whole
+  // command once more for the batch script's. One --set a line, continued with '\'.
+  std::vector<std::string> rank_command = {"exec aiacc-train " + shell_quote(config_path)};
+  rank_command.push_back(std::string("--set ") + kExternalLauncher);
+  rank_command.push_back("--set cluster.ring.interface=\"$(hostname -I | cut -d\" \" -f1)\"");
+  for (const auto& assignment : overrides) {
+    rank_command.push_back("--set " + shell_quote(assignment));
+  }
+
+  return fmt::format(
+      R"(#!/bin/bash
+# Slurm batch script of job '{name}'; submit it with sbatch.
+# Written by: aiacc-train {config} --emit slurm
+# {world} tasks, one rank each: {ranks}.
+# Rank 0 serves the rendezvous store on the allocation's first node.
+# job.run_dir ({run_dir}) must be on a filesystem every node shares: checkpoints and
+# metrics go to {folder}.
+# Slurm does not create the --output folder: mkdir -p {folder} first.
+#SBATCH --job-name={name}
+#SBATCH --ntasks={world}
+#SBATCH --output={output}/slurm-%j.out
+# Slurm packs the tasks onto as few nodes as fit; to give every rank a node of its own,
+# enable these (drop one '#'). Add --time, --partition, --cpus-per-task, --gres=gpu:N.
+##SBATCH --nodes={world}
+##SBATCH --ntasks-per-node=1
+
+set -eu
+# Task 0 (rank 0) runs on the first node of the allocation.
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+export MASTER_ADDR
+export MASTER_PORT={port}
+
+# Every task is one rank (SLURM_PROCID). It binds its ring and parameter-server listeners
+# on its node's first address (hostname -I): name another one if the ranks must use a
+# particular network. aiacc-train must be on every node's PATH; relative paths are
+# relative to the folder sbatch was run from. One failed rank ends the job.
+# shellcheck disable=SC2016  # $(hostname -I) is for each task's shell, not this one
+srun --kill-on-bad-exit=1 bash -c {command}
+)",
+      fmt::arg("name", job.job.name), fmt::arg("config", config_path),
+      fmt::arg("world", cluster.world_size()), fmt::arg("ranks", describe_ranks(cluster)),
+      fmt::arg("run_dir", job.job.run_dir), fmt::arg("folder", job_folder),
+      fmt::arg("output", escape_slurm_pattern(job_folder)), fmt::arg("port", cluster.master_port),
+      fmt::arg("command", shell_quote(join(rank_command, " \\\n  "))));
+}
+
+std::string emit_kubernetes(const JobOptions& job, const std::string& config_path,
+                            const std::vector<std::string>& overrides) {
+  const std::string name = kubernetes_name(job.job.name);
+  const auto& cluster = job.cluster;
+
+  // $(POD_IP) is expanded by Kubernetes from the env below: listeners bind on the pod's address.
+  std::vector<std::string> args = {kPodConfigPath, "--set", kExternalLauncher, "--set",
+                                   "cluster.ring.interface=$(POD_IP)"};
+  for (const auto& assignment : overrides) {
+    args.insert(args.end(), {"--set", escape_kubernetes_expansion(assignment)});
+  }
+  std::string args_lines;
+  for (const auto& arg : args) args_lines += "            - " + yaml_quote(arg) + "\n";
+
+  const std::string run_dir_in_pod = job.job.run_dir.front() == '/'
+                                         ? job.job.run_dir
+                                         : std::string(kPodWorkingFolder) + "/" + job.job.run_dir;
+
+  // Job, Service and pods share the label aiacc-train/job, so the Service selects exactly this
+  // job's pods.
+  return fmt::format(
+      R"(# Kubernetes manifest of job '{job_name}'; submit it with kubectl apply -f.
+# Written by: aiacc-train {config} --emit kubernetes
+# Pod i runs rank i of {world}: {ranks}.
+# Rank 0 (pod host {name}-0) serves the rendezvous store on port {port}.
+# job.run_dir ({run_dir}) must be on a volume every pod shares (a ReadWriteMany
+# PersistentVolumeClaim, see volumeMounts below): checkpoints and metrics go there,
+# and resuming needs them after the pods are gone.
+---
+# The job's config as given; every pod reads it from {pod_config}.
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {name}-config
+  labels: {{aiacc-train/job: {name}}}
+data:
+  job.yaml: {config_text}---
+# Headless: gives every pod the DNS name <pod host>.<service>, so MASTER_ADDR finds rank 0.
+apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  labels: {{aiacc-train/job: {name}}}
+spec:
+  clusterIP: None
+  selector: {{aiacc-train/job: {name}}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  labels: {{aiacc-train/job: {name}}}
+spec:
+  # Indexed: pod i gets completion index i (its rank) and the host name {name}-<i>.
+  completionMode: Indexed
+  completions: {world}
+  parallelism: {world}
+  # A failed rank fails the whole job: the others cannot go on without it.
+  backoffLimit: 0
+  template:
+    metadata:
+      labels: {{aiacc-train/job: {name}}}
+    spec:
+      subdomain: {name}
+      restartPolicy: Never
+      containers:
+        - name: aiacc-train
+          # Placeholder: an image with aiacc-train on its PATH and the data the config reads.
+          image: aiacc-train:latest
+          # Relative paths in the config (job.run_dir, data files) are relative to this.
+          workingDir: {pod_workdir}
+          command: ["aiacc-train"]
+          args:
+{args}          env:
+            - name: RANK
+              valueFrom:
+                fieldRef:
+                  fieldPath: "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+            - name: WORLD_SIZE
+              value: "{world}"
+            - name: LOCAL_RANK
+              value: "0"
+            - name: MASTER_ADDR
+              value: {name}-0.{name}
+            - name: MASTER_PORT
+              value: "{port}"
+            - name: POD_IP
+              valueFrom:
+                fieldRef:
+                  fieldPath: status.podIP
+          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
+          volumeMounts:
+            - {{name: config, mountPath: {pod_config_folder}, readOnly: true}}
+            # - {{name: runs, mountPath: {pod_run_dir}}}
+      volumes:
+        - {{name: config, configMap: {{name: {name}-config}}}}
+        # - {{name: runs, persistentVolumeClaim: {{claimName: aiacc-runs}}}}
+)",
+      fmt::arg("job_name", job.job.name), fmt::arg("config", config_path), fmt::arg("name", name),
+      fmt::arg("world", cluster.world_size()), fmt::arg("ranks", describe_ranks(cluster)),
+      fmt::arg("port", cluster.master_port), fmt::arg("run_dir", job.job.run_dir),
+      fmt::arg("pod_config", kPodConfigPath), fmt::arg("pod_config_folder", kPodConfigFolder),
+      fmt::arg("pod_workdir", kPodWorkingFolder),
+      fmt::arg("pod_run_dir", yaml_quote(run_dir_in_pod)),
+      fmt::arg("config_text", yaml_literal_block(read_config_text(config_path), 2)),
+      fmt::arg("args", args_lines));
+}
+
+std::string emit_cluster_files(const std::string& target, const JobOptions& job,
+                               const std::string& config_path,
+                               const std::vector<std::string>& overrides) {
+  if (target == "slurm") return emit_slurm(job, config_path, overrides);
+  if (target == "kubernetes") return emit_kubernetes(job, config_path, overrides);
+  throw ConfigError(fmt::format("--emit {}: unknown target; known: slurm, kubernetes", target));
+}
+
+}  // namespace aiacc::trainer
