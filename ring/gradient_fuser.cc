@@ -130,7 +130,13 @@ void GradientFuser::communicate() {
         Allreduce& allreduce = *allreduces_[b];
         trace::Span span("allreduce", fmt::format("bucket {}", b),
                          {{"bytes", allreduce.buffer().bytes()}, {"step", step_}});
+        const auto run_start = net::Clock::now();
         allreduce.run();
+        const double run_seconds = net::seconds_since(run_start);
+        {
+          std::lock_guard lock(mutex_);
+          communication_seconds_ += run_seconds;
+        }
         if (balancer_ && allreduce.ring()) balancer_->record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
         for (int t : plan_->buckets()[b].tensors) {
           const PlannedTensor& slot = plan_->tensors()[static_cast<std::size_t>(t)];
@@ -161,6 +167,11 @@ void GradientFuser::finish_step() {
     if (error_) std::rethrow_exception(error_);
   }
   exposed_seconds_ = net::seconds_since(wait_start);
+  {
+    std::lock_guard lock(mutex_);
+    last_communication_seconds_ = communication_seconds_;
+    communication_seconds_ = 0;
+  }
   const double step_seconds = net::seconds_since(step_start_);
   if (tuner_->done()) return;
   const TuningCandidate before = tuner_->current();

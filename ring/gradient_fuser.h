@@ -64,6 +64,9 @@ class GradientFuser {
   const BucketPlan& plan() const { return *plan_; }
   // Seconds finish_step() waited for communication in the last step (the part not overlapped).
   double last_exposed_seconds() const { return exposed_seconds_; }
+  // Seconds the communication thread spent in collectives during the last step (overlapped
+  // or not): 1 - exposed / communication is the share hidden behind backward.
+  double last_communication_seconds() const { return last_communication_seconds_; }
   const AutoTuner* tuner() const { return tuner_ ? &*tuner_ : nullptr; }
 
  private:
@@ -91,6 +94,8 @@ class GradientFuser {
   std::uint64_t step_ = 0;
   std::exception_ptr error_;
   double exposed_seconds_ = 0;
+  double communication_seconds_ = 0;       // this step so far (guarded by mutex_)
+  double last_communication_seconds_ = 0;
   net::Clock::time_point step_start_;
   std::thread thread_;
 };

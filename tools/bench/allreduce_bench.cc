@@ -42,6 +42,7 @@
 #include "ring/barrier.h"
 #include "ring/communicator.h"
 #include "tools/bench/ps_bench.h"
+#include "tools/bench/train_bench.h"
 
 namespace {
 
@@ -403,8 +404,10 @@ int run_launcher(Args a) {
 int main(int argc, char** argv) {
   try {
     if (argc >= 2 && std::string(argv[1]) == "ps") return aiacc::bench::run_ps_bench(argc, argv);
+    if (argc >= 2 && std::string(argv[1]) == "train") return aiacc::bench::run_train_bench(argc, argv);
     if (argc < 2 || std::string(argv[1]) != "allreduce") {
-      std::cerr << "usage: aiacc-bench allreduce|ps [options]  (see tools/bench/allreduce_bench.cc, ps_bench.cc)\n";
+      std::cerr << "usage: aiacc-bench allreduce|ps|train [options]  (see tools/bench/allreduce_bench.cc, "
+                   "ps_bench.cc, train_bench.cc)\n";
       return 2;
     }
     const Args args = parse(argc, argv);

@@ -53,6 +53,7 @@ struct TrainOptions {
   std::int64_t log_every_steps = 50;
   bool eval_each_epoch = true;
   bool trace = false;
+  double baseline_samples_per_s = 0;
   CheckpointOptions checkpoint;
 
   template <class V>
@@ -66,6 +67,9 @@ struct TrainOptions {
     v.field("trace", trace,
             "record a Chrome/Perfetto trace of every worker (compute, each bucket's all-reduce, "
             "each parameter-server request) to <run_dir>/<name>/trace.json");
+    v.field("baseline_samples_per_s", baseline_samples_per_s,
+            "throughput of this job on one worker, when known: the summary then reports scaling "
+            "efficiency samples/s / (workers x baseline)", config::at_least(0.0));
     v.field("checkpoint", checkpoint, "checkpoints in <run_dir>/<name>/checkpoints (safetensors)");
   }
 };

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -153,6 +154,9 @@ struct Trainer::State {
   std::map<std::string, Placement> sparse_placement;
   std::vector<PlacementDecision> placement;
   double comm_wait_seconds = 0;  // training-thread time waiting on communication, this interval
+  double run_wait_seconds = 0;   // the same over the whole run
+  double run_allreduce_seconds = 0;  // gradient all-reduce time (overlapped or not), whole run
+  double run_allreduce_exposed_seconds = 0;
 
   int rank() const { return group ? group->worker() : 0; }
   int workers() const { return group ? group->workers() : 1; }
@@ -572,16 +576,20 @@ TrainResult Trainer::run(const RunControl& control) {
         trace::Span span("compute", "backward");
         s.model->backward();
       }
-      if (s.fuser) {
-        trace::Span span("wait", "wait for all-reduce");
-        s.fuser->finish_step();
-        s.comm_wait_seconds += s.fuser->last_exposed_seconds();
-      }
+      // Replicated tables are exchanged on the control communicator while the fusion thread
+      // may still be all-reducing the last dense buckets on the dense one.
       if (!s.replicated.empty()) {
         trace::Span span("wait", "replicated tables");
         const auto sync_start = Clock::now();
         ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
         s.comm_wait_seconds += seconds_since(sync_start);
+      }
+      if (s.fuser) {
+        trace::Span span("wait", "wait for all-reduce");
+        s.fuser->finish_step();
+        s.comm_wait_seconds += s.fuser->last_exposed_seconds();
+        s.run_allreduce_seconds += s.fuser->last_communication_seconds();
+        s.run_allreduce_exposed_seconds += s.fuser->last_exposed_seconds();
       }
       {
         trace::Span span("compute", "optimizer");
@@ -616,6 +624,7 @@ TrainResult Trainer::run(const RunControl& control) {
         if (result.first_train_loss == 0) result.first_train_loss = mean_loss;
         result.last_train_loss = mean_loss;
         interval.reset();
+        s.run_wait_seconds += s.comm_wait_seconds;
         s.comm_wait_seconds = 0;
         interval_start = Clock::now();
       }
@@ -702,6 +711,35 @@ TrainResult Trainer::run(const RunControl& control) {
   if (s.leader()) s.log->info("{}: {} steps in {:.1f} s of training ({:.1f} samples/s){}",
               stopped ? "stopped" : "done", step - start_step, result.seconds,
               result.samples_per_second, summary);
+  if (s.group) {
+    std::vector<double> totals{s.run_wait_seconds + s.comm_wait_seconds, s.run_allreduce_seconds,
+                               s.run_allreduce_exposed_seconds};
+    if (s.multi_worker()) s.group->sum(totals);
+    result.comm_wait_share = totals[0] / s.workers() / std::max(result.seconds, 1e-9);
+    // Exposed time also holds waiting for a slower worker, so it can exceed the collectives'
+    // own time: the share is clamped to [0, 1].
+    result.allreduce_hidden_share = totals[1] > 0 ? std::clamp(1.0 - totals[2] / totals[1], 0.0, 1.0) : 0.0;
+  }
+  if (s.leader()) {
+    nlohmann::json record = {{"kind", "summary"}, {"workers", s.workers()}, {"steps", step - start_step},
+                             {"seconds", result.seconds}, {"samples_per_s", result.samples_per_second},
+                             {"comm_wait_share", result.comm_wait_share},
+                             {"allreduce_hidden_share", result.allreduce_hidden_share}};
+    std::string efficiency;
+    if (o.train.baseline_samples_per_s > 0) {
+      const double e = result.samples_per_second / (s.workers() * o.train.baseline_samples_per_s);
+      record["scaling_efficiency"] = e;
+      efficiency = fmt::format(", scaling efficiency {:.2f} against {:.1f} samples/s on one worker", e,
+                               o.train.baseline_samples_per_s);
+    }
+    s.write_metrics(record);
+    if (s.group) {
+      s.log->info("summary: {} workers, {:.1f} samples/s, {:.0f}% of step time waiting on "
+                  "communication, {:.0f}% of gradient all-reduce time hidden behind backward{}",
+                  s.workers(), result.samples_per_second, 100 * result.comm_wait_share,
+                  100 * result.allreduce_hidden_share, efficiency);
+    }
+  }
   return result;
 }
 

@@ -33,8 +33,10 @@ struct TrainResult {
   std::int64_t resumed_from_step = -1; // the checkpoint's step when resumed, else -1
   double last_train_loss = 0;        // mean loss over the last logging interval
   double first_train_loss = 0;       // mean loss over the first logging interval
-  double samples_per_second = 0;
+  double samples_per_second = 0;  // all workers together
   double seconds = 0;
+  double comm_wait_share = 0;         // distributed: share of step time waiting on communication
+  double allreduce_hidden_share = 0;  // distributed: share of all-reduce time behind backward
   std::optional<EvalResult> last_eval;
 };
 

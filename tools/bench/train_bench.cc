@@ -1,0 +1,158 @@
+// aiacc-bench train CONFIG [--steps N] [--workers N] [--threads T] [--set KEY=VALUE]... [--json F]
+//
+// Runs the job in CONFIG twice with the real aiacc-train program: on 1 worker, then on
+// --workers workers (2 by default), each with --threads compute threads, for --steps steps,
+// without evaluation or checkpoints. Each run is pinned (taskset) to as many cores as it has
+// workers: one core each, so the 1-worker baseline does not get a spare core for its loader
+// and communication threads that the N workers do not have. Throughput is
+// the mean samples/s of the progress intervals after the first (warm-up), both runs in one
+// invocation; it prints
+//   scaling efficiency E = throughput(N) / (N x throughput(1))
+// and, from the N-worker run's summary, the share of step time spent waiting on communication
+// and the share of gradient all-reduce time hidden behind backward.
+#include "tools/bench/train_bench.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace aiacc::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Args {
+  std::string config;
+  int steps = 200;
+  int workers = 2;
+  int threads = 1;
+  std::vector<std::string> overrides;
+  std::string json;
+};
+
+struct RunFigures {
+  double samples_per_s = 0;
+  double comm_wait_share = 0;
+  double allreduce_hidden_share = 0;
+  int intervals = 0;
+};
+
+std::string quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+fs::path program_dir() {
+  char path[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) throw IoError("readlink /proc/self/exe failed");
+  return fs::path(std::string(path, static_cast<std::size_t>(n))).parent_path();
+}
+
+RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
+  const std::string name = fmt::format("bench-{}w", workers);
+  // One core per worker for both runs: the 1-worker run gets core 0 only (its loader and
+  // communication threads share that core, as each worker's do in the N-worker run).
+  std::string command = fmt::format("taskset -c {} {} {}", workers == 1 ? std::string("0") : fmt::format("0-{}", workers - 1),
+                                    quote((program_dir() / "aiacc-train").string()), quote(a.config));
+  std::vector<std::string> sets = {
+      fmt::format("cluster.workers={}", workers), fmt::format("job.threads={}", a.threads),
+      fmt::format("train.max_steps={}", a.steps), "train.epochs=1000",
+      fmt::format("train.log_every_steps={}", std::max(1, a.steps / 10)), "train.eval_each_epoch=false",
+      "train.checkpoint.at_end=false", "train.checkpoint.every_steps=0", "train.checkpoint.resume=never",
+      fmt::format("job.run_dir={}", run_dir.string()), fmt::format("job.name={}", name)};
+  sets.insert(sets.end(), a.overrides.begin(), a.overrides.end());
+  for (const auto& s : sets) command += " --set " + quote(s);
+  const fs::path log = run_dir / (name + ".log");
+  std::cout << "running " << workers << " worker(s): log " << log.string() << std::endl;
+  const int status = std::system((command + " > " + quote(log.string()) + " 2>&1").c_str());
+  if (status != 0) {
+    throw Error(fmt::format("aiacc-bench train: the {}-worker run failed (status {}); see {}", workers,
+                            status, log.string()));
+  }
+  RunFigures f;
+  std::ifstream metrics(run_dir / name / "metrics.jsonl");
+  double rate_sum = 0;
+  bool first = true;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto record = nlohmann::json::parse(line);
+    const auto kind = record.value("kind", std::string());
+    if (kind == "train") {
+      if (first) {
+        first = false;  // warm-up interval
+        continue;
+      }
+      rate_sum += record.at("samples_per_s").get<double>();
+      ++f.intervals;
+    } else if (kind == "summary") {
+      f.comm_wait_share = record.value("comm_wait_share", 0.0);
+      f.allreduce_hidden_share = record.value("allreduce_hidden_share", 0.0);
+    }
+  }
+  if (f.intervals == 0) {
+    throw Error(fmt::format("aiacc-bench train: no progress intervals after warm-up in {} (raise --steps)",
+                            (run_dir / name / "metrics.jsonl").string()));
+  }
+  f.samples_per_s = rate_sum / f.intervals;
+  return f;
+}
+
+}  // namespace
+
+int run_train_bench(int argc, char** argv) {
+  Args a;
+  for (int i = 2; i < argc; ++i) {
+    const std::string key = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(fmt::format("aiacc-bench train: {} needs a value", key));
+      return argv[++i];
+    };
+    if (key == "--steps") a.steps = std::stoi(value());
+    else if (key == "--workers") a.workers = std::stoi(value());
+    else if (key == "--threads") a.threads = std::stoi(value());
+    else if (key == "--set") a.overrides.push_back(value());
+    else if (key == "--json") a.json = value();
+    else if (!key.empty() && key[0] != '-' && a.config.empty()) a.config = key;
+    else throw ConfigError(fmt::format("aiacc-bench train: unknown argument '{}'", key));
+  }
+  if (a.config.empty() || a.steps < 20 || a.workers < 2 || a.threads < 1) {
+    std::cerr << "usage: aiacc-bench train CONFIG [--steps N>=20] [--workers N>=2] [--threads T] "
+                 "[--set KEY=VALUE]... [--json FILE]\n";
+    return 2;
+  }
+  const fs::path run_dir = fs::temp_directory_path() / fmt::format("aiacc-bench-train-{}", ::getpid());
+  fs::create_directories(run_dir);
+  const RunFigures one = run_job(a, 1, run_dir);
+  const RunFigures many = run_job(a, a.workers, run_dir);
+  const double efficiency = many.samples_per_s / (a.workers * one.samples_per_s);
+  std::cout << fmt::format("\n{}: {} steps, {} compute thread(s) per worker\n", a.config, a.steps, a.threads);
+  std::cout << fmt::format("{:>8} {:>14} {:>12} {:>16}\n", "workers", "samples/s", "comm wait", "all-reduce hidden");
+  std::cout << fmt::format("{:>8} {:>14.1f} {:>12} {:>16}\n", 1, one.samples_per_s, "-", "-");
+  std::cout << fmt::format("{:>8} {:>14.1f} {:>11.0f}% {:>15.0f}%\n", a.workers, many.samples_per_s,
+                           100 * many.comm_wait_share, 100 * many.allreduce_hidden_share);
+  std::cout << fmt::format("scaling efficiency E = {:.1f} / ({} x {:.1f}) = {:.3f}\n", many.samples_per_s,
+                           a.workers, one.samples_per_s, efficiency);
+  if (!a.json.empty()) {
+    nlohmann::json out{{"benchmark", "train"}, {"config", a.config}, {"steps", a.steps},
+                       {"threads_per_worker", a.threads}, {"workers", a.workers},
+                       {"samples_per_s_1", one.samples_per_s}, {"samples_per_s_n", many.samples_per_s},
+                       {"scaling_efficiency", efficiency}, {"comm_wait_share", many.comm_wait_share},
+                       {"allreduce_hidden_share", many.allreduce_hidden_share}};
+    std::ofstream(a.json) << out.dump(1) << "\n";
+  }
+  fs::remove_all(run_dir);
+  return 0;
+}
+
+}  // namespace aiacc::bench
