@@ -264,6 +264,45 @@ TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun
   EXPECT_THAT(resumed.output, HasSubstr("step 10"));
   // The momentum buffers and row state continue exactly, so everything matches.
   expect_same_state("wd_whole", "wd_resumed", 1e-6);
+
+  // --eval: the final checkpoint evaluated by the 2-worker job (rows reloaded into a fresh
+  // shard, test split sharded over the workers, scores merged) and by one process agree.
+  const std::string checkpoint =
+      (scratch() / "wd_whole" / "checkpoints" / fmt::format("step-{:012d}", kSteps)).string();
+  auto distributed = train("wd_whole", wide_deep_job("wd_whole", 32, cluster), "", "", "--eval " + checkpoint);
+  ASSERT_EQ(distributed.status, 0) << distributed.output;
+  auto single = train("wd_whole", wide_deep_job("wd_whole", 32, cluster), "", "",
+                      "--eval " + checkpoint + " --set cluster.workers=1 --set cluster.servers=0");
+  ASSERT_EQ(single.status, 0) << single.output;
+  std::vector<nlohmann::json> evals;
+  std::ifstream metrics(scratch() / "wd_whole" / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    auto record = nlohmann::json::parse(line);
+    if (record.value("kind", "") == "eval_checkpoint") evals.push_back(record);
+  }
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals[0].at("examples"), 500);
+  EXPECT_EQ(evals[1].at("examples"), 500);
+  EXPECT_NEAR(evals[0].at("auc").get<double>(), evals[1].at("auc").get<double>(), 1e-12);
+  EXPECT_NEAR(evals[0].at("log_loss").get<double>(), evals[1].at("log_loss").get<double>(), 1e-9);
+  EXPECT_GT(evals[0].at("auc").get<double>(), 0.5);
+}
+
+TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
+  // Two processes joined through torchrun-style variables, one with a different learning rate.
+  const fs::path config = scratch() / "mismatch.yaml";
+  std::ofstream(config) << mlp_job("mismatch", 32, "  workers: 2\n  launcher: external\n");
+  const int port = 20000 + (::getpid() + 7) % 20000;
+  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", port);
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(RANK=1 {env} {prog} {cfg} --set optimizer.lr=0.07 > {out}.1 2>&1 &); "
+      "RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "mismatch.out").string())));
+  EXPECT_THAT(r.output, HasSubstr("status 2"));
+  EXPECT_THAT(r.output, HasSubstr("start-up check failed"));
+  EXPECT_THAT(r.output, HasSubstr("worker 1"));
+  EXPECT_THAT(r.output, HasSubstr("lr: 0.07"));
 }
 
 TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {

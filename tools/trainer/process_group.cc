@@ -9,8 +9,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "ps/server.h"
-#include "ring/allgather.h"
-#include "ring/allreduce.h"
 #include "ring/barrier.h"
 #include "ring/broadcast.h"
 
@@ -139,32 +137,49 @@ void ProcessGroup::serve_shard() {
   log->info("shard {} shut down by the workers", options.shard);
 }
 
+ProcessGroup::CachedSum& ProcessGroup::cached_sum(DType dtype, std::int64_t words) {
+  auto [it, fresh] = sums_.try_emplace({static_cast<int>(dtype), words});
+  CachedSum& cached = it->second;
+  if (fresh) {
+    cached.words.assign(static_cast<std::size_t>(words), 0);
+    ring::AllreduceTuning tuning;
+    tuning.hierarchical = cluster_.ring.hierarchical;
+    cached.allreduce = std::make_unique<ring::Allreduce>(
+        control_, ring::Buffer{cached.words.data(), words, dtype}, ring::AllreduceSpec{}, tuning);
+  }
+  return cached;
+}
+
 void ProcessGroup::sum(std::span<double> values) {
   if (values.empty() || cluster_.workers == 1) return;
-  ring::AllreduceTuning tuning;
-  tuning.hierarchical = false;
-  ring::Allreduce(control_, ring::Buffer{values.data(), static_cast<std::int64_t>(values.size()), DType::f64},
-                  ring::AllreduceSpec{}, tuning)
-      .run();
+  CachedSum& cached = cached_sum(DType::f64, static_cast<std::int64_t>(values.size()));
+  std::memcpy(cached.words.data(), values.data(), values.size_bytes());
+  cached.allreduce->run();
+  std::memcpy(values.data(), cached.words.data(), values.size_bytes());
 }
 
 std::vector<std::vector<std::byte>> ProcessGroup::allgather(std::span<const std::byte> mine) {
   const int n = cluster_.workers;
   if (n == 1) return {std::vector<std::byte>(mine.begin(), mine.end())};
-  std::vector<std::int64_t> sizes(static_cast<std::size_t>(n), 0);
-  sizes[static_cast<std::size_t>(role_.rank)] = static_cast<std::int64_t>(mine.size());
-  ring::Allgather(control_, ring::Buffer{sizes.data(), n, DType::i64}).run();
+  // An all-gather as integer sums over zero-filled blocks (exact for any bytes), so it takes
+  // the shared-memory path within a host: first every worker's size, then the blocks.
+  CachedSum& sizes = cached_sum(DType::i64, n);
+  std::fill(sizes.words.begin(), sizes.words.end(), 0);
+  sizes.words[static_cast<std::size_t>(role_.rank)] = static_cast<std::int64_t>(mine.size());
+  sizes.allreduce->run();
   std::int64_t largest = 1;
-  for (auto s : sizes) largest = std::max(largest, s);
-  // Blocks of equal size (the largest, rounded up to whole 8-byte words), then cut to size.
-  const std::int64_t words = (largest + 7) / 8;
-  std::vector<std::int64_t> blocks(static_cast<std::size_t>(words * n), 0);
-  std::memcpy(blocks.data() + words * role_.rank, mine.data(), mine.size());
-  ring::Allgather(control_, ring::Buffer{blocks.data(), words * n, DType::i64}).run();
+  for (auto s : sizes.words) largest = std::max(largest, s);
+  // Blocks of a power-of-two number of words, so a few buffers serve every step.
+  std::int64_t words = 16;
+  while (words * 8 < largest) words *= 2;
+  CachedSum& blocks = cached_sum(DType::i64, words * n);
+  std::fill(blocks.words.begin(), blocks.words.end(), 0);
+  std::memcpy(blocks.words.data() + words * role_.rank, mine.data(), mine.size());
+  blocks.allreduce->run();
   std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
-    const auto* begin = reinterpret_cast<const std::byte*>(blocks.data() + words * r);
-    out[static_cast<std::size_t>(r)].assign(begin, begin + sizes[static_cast<std::size_t>(r)]);
+    const auto* begin = reinterpret_cast<const std::byte*>(blocks.words.data() + words * r);
+    out[static_cast<std::size_t>(r)].assign(begin, begin + sizes.words[static_cast<std::size_t>(r)]);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +19,7 @@
 #include "core/net/rendezvous_server.h"
 #include "core/tensor.h"
 #include "ps/client.h"
+#include "ring/allreduce.h"
 #include "ring/communicator.h"
 #include "tools/trainer/cluster_options.h"
 #include "tools/trainer/launch.h"
@@ -73,6 +75,14 @@ class ProcessGroup {
 
  private:
   void check(const std::string& what, const std::string& text, int ranks);
+  // An in-place sum over `words` 8-byte elements of `dtype` (f64 or i64) on the control
+  // communicator, built on first use and kept: within a host it runs through shared memory,
+  // whose set-up (segments) is too slow to repeat every step. Collective like every use.
+  struct CachedSum {
+    std::vector<std::int64_t> words;
+    std::unique_ptr<ring::Allreduce> allreduce;
+  };
+  CachedSum& cached_sum(DType dtype, std::int64_t words);
 
   ClusterOptions cluster_;
   ProcessRole role_;
@@ -82,6 +92,7 @@ class ProcessGroup {
   std::shared_ptr<ring::Communicator> dense_;
   std::shared_ptr<ring::Communicator> control_;
   std::shared_ptr<ps::PsClient> ps_client_;
+  std::map<std::pair<int, std::int64_t>, CachedSum> sums_;  // by (dtype, words)
   int checks_ = 0;
 };
 

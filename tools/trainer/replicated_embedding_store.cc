@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace aiacc::trainer {
 
@@ -35,9 +36,20 @@ void ReplicatedEmbeddingStore::take_pending(std::vector<std::byte>& message) {
 void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& messages,
                                      std::vector<std::size_t>& offsets) {
   const auto dim = static_cast<std::size_t>(spec().dim);
+  std::size_t total = 0;
+  for (std::size_t w = 0; w < messages.size(); ++w) {
+    if (messages[w].size() >= offsets[w] + 8) {
+      std::int64_t n = 0;
+      std::memcpy(&n, messages[w].data() + offsets[w], 8);
+      total += static_cast<std::size_t>(std::max<std::int64_t>(n, 0));
+    }
+  }
   std::vector<std::int64_t> merged_ids;
   std::vector<float> merged;
+  merged_ids.reserve(total);
+  merged.reserve(total * dim);
   std::unordered_map<std::int64_t, std::size_t> slot;
+  slot.reserve(total);
   double lr = 0;
   bool any = false;
   for (std::size_t w = 0; w < messages.size(); ++w) {
@@ -79,6 +91,7 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& 
   if (!any) return;
   const float scale = 1.0f / static_cast<float>(messages.size());
   for (float& g : merged) g *= scale;
+  trace::Span span("compute", "sparse optimizer " + spec().name, {{"rows", merged_ids.size()}});
   replica_.push(merged_ids, merged.data(), lr);
 }
 
@@ -87,7 +100,12 @@ void ReplicatedEmbeddingStore::synchronize(const std::vector<ReplicatedEmbedding
   if (tables.empty()) return;
   std::vector<std::byte> message;
   for (auto* table : tables) table->take_pending(message);
-  const auto messages = group.allgather(message);
+  std::vector<std::vector<std::byte>> messages;
+  {
+    trace::Span span("allgather", "replicated rows", {{"bytes", message.size()}});
+    messages = group.allgather(message);
+  }
+  trace::Span span("compute", "apply replicated rows");
   std::vector<std::size_t> offsets(messages.size(), 0);
   for (auto* table : tables) table->apply(messages, offsets);
 }

@@ -469,6 +469,38 @@ EvalResult Trainer::evaluate() {
                     binary ? meter.log_loss() : NAN, meter.examples()};
 }
 
+EvalResult Trainer::evaluate_checkpoint(const std::string& directory) {
+  State& s = *state_;
+  CheckpointManager checkpoints(s.run_path, s.options.train.checkpoint.keep_last);
+  const Checkpoint checkpoint = checkpoints.load(directory);
+  s.restore(checkpoint, directory);
+  s.broadcast_model();
+  const EvalResult eval = evaluate();
+  const bool binary = s.test_data->spec().task == Task::binary;
+  if (s.leader()) {
+    if (binary) {
+      s.log->info("checkpoint {} (step {}): test loss {:.4f} auc {:.4f} log loss {:.4f} accuracy {:.4f} "
+                  "({} examples)", directory, checkpoint.step, eval.loss, eval.auc, eval.log_loss,
+                  eval.accuracy, eval.examples);
+    } else {
+      s.log->info("checkpoint {} (step {}): test loss {:.4f} accuracy {:.4f} ({} examples)", directory,
+                  checkpoint.step, eval.loss, eval.accuracy, eval.examples);
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(s.run_path, ec);
+    s.metrics.open(s.run_path / "metrics.jsonl", std::ios::app);
+    nlohmann::json record = {{"kind", "eval_checkpoint"}, {"checkpoint", directory},
+                             {"step", checkpoint.step}, {"loss", eval.loss},
+                             {"accuracy", eval.accuracy}, {"examples", eval.examples}};
+    if (binary) {
+      record["auc"] = eval.auc;
+      record["log_loss"] = eval.log_loss;
+    }
+    if (s.metrics) s.write_metrics(record);
+  }
+  return eval;
+}
+
 TrainResult Trainer::run(const RunControl& control) {
   State& s = *state_;
   const JobOptions& o = s.options;

@@ -67,8 +67,15 @@ class Trainer {
   // Every embedding table's rows and optimiser state (what a checkpoint's embeddings file holds).
   std::vector<std::pair<std::string, Tensor>> embedding_rows() const;
 
-  // Evaluates the current model on the whole test split.
+  // Evaluates the current model on the whole test split (collective with the other workers:
+  // each evaluates its shard, metrics are merged exactly).
   EvalResult evaluate();
+
+  // Loads the checkpoint in `directory` (a step-<N> folder of a run) and evaluates it on the
+  // test split, distributed like training; logs the metrics and, on worker 0, appends an
+  // "eval_checkpoint" record to the run folder's metrics.jsonl. Throws DataError naming the
+  // folder when it is not a complete checkpoint of this model.
+  EvalResult evaluate_checkpoint(const std::string& directory);
 
  private:
   struct State;
