@@ -38,7 +38,8 @@ int local_processes() {
 }
 
 // One process of a distributed job: a worker trains, a server serves its shard.
-int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::ProcessRole& role) {
+int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::ProcessRole& role,
+             const std::string& eval_checkpoint) {
   using namespace aiacc;
   const auto& cluster = job.cluster;
   log::set_role(role.name(cluster));
@@ -57,7 +58,11 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
     log::get("trainer")->info("resolved configuration:\n{}", trainer::resolved_yaml(job));
   }
   trainer::Trainer trainer(job, group);
-  trainer.run();
+  if (eval_checkpoint.empty()) {
+    trainer.run();
+  } else {
+    trainer.evaluate_checkpoint(eval_checkpoint);
+  }
   group->finish();
   return 0;
 }
@@ -69,12 +74,17 @@ int run(int argc, char** argv) {
   bool dry_run = false;
   bool print_reference = false;
   std::string emit_target;
+  std::string eval_checkpoint;
   app.add_option("config", config_path, "job config (YAML); see configs/reference.yaml");
   app.add_option("--set", overrides, "override a config key: --set optimizer.lr=0.05 (repeatable)")
       ->type_name("KEY=VALUE");
   app.add_flag("--dry-run", dry_run, "print the resolved config and the plan, then exit");
   app.add_flag("--print-reference", print_reference,
                "print every config key with its default and doc (configs/reference.yaml)");
+  app.add_option("--eval", eval_checkpoint,
+                 "evaluate this checkpoint folder (a run's checkpoints/step-N) on the test split, "
+                 "distributed like training, instead of training")
+      ->type_name("CHECKPOINT");
   app.add_option("--emit", emit_target,
                  "print an sbatch script (slurm) or a Kubernetes manifest (kubernetes) that runs "
                  "this job on a cluster, then exit")
@@ -105,7 +115,7 @@ int run(int argc, char** argv) {
   aiacc::log::set_role("worker 0");
   const auto& cluster = job.cluster;
   if (!dry_run && cluster.launcher != "local") {
-    if (auto role = aiacc::trainer::role_from_environment(cluster)) return run_rank(job, *role);
+    if (auto role = aiacc::trainer::role_from_environment(cluster)) return run_rank(job, *role, eval_checkpoint);
   }
   if (!dry_run && cluster.launcher == "external") {
     throw aiacc::ConfigError(
@@ -127,8 +137,12 @@ int run(int argc, char** argv) {
     trainer.describe(std::cout);
     return 0;
   }
-  aiacc::log::get("trainer")->info("resolved configuration:\n{}", aiacc::trainer::resolved_yaml(job));
   aiacc::trainer::Trainer trainer(job);
+  if (!eval_checkpoint.empty()) {
+    trainer.evaluate_checkpoint(eval_checkpoint);
+    return 0;
+  }
+  aiacc::log::get("trainer")->info("resolved configuration:\n{}", aiacc::trainer::resolved_yaml(job));
   trainer.run();
   return 0;
 }

@@ -302,7 +302,7 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   EXPECT_THAT(r.output, HasSubstr("status 2"));
   EXPECT_THAT(r.output, HasSubstr("start-up check failed"));
   EXPECT_THAT(r.output, HasSubstr("worker 1"));
-  EXPECT_THAT(r.output, HasSubstr("lr: 0.07"));
+  EXPECT_THAT(r.output, HasSubstr("optimizer.lr: worker 0 has 'lr: 0.05', it has 'lr: 0.07'"));
 }
 
 TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {

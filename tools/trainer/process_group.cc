@@ -23,7 +23,28 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// The first lines where `a` and `b` differ, for an error message (YAML lines name their key).
+// The dotted key of line `i` of a block-style YAML text ("optimizer.lr"), from the lines
+// above it with less indentation.
+std::string yaml_key_path(const std::vector<std::string>& lines, std::size_t i) {
+  auto indent = [](const std::string& l) { return l.find_first_not_of(' '); };
+  auto key = [&](const std::string& l) {
+    const auto start = indent(l), colon = l.find(':');
+    return start == std::string::npos || colon == std::string::npos || colon < start
+               ? std::string()
+               : l.substr(start, colon - start);
+  };
+  std::string path = key(lines[i]);
+  auto level = indent(lines[i]);
+  for (std::size_t j = i; j-- > 0 && level != 0 && level != std::string::npos;) {
+    const auto l = indent(lines[j]);
+    if (l == std::string::npos || l >= level || lines[j][l] == '-' || lines[j][l] == '#') continue;
+    path = key(lines[j]) + "." + path;
+    level = l;
+  }
+  return path;
+}
+
+// The first lines where `a` and `b` differ, for an error message, by YAML key.
 std::string first_differences(const std::string& a, const std::string& b, int limit = 3) {
   const auto la = lines_of(a), lb = lines_of(b);
   std::vector<std::string> out;
@@ -31,7 +52,11 @@ std::string first_differences(const std::string& a, const std::string& b, int li
   for (std::size_t i = 0; i < n && static_cast<int>(out.size()) < limit; ++i) {
     const std::string x = i < la.size() ? la[i] : "(missing)";
     const std::string y = i < lb.size() ? lb[i] : "(missing)";
-    if (x != y) out.push_back(fmt::format("line {}: rank 0 has '{}', it has '{}'", i + 1, x, y));
+    if (x == y) continue;
+    const std::string where = i < la.size() ? yaml_key_path(la, i) : std::string();
+    out.push_back(fmt::format("{}: worker 0 has '{}', it has '{}'", where.empty() ? fmt::format("line {}", i + 1) : where,
+                              x.substr(std::min(x.find_first_not_of(' '), x.size())),
+                              y.substr(std::min(y.find_first_not_of(' '), y.size()))));
   }
   return fmt::format("{}", fmt::join(out, "; "));
 }
