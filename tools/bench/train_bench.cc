@@ -71,6 +71,7 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
       fmt::format("train.max_steps={}", a.steps), "train.epochs=1000",
       fmt::format("train.log_every_steps={}", std::max(1, a.steps / 10)), "train.eval_each_epoch=false",
       "train.checkpoint.at_end=false", "train.checkpoint.every_steps=0", "train.checkpoint.resume=never",
+      "cluster.pin_cores=true",
       fmt::format("job.run_dir={}", run_dir.string()), fmt::format("job.name={}", name)};
   sets.insert(sets.end(), a.overrides.begin(), a.overrides.end());
   for (const auto& s : sets) command += " --set " + quote(s);

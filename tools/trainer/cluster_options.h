@@ -84,6 +84,7 @@ struct ClusterOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   double start_timeout_s = 120.0;
+  bool pin_cores = false;
   std::vector<PlacementRule> placement;
   int placement_probe_batches = 4;
   std::int64_t replica_max_mib = 1024;
@@ -110,6 +111,9 @@ struct ClusterOptions {
     v.field("master_port", master_port, "its port (MASTER_PORT wins)", config::in_range(1, 65535));
     v.field("start_timeout_s", start_timeout_s, "seconds every rank may take to join the job",
             config::greater_than(0.0));
+    v.field("pin_cores", pin_cores,
+            "local launcher: pin process r to the r-th core this launcher may use (round robin), "
+            "so a process waiting for its peers never runs on another process's core");
     v.field("placement", placement,
             "rules [{match: GLOB, place: auto|ring|ps}], first match wins; dense tensors always "
             "use the ring");

@@ -1,6 +1,7 @@
 #include "tools/trainer/launch.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -171,13 +172,28 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
       if (running[static_cast<std::size_t>(r)]) kill(pids[static_cast<std::size_t>(r)], signal);
     }
   };
+  // Cores this launcher may use (taskset, cgroups), in order: process r gets cores[r % n].
+  std::vector<int> cores;
+  if (cluster.pin_cores) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+      }
+    }
+  }
   for (int r = 0; r < world; ++r) {
+    cpu_set_t pinned;
+    CPU_ZERO(&pinned);
+    if (!cores.empty()) CPU_SET(cores[static_cast<std::size_t>(r) % cores.size()], &pinned);
     const pid_t pid = fork();
     if (pid < 0) {
       result = {1, fmt::format("cannot start {}: fork failed: {}", rank_name(cluster, r), std::strerror(errno))};
       break;
     }
     if (pid == 0) {
+      if (!cores.empty()) sched_setaffinity(0, sizeof pinned, &pinned);
       execve("/proc/self/exe", args.data(), child_envp[static_cast<std::size_t>(r)].data());
       _exit(127);
     }
