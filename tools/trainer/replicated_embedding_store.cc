@@ -1,7 +1,6 @@
 #include "tools/trainer/replicated_embedding_store.h"
 
 #include <cstring>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "core/trace.h"
@@ -48,8 +47,23 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& 
   std::vector<float> merged;
   merged_ids.reserve(total);
   merged.reserve(total * dim);
-  std::unordered_map<std::int64_t, std::size_t> slot;
-  slot.reserve(total);
+  // Open addressing over a power-of-two table at most half full: id -> merged index (+1; 0 is
+  // empty). Several times faster than std::unordered_map for the few thousand ids of a step.
+  std::size_t capacity = 16;
+  while (capacity < 2 * total) capacity *= 2;
+  std::vector<std::int64_t> keys(capacity);
+  std::vector<std::uint32_t> index(capacity, 0);
+  auto find_or_add = [&](std::int64_t id, std::size_t next) -> std::pair<std::size_t, bool> {
+    std::size_t h = static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
+    for (;; h = (h + 1) & (capacity - 1)) {
+      if (index[h] == 0) {
+        keys[h] = id;
+        index[h] = static_cast<std::uint32_t>(next + 1);
+        return {next, true};
+      }
+      if (keys[h] == id) return {index[h] - 1, false};
+    }
+  };
   double lr = 0;
   bool any = false;
   for (std::size_t w = 0; w < messages.size(); ++w) {
@@ -77,13 +91,13 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& 
     lr = worker_lr;
     any = true;
     for (std::int64_t i = 0; i < n; ++i) {
-      auto [it, fresh] = slot.emplace(ids[i], merged_ids.size());
+      const auto [at, fresh] = find_or_add(ids[i], merged_ids.size());
       const float* g = grads + static_cast<std::size_t>(i) * dim;
       if (fresh) {
         merged_ids.push_back(ids[i]);
         merged.insert(merged.end(), g, g + dim);
       } else {
-        float* row = merged.data() + it->second * dim;
+        float* row = merged.data() + at * dim;
         for (std::size_t j = 0; j < dim; ++j) row[j] += g[j];
       }
     }
