@@ -22,6 +22,8 @@ constexpr int kMaxPartitions = 4096;
 // How many positions ahead a partition loop prefetches its slot: enough to cover a memory
 // latency with the work of the positions in between.
 constexpr std::size_t kPrefetchDistance = 8;
+// ...and its row, once the slot is (likely) in cache.
+constexpr std::size_t kRowPrefetchDistance = 4;
 
 void validate(const EmbeddingTableSpec& spec, const LocalEmbeddingStoreOptions& o) {
   const std::string table = spec.name.empty() ? std::string("(unnamed)") : spec.name;
@@ -109,7 +111,8 @@ void LocalEmbeddingStore::init_row(std::int64_t id, float* row) const {
 }
 
 template <class Visit>
-void LocalEmbeddingStore::for_each_position(std::span<const std::int64_t> ids, Visit&& visit) {
+void LocalEmbeddingStore::for_each_position(std::span<const std::int64_t> ids, std::size_t row_floats,
+                                            Visit&& visit) {
   const int num_parts = num_partitions();
   const std::size_t n = ids.size();
   // Counting sort of positions by partition; a partition sees its positions in request order.
@@ -134,6 +137,10 @@ void LocalEmbeddingStore::for_each_position(std::span<const std::int64_t> ids, V
     const std::size_t end = start[p + 1];
     for (std::size_t k = start[p]; k < end; ++k) {
       if (k + kPrefetchDistance < end) part.table.prefetch(hashes[order[k + kPrefetchDistance]]);
+      if (k + kRowPrefetchDistance < end) {
+        const std::size_t ahead = order[k + kRowPrefetchDistance];
+        part.table.prefetch_row(ids[ahead], hashes[ahead], row_floats);
+      }
       const std::size_t i = order[k];
       visit(part.table, i, hashes[i]);
     }
@@ -163,7 +170,8 @@ void LocalEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
   if (ids.empty()) return;
   AIACC_CHECK(rows != nullptr, "embedding table {}: pull into a null buffer", spec_.name);
   const std::size_t row_bytes = static_cast<std::size_t>(dim_) * sizeof(float);
-  for_each_position(ids, [&](embedding::detail::RowTable& table, std::size_t i, std::uint64_t hash) {
+  for_each_position(ids, static_cast<std::size_t>(dim_),
+                    [&](embedding::detail::RowTable& table, std::size_t i, std::uint64_t hash) {
     bool created = false;
     float* row = table.find_or_insert(ids[i], hash, created);
     if (created) init_row(ids[i], row);
@@ -174,7 +182,8 @@ void LocalEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
 void LocalEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
   if (ids.empty()) return;
   AIACC_CHECK(grads != nullptr, "embedding table {}: push of a null gradient", spec_.name);
-  for_each_position(ids, [&](embedding::detail::RowTable& table, std::size_t i, std::uint64_t hash) {
+  for_each_position(ids, static_cast<std::size_t>(dim_ + state_floats_),
+                    [&](embedding::detail::RowTable& table, std::size_t i, std::uint64_t hash) {
     bool created = false;
     float* row = table.find_or_insert(ids[i], hash, created);
     if (created) init_row(ids[i], row);

@@ -101,7 +101,8 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   // Groups request positions by partition and runs visit(table, position, hash) for each, one
   // partition per task, positions of a partition in request order (hence deterministic).
   template <class Visit>
-  void for_each_position(std::span<const std::int64_t> ids, Visit&& visit);
+  // `row_floats`: how much of each row the visit touches (prefetched ahead).
+  void for_each_position(std::span<const std::int64_t> ids, std::size_t row_floats, Visit&& visit);
   void init_row(std::int64_t id, float* row) const;
   embedding::detail::RowTable make_table() const;
 

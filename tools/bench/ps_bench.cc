@@ -3,12 +3,16 @@
 //   aiacc-bench ps [--servers 2] [--workers 2] [--dims 8,16,64,128] [--ids 1000,10000,100000]
 //                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
 //                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
-//                  [--iperf-streams 1] [--server-threads T] [--chunk-bytes 262144] [--json FILE]
+//                  [--iperf-streams 1] [--server-threads T] [--chunk-bytes 262144]
+//                  [--inflight 1] [--json FILE]
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
 // program) and --workers worker processes. Every worker owns its own set of U unique ids per
 // request size (warmed up once, so the timed requests look up existing rows) and, for each
 // (dim, U, mode), meets the others at a barrier, runs requests for --seconds and reports.
+// --inflight N: pull and push modes keep up to N requests per worker outstanding (the next one
+// is deduplicated, split and sent while the shards work on the previous), as a trainer with
+// prefetch and asynchronous pushes does; 1 waits for each request before the next.
 // Modes: pull (ids out, rows back), push (ids and gradient rows out, the optimiser runs on the
 // shards), step (a pull then a push of the same ids: one training step's traffic). Figures are
 // aggregates over workers: rows/s and payload GB/s, payload = ids (8 B) + rows (4 * dim B) per
@@ -29,6 +33,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -67,6 +72,7 @@ struct Args {
   int iperf_streams = 1;
   int server_threads = 0;  // 0: cores / (servers + workers), at least 1
   std::int64_t chunk_bytes = ps::ClientOptions{}.chunk_bytes;
+  int inflight = 1;
   std::string json;
   // Internal (child processes).
   std::string role;
@@ -116,6 +122,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
     else if (key == "--server-threads") a.server_threads = std::stoi(value);
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
+    else if (key == "--inflight") a.inflight = std::stoi(value);
     else if (key == "--json") a.json = value;
     else if (key == "--role") a.role = value;
     else if (key == "--worker") a.worker = std::stoi(value);
@@ -174,20 +181,38 @@ int run_worker(const Args& a) {
     client.create_table(table_for(dim, a.optimizer, table, a.workers));
     for (int count : a.ids) {
       const auto ids = worker_ids(a.worker, count);
-      std::vector<float> rows(ids.size() * static_cast<std::size_t>(dim));
-      std::vector<float> grads(rows.size(), 1e-3f);
-      client.wait(client.pull(table, ids, rows.data(), 0));  // warm-up: creates the rows
+      // One row buffer per request in flight (a pull writes into its own until waited for).
+      std::vector<std::vector<float>> rows(static_cast<std::size_t>(a.inflight),
+                                           std::vector<float>(ids.size() * static_cast<std::size_t>(dim)));
+      std::vector<float> grads(rows[0].size(), 1e-3f);
+      client.wait(client.pull(table, ids, rows[0].data(), 0));  // warm-up: creates the rows
       for (const auto& mode : a.modes) {
         rendezvous.barrier(fmt::format("start-{}", point), net::deadline_after(300));
         const auto start = std::chrono::steady_clock::now();
         double elapsed = 0;
         int iterations = 0;
+        std::deque<ps::Ticket> pending;
         while (iterations < 3 || elapsed < a.seconds) {
-          if (mode != "push") client.wait(client.pull(table, ids, rows.data(), 0));
-          if (mode != "pull") client.wait(client.push(table, ids, grads.data(), 0.01, 0));
+          if (mode == "step") {
+            // A step's push needs its pull's rows: one step at a time.
+            client.wait(client.pull(table, ids, rows[0].data(), 0));
+            client.wait(client.push(table, ids, grads.data(), 0.01, 0));
+          } else {
+            // Up to --inflight requests outstanding: the next one is prepared and sent while
+            // the shards work on the previous (as a trainer's prefetch and async push do).
+            if (pending.size() == static_cast<std::size_t>(a.inflight)) {
+              client.wait(pending.front());
+              pending.pop_front();
+            }
+            auto& buffer = rows[static_cast<std::size_t>(iterations % a.inflight)];
+            pending.push_back(mode == "pull" ? client.pull(table, ids, buffer.data(), 0)
+                                             : client.push(table, ids, grads.data(), 0.01, 0));
+          }
           ++iterations;
           elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
+        for (const auto& ticket : pending) client.wait(ticket);
+        elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         const double directions = mode == "step" ? 2.0 : 1.0;
         const double rows_moved = double(iterations) * count;
         results.push_back({{"point", point}, {"dim", dim}, {"ids", count}, {"mode", mode},
@@ -326,7 +351,7 @@ int run_launcher(const Args& a) {
         std::to_string(a.workers), "--endpoints", endpoint_list, "--rendezvous",
         rendezvous.endpoint(), "--dims", join(a.dims), "--ids", join(a.ids), "--modes", modes,
         "--seconds", fmt::format("{}", a.seconds), "--optimizer", a.optimizer, "--chunk-bytes",
-        std::to_string(a.chunk_bytes), "--out",
+        std::to_string(a.chunk_bytes), "--inflight", std::to_string(a.inflight), "--out",
         (dir / fmt::format("worker-{}.json", w)).string()}));
   }
   for (int w = 0; w < a.workers; ++w) {
@@ -421,7 +446,7 @@ int run_launcher(const Args& a) {
   for (std::size_t k = 0; k < servers.size(); ++k) servers[k]->wait(30, fmt::format("shard {}", k));
   if (!a.json.empty()) {
     nlohmann::json out{{"benchmark", "ps"}, {"servers", a.servers}, {"workers", a.workers},
-                       {"chunk_bytes", a.chunk_bytes}, {"server_threads", threads},
+                       {"chunk_bytes", a.chunk_bytes}, {"inflight", a.inflight}, {"server_threads", threads},
                        {"optimizer", a.optimizer}, {"cores", std::thread::hardware_concurrency()},
                        {"iperf3_gb_per_s", iperf}, {"iperf3_streams", a.iperf_streams},
                        {"points", points}, {"memory", memory}};
