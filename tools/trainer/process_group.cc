@@ -187,26 +187,32 @@ std::vector<std::vector<std::byte>> ProcessGroup::allgather(std::span<const std:
   const int n = cluster_.workers;
   if (n == 1) return {std::vector<std::byte>(mine.begin(), mine.end())};
   // An all-gather as integer sums over zero-filled blocks (exact for any bytes), so it takes
-  // the shared-memory path within a host: first every worker's size, then the blocks.
-  CachedSum& sizes = cached_sum(DType::i64, n);
-  std::fill(sizes.words.begin(), sizes.words.end(), 0);
-  sizes.words[static_cast<std::size_t>(role_.rank)] = static_cast<std::int64_t>(mine.size());
-  sizes.allreduce->run();
-  std::int64_t largest = 1;
-  for (auto s : sizes.words) largest = std::max(largest, s);
-  // Blocks of a power-of-two number of words, so a few buffers serve every step.
-  std::int64_t words = 16;
-  while (words * 8 < largest) words *= 2;
-  CachedSum& blocks = cached_sum(DType::i64, words * n);
-  std::fill(blocks.words.begin(), blocks.words.end(), 0);
-  std::memcpy(blocks.words.data() + words * role_.rank, mine.data(), mine.size());
-  blocks.allreduce->run();
-  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    const auto* begin = reinterpret_cast<const std::byte*>(blocks.words.data() + words * r);
-    out[static_cast<std::size_t>(r)].assign(begin, begin + sizes.words[static_cast<std::size_t>(r)]);
+  // the shared-memory path within a host. Each block is [size in bytes][data], in a capacity
+  // every worker agrees on: usually one collective; when some block did not fit, every worker
+  // sees that size, grows the capacity alike and runs it again.
+  const auto own_bytes = static_cast<std::int64_t>(mine.size());
+  for (;;) {
+    const std::int64_t words = allgather_words_;
+    CachedSum& blocks = cached_sum(DType::i64, (words + 1) * n);
+    std::fill(blocks.words.begin(), blocks.words.end(), 0);
+    std::int64_t* own = blocks.words.data() + (words + 1) * role_.rank;
+    own[0] = own_bytes;
+    if (own_bytes <= words * 8) std::memcpy(own + 1, mine.data(), mine.size());
+    blocks.allreduce->run();
+    std::int64_t largest = 0;
+    for (int r = 0; r < n; ++r) largest = std::max(largest, blocks.words[static_cast<std::size_t>((words + 1) * r)]);
+    if (largest > words * 8) {
+      while (allgather_words_ * 8 < largest) allgather_words_ *= 2;
+      continue;
+    }
+    std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t* block = blocks.words.data() + (words + 1) * r;
+      const auto* begin = reinterpret_cast<const std::byte*>(block + 1);
+      out[static_cast<std::size_t>(r)].assign(begin, begin + block[0]);
+    }
+    return out;
   }
-  return out;
 }
 
 void ProcessGroup::broadcast(Tensor& tensor, int root) {

@@ -93,6 +93,7 @@ class ProcessGroup {
   std::shared_ptr<ring::Communicator> control_;
   std::shared_ptr<ps::PsClient> ps_client_;
   std::map<std::pair<int, std::int64_t>, CachedSum> sums_;  // by (dtype, words)
+  std::int64_t allgather_words_ = 16;  // per-worker block capacity of allgather(), grows
   int checks_ = 0;
 };
 
