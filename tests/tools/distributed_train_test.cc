@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -303,6 +304,25 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   EXPECT_THAT(r.output, HasSubstr("start-up check failed"));
   EXPECT_THAT(r.output, HasSubstr("worker 1"));
   EXPECT_THAT(r.output, HasSubstr("optimizer.lr: worker 0 has 'lr: 0.05', it has 'lr: 0.07'"));
+}
+
+TEST(DistributedTrain, WithoutASupervisorASurvivorFailsSoonNamingTheDeadPeer) {
+  // torchrun-style ranks with nobody to stop them: worker 1 is killed after step 5; worker 0
+  // must fail (not hang) well within cluster.ring.timeout_s, naming rank 1.
+  const fs::path config = scratch() / "orphan.yaml";
+  std::ofstream(config) << mlp_job("orphan", 32, "  workers: 2\n  launcher: external\n  ring: {timeout_s: 20}\n");
+  const int port = 20000 + (::getpid() + 13) % 20000;
+  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", port);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(RANK=1 AIACC_TEST_KILL_AT=1:5 {env} {prog} {cfg} > {out}.1 2>&1 &); "
+      "RANK=0 {env} {prog} {cfg} 2>&1; echo status $?",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "orphan.out").string())));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_THAT(r.output, HasSubstr("status 1"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("rank\\(s\\) 1 died|rank 1"));
+  EXPECT_LT(seconds, 20.0) << r.output;
 }
 
 TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {

@@ -581,6 +581,9 @@ TrainResult Trainer::run(const RunControl& control) {
     kill_at = std::make_pair(rank, static_cast<std::int64_t>(at));
   }
   bool stopped = false;
+  // What this worker was doing, for errors from collectives and parameter servers.
+  const char* phase = "starting";
+  try {
   for (std::int64_t epoch = first_epoch; epoch < epochs && step < s.total_steps && !stopped; ++epoch) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
     loader.start_epoch(epoch, batch_index);
@@ -588,6 +591,7 @@ TrainResult Trainer::run(const RunControl& control) {
       trace::Span step_span("step", fmt::format("step {}", step + 1));
       std::optional<Batch> batch;
       {
+        phase = "reading the next batch";
         trace::Span span("data", "next batch");
         batch = loader.next();
       }
@@ -596,6 +600,7 @@ TrainResult Trainer::run(const RunControl& control) {
       s.sparse_lr = s.sparse_schedule->lr_at(step);
       double loss = 0;
       {
+        phase = "forward (pulling rows, batch-norm statistics)";
         trace::Span span("compute", "forward");
         loss = s.model->forward(*batch, /*training=*/true);
       }
@@ -605,18 +610,21 @@ TrainResult Trainer::run(const RunControl& control) {
       }
       if (s.fuser) s.fuser->begin_step();
       {
+        phase = "backward (pushing row gradients)";
         trace::Span span("compute", "backward");
         s.model->backward();
       }
       // Replicated tables are exchanged on the control communicator while the fusion thread
       // may still be all-reducing the last dense buckets on the dense one.
       if (!s.replicated.empty()) {
+        phase = "exchanging replicated table rows";
         trace::Span span("wait", "replicated tables");
         const auto sync_start = Clock::now();
         ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
         s.comm_wait_seconds += seconds_since(sync_start);
       }
       if (s.fuser) {
+        phase = "all-reducing gradients";
         trace::Span span("wait", "wait for all-reduce");
         s.fuser->finish_step();
         s.comm_wait_seconds += s.fuser->last_exposed_seconds();
@@ -624,6 +632,7 @@ TrainResult Trainer::run(const RunControl& control) {
         s.run_allreduce_exposed_seconds += s.fuser->last_exposed_seconds();
       }
       {
+        phase = "optimizer step";
         trace::Span span("compute", "optimizer");
         s.optimizer->step(lr);
       }
@@ -684,6 +693,7 @@ TrainResult Trainer::run(const RunControl& control) {
       const auto eval_start = Clock::now();
       EvalResult eval;
       {
+        phase = "evaluation";
         trace::Span span("eval", "evaluate");
         eval = evaluate();
       }
@@ -711,6 +721,11 @@ TrainResult Trainer::run(const RunControl& control) {
       interval_start += Clock::now() - eval_start;
       eval_seconds += seconds_since(eval_start);
     }
+  }
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("worker {} at step {}, {}: {}", s.rank(), step + 1, phase, e.what()));
+  } catch (const CommError& e) {
+    throw CommError(fmt::format("worker {} at step {}, {}: {}", s.rank(), step + 1, phase, e.what()));
   }
   result.steps = step;
   result.seconds = seconds_since(start) - eval_seconds;
