@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "core/check.h"
 #include "core/trace.h"
@@ -18,6 +19,10 @@ RemoteEmbeddingStore::RemoteEmbeddingStore(std::shared_ptr<PsClient> client, con
 void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
   trace::Span span("ps", "pull " + config_.spec.name, {{"rows", ids.size()}});
   std::lock_guard lock(mutex_);
+  if (pending_push_.valid()) {
+    const Ticket push = std::exchange(pending_push_, Ticket());
+    client_->wait(push);  // rows pulled after a push must reflect it
+  }
   if (prefetch_) {
     std::unique_ptr<Prefetch> p = std::move(prefetch_);
     client_->wait(p->ticket);  // never leave a ticket writing into freed memory
@@ -41,14 +46,34 @@ void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
 }
 
 void RemoteEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
+  push_async(ids, grads, lr);
+  wait_push();
+}
+
+void RemoteEmbeddingStore::push_async(std::span<const std::int64_t> ids, const float* grads, double lr) {
   trace::Span span("ps", "push " + config_.spec.name, {{"rows", ids.size()}});
   std::lock_guard lock(mutex_);
   if (prefetch_) {
     client_->wait(prefetch_->ticket);  // rows fetched before this push would be stale
     prefetch_.reset();
   }
+  if (pending_push_.valid()) {
+    const Ticket previous = std::exchange(pending_push_, Ticket());
+    client_->wait(previous);
+  }
   const std::uint64_t step = step_++;
-  client_->wait(client_->push(config_.spec.name, ids, grads, lr, step));
+  pending_push_ = client_->push(config_.spec.name, ids, grads, lr, step);
+}
+
+void RemoteEmbeddingStore::wait_push() {
+  Ticket push;
+  {
+    std::lock_guard lock(mutex_);
+    push = std::exchange(pending_push_, Ticket());
+  }
+  if (!push.valid()) return;
+  trace::Span span("ps", "wait push " + config_.spec.name);
+  client_->wait(push);
 }
 
 std::int64_t RemoteEmbeddingStore::num_rows() const {

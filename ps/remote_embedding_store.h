@@ -38,6 +38,13 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
   void push(std::span<const std::int64_t> ids, const float* grads, double lr) override;
   // Starts pulling `ids` for the next pull() (copied; returns at once).
   void prefetch(std::span<const std::int64_t> ids);
+  // push() without the wait: sends the row gradients (copied) and returns, ending this
+  // worker's step; wait_push() blocks until the shards applied them (rethrowing their error).
+  // A trainer pushes every table this way and then waits once, so the tables' requests (and,
+  // under sync consistency, their per-step barriers) overlap instead of queueing. A pull or
+  // another push first waits for the push in flight.
+  void push_async(std::span<const std::int64_t> ids, const float* grads, double lr);
+  void wait_push();
 
   // Rows held by all shards for this table.
   std::int64_t num_rows() const override;
@@ -62,6 +69,7 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
     std::uint64_t step = 0;
   };
   std::unique_ptr<Prefetch> prefetch_;
+  Ticket pending_push_;  // push_async() not yet waited for
 };
 
 // A factory serving every table from the parameter servers behind `client`, with the sparse

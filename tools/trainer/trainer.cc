@@ -365,10 +365,17 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
                                       p->name()));
     }
     EmbeddingStore* store = it->second.get();
-    p->add_grad_ready_hook([&s, store](Parameter& param) {
+    // Tables on the shards push without waiting; the step waits for all of them after backward.
+    auto remote = s.remote.find(p->name());
+    ps::RemoteEmbeddingStore* remote_store = remote == s.remote.end() ? nullptr : remote->second;
+    p->add_grad_ready_hook([&s, store, remote_store](Parameter& param) {
       const SparseGrad& grad = param.sparse_grad();
       const auto start = Clock::now();
-      store->push(grad.ids, grad.rows.data<float>(), s.sparse_lr);
+      if (remote_store != nullptr) {
+        remote_store->push_async(grad.ids, grad.rows.data<float>(), s.sparse_lr);
+      } else {
+        store->push(grad.ids, grad.rows.data<float>(), s.sparse_lr);
+      }
       s.comm_wait_seconds += seconds_since(start);
     });
     s.sparse_params.push_back(p);
@@ -613,6 +620,13 @@ TrainResult Trainer::run(const RunControl& control) {
         phase = "backward (pushing row gradients)";
         trace::Span span("compute", "backward");
         s.model->backward();
+      }
+      if (!s.remote.empty()) {
+        phase = "pushing row gradients to the parameter servers";
+        trace::Span span("wait", "row pushes");
+        const auto push_start = Clock::now();
+        for (auto& [name, table] : s.remote) table->wait_push();
+        s.comm_wait_seconds += seconds_since(push_start);
       }
       // Replicated tables are exchanged on the control communicator while the fusion thread
       // may still be all-reducing the last dense buckets on the dense one.
