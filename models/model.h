@@ -63,6 +63,15 @@ class Model {
   // Non-trainable state that checkpoints must hold (batch-norm running statistics, ...),
   // as named tensors.
   virtual std::vector<std::pair<std::string, Tensor>> buffers() { return {}; }
+
+  // The ids forward(batch) will pull from each embedding table, exactly as it will request
+  // them (per table: unique, in pull order), without running the model. The trainer uses it to
+  // prefetch the next batch's rows from the parameter servers while the current step finishes.
+  // Models without sparse tables (or that do not say) return nothing: no prefetch.
+  virtual std::vector<std::pair<std::string, std::vector<std::int64_t>>> embedding_ids(const Batch& batch) {
+    (void)batch;
+    return {};
+  }
 };
 
 using ModelRegistry = Registry<Model, const ModelContext&>;

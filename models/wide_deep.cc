@@ -120,6 +120,27 @@ Tensor WideDeep::dense_input(const Batch& batch, std::int64_t n) const {
   return x.dtype() == dtype_ ? x : x.to(dtype_);
 }
 
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> WideDeep::embedding_ids(const Batch& batch) {
+  std::vector<SparseField> ids, cross_ids;
+  hasher_.hash(batch.sparse, batch.size(), ids, cross_ids);
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  kernels::IdDeduplicator deduplicator;
+  kernels::DedupResult unique;
+  // The same de-duplication SparseEmbedding::forward runs before its pull.
+  auto add = [&](SparseEmbedding& table, const SparseField& field) {
+    deduplicator.run(field.ids, unique);
+    out.emplace_back(table.parameter().name(), unique.unique_ids);
+  };
+  if (wide_) {
+    for (std::size_t f = 0; f < wide_fields_.size(); ++f) add(*wide_fields_[f], ids[f]);
+    for (std::size_t c = 0; c < wide_crosses_.size(); ++c) add(*wide_crosses_[c], cross_ids[c]);
+  }
+  if (deep_) {
+    for (std::size_t f = 0; f < deep_fields_.size(); ++f) add(*deep_fields_[f], ids[f]);
+  }
+  return out;
+}
+
 double WideDeep::forward(const Batch& batch, bool training) {
   const std::int64_t n = batch.size();
   if (n < 1) throw DataError("model wide_deep: empty batch");

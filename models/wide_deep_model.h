@@ -80,6 +80,7 @@ class WideDeep final : public Model {
   // batch: inputs [N, I] f32, labels [N] f32 0/1, sparse: F fields of raw values. Throws
   // DataError for a batch of another layout.
   double forward(const Batch& batch, bool training) override;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> embedding_ids(const Batch& batch) override;
   Tensor outputs() const override { return logits_; }
   void backward() override;
 

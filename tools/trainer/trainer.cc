@@ -594,10 +594,14 @@ TrainResult Trainer::run(const RunControl& control) {
   for (std::int64_t epoch = first_epoch; epoch < epochs && step < s.total_steps && !stopped; ++epoch) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
     loader.start_epoch(epoch, batch_index);
+    std::optional<Batch> prefetched;  // the next batch, read early to prefetch its rows
     while (step < s.total_steps) {
       trace::Span step_span("step", fmt::format("step {}", step + 1));
       std::optional<Batch> batch;
-      {
+      if (prefetched) {
+        batch = std::move(prefetched);
+        prefetched.reset();
+      } else {
         phase = "reading the next batch";
         trace::Span span("data", "next batch");
         batch = loader.next();
@@ -627,6 +631,19 @@ TrainResult Trainer::run(const RunControl& control) {
         const auto push_start = Clock::now();
         for (auto& [name, table] : s.remote) table->wait_push();
         s.comm_wait_seconds += seconds_since(push_start);
+        // Prefetch: read the next batch of this epoch now and start pulling its rows, which
+        // then arrive while the dense gradients are all-reduced and the optimiser runs. (Only
+        // after every push of this step was applied: a pull must see them.)
+        if (batch_index + 1 < s.steps_per_epoch && step + 1 < s.total_steps) {
+          phase = "prefetching the next batch's rows";
+          trace::Span prefetch_span("data", "prefetch next batch");
+          prefetched = loader.next();
+          if (prefetched) {
+            for (auto& [name, ids] : s.model->embedding_ids(*prefetched)) {
+              if (auto table = s.remote.find(name); table != s.remote.end()) table->second->prefetch(ids);
+            }
+          }
+        }
       }
       // Replicated tables are exchanged on the control communicator while the fusion thread
       // may still be all-reducing the last dense buckets on the dense one.
