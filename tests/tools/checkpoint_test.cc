@@ -263,5 +263,53 @@ TEST(CheckpointTest, FailedSaveLeavesPreviousCheckpointLoadable) {
   EXPECT_EQ(manager.load_latest()->step, 1);
 }
 
+// Files other processes write into the checkpoint (parameter-server shards) are recorded in
+// the manifest with size and CRC-32; load() verifies them and a damaged one makes the
+// checkpoint incomplete (load_latest falls back), like its own files.
+TEST(CheckpointTest, ExternalFilesAreVerifiedLikeOwnFiles) {
+  TempDir run;
+  CheckpointManager manager(run.path(), 0);
+  for (std::int64_t step : {1, 2}) {
+    Checkpoint c = make_checkpoint(step);
+    c.write_external = [step](const fs::path& directory) {
+      const auto path = directory / "ps-shard-00000-of-00001.safetensors";
+      io::write_safetensors(path.string(),
+                            {{"t.ids", Tensor::from_vector<std::int64_t>({step, 9}, Shape{2})}}, {});
+      return std::vector<std::string>{path.string()};
+    };
+    manager.save(c);
+  }
+  const Checkpoint latest = manager.load(manager.path_for(2));
+  ASSERT_EQ(latest.external.size(), 1u);
+  EXPECT_EQ(latest.external.begin()->first, "ps-shard-00000-of-00001.safetensors");
+  EXPECT_EQ(io::read_safetensors(latest.external.begin()->second.string()).tensors[0].second.data<std::int64_t>()[0], 2);
+
+  // One flipped byte in the newest shard file: that checkpoint is refused, the older one loads.
+  const fs::path shard = manager.path_for(2) / "ps-shard-00000-of-00001.safetensors";
+  auto bytes = read_bytes(shard);
+  bytes.back() = static_cast<char>(bytes.back() ^ 0x40);
+  write_bytes(shard, bytes);
+  EXPECT_THROW(
+      {
+        try {
+          manager.load(manager.path_for(2));
+        } catch (const DataError& e) {
+          EXPECT_THAT(e.what(), HasSubstr("ps-shard-00000-of-00001.safetensors is corrupt"));
+          throw;
+        }
+      },
+      DataError);
+  const auto fallback = manager.load_latest();
+  ASSERT_TRUE(fallback.has_value());
+  EXPECT_EQ(fallback->step, 1);
+
+  // A writer that puts its file elsewhere is a programming error, caught before the manifest.
+  Checkpoint stray = make_checkpoint(3);
+  stray.write_external = [&](const fs::path&) {
+    return std::vector<std::string>{(run.path() / "elsewhere.safetensors").string()};
+  };
+  EXPECT_THROW(manager.save(stray), InternalError);
+}
+
 }  // namespace
 }  // namespace aiacc::trainer

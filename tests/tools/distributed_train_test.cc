@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -104,16 +105,62 @@ Run train(const std::string& name, const std::string& yaml, const std::string& e
   return {r.status, r.output};
 }
 
-// Every tensor of the final checkpoint's files, by "<file>/<tensor>".
+// Every tensor of the final checkpoint, by "<file>/<tensor>" ("model/...", "optimizer/..."),
+// except embedding rows, which are by table whatever file holds them (the workers' embeddings
+// file, or the parameter-server shards' own files): "table/<name>.ids" (sorted), ".values",
+// ".state" in id order, so placements that keep rows in different files compare alike.
 std::map<std::string, aiacc::Tensor> final_checkpoint(const std::string& name, int steps = kSteps) {
   const fs::path dir = scratch() / name / "checkpoints" / fmt::format("step-{:012d}", steps);
   std::map<std::string, aiacc::Tensor> out;
+  struct TableRows {
+    std::vector<std::int64_t> ids;
+    std::vector<std::vector<float>> values, state;
+    std::int64_t dim = 0, state_floats = 0;
+  };
+  std::map<std::string, TableRows> tables;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() != ".safetensors") continue;
+    const std::string stem = entry.path().stem().string();
     auto file = aiacc::io::read_safetensors(entry.path().string());
-    for (auto& [tensor_name, tensor] : file.tensors) {
-      out.emplace(entry.path().stem().string() + "/" + tensor_name, tensor);
+    if (stem != "embeddings" && stem.rfind("ps-shard-", 0) != 0) {
+      for (auto& [tensor_name, tensor] : file.tensors) out.emplace(stem + "/" + tensor_name, tensor);
+      continue;
     }
+    std::map<std::string, const aiacc::Tensor*> by_name;
+    for (auto& [tensor_name, tensor] : file.tensors) by_name[tensor_name] = &tensor;
+    for (auto& [tensor_name, tensor] : file.tensors) {
+      if (!tensor_name.ends_with(".ids")) continue;
+      const std::string table = tensor_name.substr(0, tensor_name.size() - 4);
+      const aiacc::Tensor& values = *by_name.at(table + ".values");
+      const aiacc::Tensor& state = *by_name.at(table + ".state");
+      TableRows& rows = tables[table];
+      rows.dim = values.dim(1);
+      rows.state_floats = state.dim(1);
+      for (std::int64_t r = 0; r < tensor.numel(); ++r) {
+        rows.ids.push_back(tensor.data<std::int64_t>()[r]);
+        rows.values.emplace_back(values.data<float>() + r * rows.dim, values.data<float>() + (r + 1) * rows.dim);
+        rows.state.emplace_back(state.data<float>() + r * rows.state_floats,
+                                state.data<float>() + (r + 1) * rows.state_floats);
+      }
+    }
+  }
+  for (auto& [table, rows] : tables) {
+    std::vector<std::size_t> order(rows.ids.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rows.ids[a] < rows.ids[b]; });
+    const auto n = static_cast<std::int64_t>(order.size());
+    aiacc::Tensor ids = aiacc::Tensor::empty(aiacc::Shape{n}, aiacc::DType::i64);
+    aiacc::Tensor values = aiacc::Tensor::empty(aiacc::Shape{n, rows.dim}, aiacc::DType::f32);
+    aiacc::Tensor state = aiacc::Tensor::empty(aiacc::Shape{n, rows.state_floats}, aiacc::DType::f32);
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::size_t i = order[static_cast<std::size_t>(k)];
+      ids.data<std::int64_t>()[k] = rows.ids[i];
+      std::copy(rows.values[i].begin(), rows.values[i].end(), values.data<float>() + k * rows.dim);
+      std::copy(rows.state[i].begin(), rows.state[i].end(), state.data<float>() + k * rows.state_floats);
+    }
+    out.emplace("table/" + table + ".ids", ids);
+    out.emplace("table/" + table + ".values", values);
+    out.emplace("table/" + table + ".state", state);
   }
   return out;
 }

@@ -2,12 +2,14 @@
 // CRC-32 verification; pick the newest complete checkpoint; prune old ones.
 #include "tools/trainer/checkpoint.h"
 
+#include <fmt/format.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <memory>
 #include <system_error>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -101,6 +103,30 @@ nlohmann::json read_manifest(const fs::path& directory) {
 }
 
 // Writes every file and then the manifest into `directory`.
+// A plain file name (no separators, not hidden) ending in .safetensors.
+bool valid_external_name(const std::string& name) {
+  return !name.empty() && name[0] != '.' && name.find('/') == std::string::npos &&
+         name.size() > 12 && name.ends_with(".safetensors");
+}
+
+// Size and zlib CRC-32 of a file, read in blocks (external files can be large).
+std::pair<std::uint64_t, std::uint64_t> file_size_and_crc(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(fmt::format("cannot read {}", path.string()));
+  std::vector<char> block(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::uint64_t bytes = 0;
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    const auto got = in.gcount();
+    if (got <= 0) break;
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(block.data()), static_cast<uInt>(got));
+    bytes += static_cast<std::uint64_t>(got);
+  }
+  if (in.bad()) throw IoError(fmt::format("error reading {}", path.string()));
+  return {bytes, static_cast<std::uint64_t>(crc)};
+}
+
 void write_contents(const Checkpoint& checkpoint, const fs::path& directory) {
   nlohmann::json files = nlohmann::json::object();
   const io::Metadata metadata{{"format", "pt"}, {"aiacc.step", std::to_string(checkpoint.step)}};
@@ -113,11 +139,24 @@ void write_contents(const Checkpoint& checkpoint, const fs::path& directory) {
                   {"crc32", written.crc32},
                   {"tensors", tensors.size()}};
   }
+  nlohmann::json external = nlohmann::json::object();
+  if (checkpoint.write_external) {
+    for (const std::string& written : checkpoint.write_external(directory)) {
+      const fs::path path(written);
+      if (path.parent_path() != directory || !valid_external_name(path.filename().string())) {
+        throw InternalError(fmt::format("checkpoint: an external file must be written into {}, got {}",
+                                        directory.string(), written));
+      }
+      const auto [bytes, crc] = file_size_and_crc(path);
+      external[path.filename().string()] = {{"bytes", bytes}, {"crc32", crc}};
+    }
+  }
   nlohmann::json manifest = {{"format", kFormatName},
                              {"version", CheckpointManager::kFormatVersion},
                              {"step", checkpoint.step},
                              {"files", files},
                              {"state", checkpoint.state}};
+  if (!external.empty()) manifest["external"] = external;
   // Written last: a directory whose manifest exists has all its files (each fsync'd already).
   io::write_file_atomically(directory / kManifestName, manifest.dump(2) + "\n");
 }
@@ -276,6 +315,27 @@ Checkpoint CheckpointManager::load(const fs::path& directory) const {
                        path.filename().string(), file.crc32, recorded_crc->get<std::uint64_t>()));
     }
     checkpoint.files[key] = std::move(file.tensors);
+  }
+  if (const nlohmann::json* external = field(manifest, "external")) {
+    if (!external->is_object()) fail("malformed external files");
+    for (const auto& [name, info] : external->items()) {
+      const nlohmann::json* recorded_bytes = field(info, "bytes");
+      const nlohmann::json* recorded_crc = field(info, "crc32");
+      if (!valid_external_name(name) || !recorded_bytes || !recorded_bytes->is_number_unsigned() ||
+          !recorded_crc || !recorded_crc->is_number_unsigned()) {
+        fail(fmt::format("malformed manifest entry for external file '{}'", name));
+      }
+      const fs::path path = directory / name;
+      std::error_code error;
+      if (!fs::is_regular_file(path, error)) fail(fmt::format("{} is missing", name));
+      const auto [bytes, crc] = file_size_and_crc(path);
+      if (bytes != recorded_bytes->get<std::uint64_t>() || crc != recorded_crc->get<std::uint64_t>()) {
+        fail(fmt::format("{} is corrupt or truncated: {} bytes, CRC-32 {:#010x}; the manifest says {} "
+                         "bytes, {:#010x}", name, bytes, crc, recorded_bytes->get<std::uint64_t>(),
+                         recorded_crc->get<std::uint64_t>()));
+      }
+      checkpoint.external[name] = path;
+    }
   }
   return checkpoint;
 }

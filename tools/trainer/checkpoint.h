@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +47,13 @@ struct Checkpoint {
   // Everything else needed to continue bit for bit: epoch, batch position, rng counters, config
   // hash, ... Stored verbatim in the manifest.
   nlohmann::json state = nlohmann::json::object();
+  // Saving: files other processes write into the checkpoint folder (parameter-server shards
+  // writing their own rows, so no worker ever holds a huge table): called with the folder
+  // before the manifest, returns the paths written there; the manifest records each one's size
+  // and CRC-32 under "external" and load() verifies them.
+  std::function<std::vector<std::string>(const std::filesystem::path& directory)> write_external;
+  // Loading: the verified external files, by file name, as paths.
+  std::map<std::string, std::filesystem::path> external;
 };
 
 class CheckpointManager {

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -22,6 +23,7 @@
 
 #include "core/embedding/local_embedding_store.h"
 #include "core/error.h"
+#include "core/io/safetensors.h"
 #include "core/log.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
@@ -29,6 +31,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "ps/remote_embedding_store.h"
+#include "ps/shard_checkpoint.h"
 #include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
@@ -136,6 +139,38 @@ class ProbeStore final : public EmbeddingStore {
                batches_ = 0;
 };
 
+// Tensors of the same name from several shard files, concatenated along rows in file order:
+// "<table>.ids" [R], "<table>.values" [R, D], "<table>.state" [R, S].
+NamedTensors concat_shard_rows(const std::vector<NamedTensors>& shards) {
+  std::map<std::string, std::vector<const Tensor*>> parts;
+  std::vector<std::string> order;
+  for (const auto& shard : shards) {
+    for (const auto& [name, tensor] : shard) {
+      if (!parts.count(name)) order.push_back(name);
+      parts[name].push_back(&tensor);
+    }
+  }
+  NamedTensors out;
+  for (const auto& name : order) {
+    const auto& pieces = parts[name];
+    std::int64_t rows = 0;
+    for (const Tensor* t : pieces) rows += t->rank() > 0 ? t->dim(0) : 0;
+    const Tensor& first = *pieces.front();
+    if (first.rank() == 0) continue;
+    std::vector<std::int64_t> dims(static_cast<std::size_t>(first.rank()), rows);
+    for (int axis = 1; axis < first.rank(); ++axis) dims[static_cast<std::size_t>(axis)] = first.dim(axis);
+    Tensor all = Tensor::empty(Shape(dims), first.dtype());
+    std::size_t offset = 0;
+    for (const Tensor* t : pieces) {
+      const std::size_t bytes = static_cast<std::size_t>(t->numel()) * dtype_size(t->dtype());
+      std::memcpy(static_cast<std::byte*>(all.raw_data()) + offset, t->raw_data(), bytes);
+      offset += bytes;
+    }
+    out.emplace_back(name, std::move(all));
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Trainer::State {
@@ -205,9 +240,12 @@ struct Trainer::State {
     return named;
   }
 
-  NamedTensors embedding_rows() const {
+  // Rows of every table, or of the tables not on the parameter servers (those the shards
+  // write themselves into the checkpoint).
+  NamedTensors embedding_rows(bool include_sharded = true) const {
     NamedTensors rows;
     for (const auto& [name, store] : stores) {
+      if (!include_sharded && remote.count(name)) continue;
       for (auto& named : store->save_rows()) rows.push_back(std::move(named));
     }
     return rows;
@@ -218,7 +256,14 @@ struct Trainer::State {
     checkpoint.step = step;
     checkpoint.files["model"] = model_tensors();
     checkpoint.files["optimizer"] = optimizer->state();
-    if (!stores.empty()) checkpoint.files["embeddings"] = embedding_rows();
+    if (stores.size() > remote.size()) checkpoint.files["embeddings"] = embedding_rows(/*include_sharded=*/false);
+    if (!remote.empty()) {
+      // Each shard writes its rows and optimiser state into the checkpoint folder itself.
+      auto client = group->ps_client();
+      checkpoint.write_external = [client](const std::filesystem::path& directory) {
+        return client->save_checkpoint(directory.string());
+      };
+    }
     checkpoint.state = {{"epoch", epoch}, {"batch", batch}, {"model", options.model.type},
                         {"config", resolved_yaml(options)}};
     return checkpoint;
@@ -234,16 +279,37 @@ struct Trainer::State {
     restore_by_name(part("model"), model_tensors(), "model file", where);
     optimizer->load_state(part("optimizer"));
     if (!stores.empty()) {
-      auto tables = group_by_table(part("embeddings"));
+      // Sharded tables come back through the shards when the checkpoint holds one file per
+      // shard of this job; otherwise (another shard count, or this job keeps the table in a
+      // store of its own) their rows are read from the shard files and routed like any rows.
+      bool shard_files = !remote.empty() && group != nullptr;
+      for (int k = 0; shard_files && k < options.cluster.servers; ++k) {
+        shard_files = checkpoint.external.count(ps::shard_checkpoint_name(k, options.cluster.servers)) > 0;
+      }
+      shard_files = shard_files && static_cast<int>(checkpoint.external.size()) == options.cluster.servers;
+      std::map<std::string, NamedTensors> tables;
+      if (checkpoint.files.count("embeddings")) tables = group_by_table(part("embeddings"));
+      if (!checkpoint.external.empty()) {
+        bool needed = false;
+        for (const auto& [name, store] : stores) needed = needed || !(shard_files && remote.count(name));
+        if (needed) {
+          std::vector<NamedTensors> shards;
+          for (const auto& [file, path] : checkpoint.external) shards.push_back(io::read_safetensors(path.string()).tensors);
+          for (auto& [table, rows] : group_by_table(concat_shard_rows(shards))) tables.emplace(table, std::move(rows));
+        }
+      }
       for (const auto& [name, store] : stores) {
+        const bool sharded = remote.count(name) > 0;
+        if (sharded && shard_files) continue;  // the shards load their own files, below
         auto it = tables.find(name);
         if (it == tables.end()) {
-          throw DataError(fmt::format("{}: the embeddings file has no table '{}'", where, name));
+          throw DataError(fmt::format("{}: the checkpoint has no rows of table '{}'", where, name));
         }
         // A sharded table is loaded into the shards once, by worker 0.
-        if (remote.count(name) && !leader()) continue;
+        if (sharded && !leader()) continue;
         store->load_rows(it->second);
       }
+      if (!remote.empty() && shard_files && leader()) group->ps_client()->load_checkpoint(where);
       if (!remote.empty() && multi_worker()) group->barrier();
     }
     if (checkpoint.state.value("config", std::string()) != resolved_yaml(options)) {
