@@ -372,6 +372,29 @@ TEST(DistributedTrain, WithoutASupervisorASurvivorFailsSoonNamingTheDeadPeer) {
   EXPECT_LT(seconds, 20.0) << r.output;
 }
 
+TEST(DistributedTrain, NonFiniteGradientsStopTheJobOrSkipTheStepByConfig) {
+  // A batch of NaN features at step 5 on both workers (dense on the ring, rows on a shard).
+  const std::string cluster = "  workers: 2\n  servers: 1\n  placement: [{match: 'deep.*', place: ps}]\n";
+  auto stop = train("wd_nan_stop", wide_deep_job("wd_nan_stop", 32, cluster), "AIACC_TEST_NAN_AT=5");
+  EXPECT_NE(stop.status, 0) << stop.output;
+  EXPECT_THAT(stop.output, HasSubstr("nan at step 5"));
+  EXPECT_THAT(stop.output, HasSubstr("train.non_finite: skip"));
+
+  auto skip = train("wd_nan_skip", wide_deep_job("wd_nan_skip", 32, cluster), "AIACC_TEST_NAN_AT=5", "",
+                    "--set train.non_finite=skip");
+  ASSERT_EQ(skip.status, 0) << skip.output;
+  EXPECT_THAT(skip.output, HasSubstr("step 5 skipped: the gradient of"));
+  int checked = 0;
+  for (const auto& [name, tensor] : final_checkpoint("wd_nan_skip")) {
+    if (tensor.dtype() != aiacc::DType::f32) continue;
+    for (std::int64_t i = 0; i < tensor.numel(); ++i) {
+      ASSERT_TRUE(std::isfinite(tensor.data<float>()[i])) << name << "[" << i << "]";
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
 TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {
   if (aiacc::testing::run_command("command -v mpirun >/dev/null 2>&1").status != 0) {
     GTEST_SKIP() << "mpirun (OpenMPI) is not installed";

@@ -54,6 +54,7 @@ struct TrainOptions {
   bool eval_each_epoch = true;
   bool trace = false;
   double baseline_samples_per_s = 0;
+  std::string non_finite = "stop";
   CheckpointOptions checkpoint;
 
   template <class V>
@@ -67,6 +68,10 @@ struct TrainOptions {
     v.field("trace", trace,
             "record a Chrome/Perfetto trace of every worker (compute, each bucket's all-reduce, "
             "each parameter-server request) to <run_dir>/<name>/trace.json");
+    v.field("non_finite", non_finite,
+            "a NaN or Inf loss or gradient: stop (the job fails naming the tensor and step) or "
+            "skip (that step changes nothing, a warning names the tensor)",
+            config::one_of({"stop", "skip"}));
     v.field("baseline_samples_per_s", baseline_samples_per_s,
             "throughput of this job on one worker, when known: the summary then reports scaling "
             "efficiency samples/s / (workers x baseline)", config::at_least(0.0));

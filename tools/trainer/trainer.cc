@@ -87,6 +87,23 @@ std::unique_ptr<optim::LrSchedule> make_schedule(const optim::OptimizerOptions& 
   }
 }
 
+// False when a float tensor holds a NaN or an infinity.
+bool all_finite(const Tensor& t) {
+  if (t.dtype() == DType::f32) {
+    const float* v = t.data<float>();
+    float acc = 0;
+    for (std::int64_t i = 0; i < t.numel(); ++i) acc += v[i] * 0.0f;  // NaN/Inf make it NaN
+    return acc == 0;
+  }
+  if (t.dtype() == DType::f64) {
+    const double* v = t.data<double>();
+    double acc = 0;
+    for (std::int64_t i = 0; i < t.numel(); ++i) acc += v[i] * 0.0;
+    return acc == 0;
+  }
+  return true;
+}
+
 // Splits "<table>.ids" style names by table: the part before the last dot.
 std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows) {
   std::map<std::string, NamedTensors> tables;
@@ -189,6 +206,8 @@ struct Trainer::State {
   std::map<std::string, Placement> sparse_placement;
   std::vector<PlacementDecision> placement;
   double comm_wait_seconds = 0;  // training-thread time waiting on communication, this interval
+  std::string non_finite_sparse;  // a table whose row gradients were not finite this step
+  std::int64_t skipped_steps = 0;
   double run_wait_seconds = 0;   // the same over the whole run
   double run_allreduce_seconds = 0;  // gradient all-reduce time (overlapped or not), whole run
   double run_allreduce_exposed_seconds = 0;
@@ -435,7 +454,17 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     auto remote = s.remote.find(p->name());
     ps::RemoteEmbeddingStore* remote_store = remote == s.remote.end() ? nullptr : remote->second;
     p->add_grad_ready_hook([&s, store, remote_store](Parameter& param) {
-      const SparseGrad& grad = param.sparse_grad();
+      SparseGrad& grad = param.sparse_grad();
+      if (!all_finite(grad.rows)) {
+        if (s.options.train.non_finite == "stop") {
+          throw Error(fmt::format("the gradient of embedding table '{}' is not finite (NaN or Inf); "
+                                  "lower the learning rates or check the data, or set "
+                                  "train.non_finite: skip", param.name()));
+        }
+        // Skipped: zero rows leave the rows unchanged under SGD and Adagrad.
+        if (s.non_finite_sparse.empty()) s.non_finite_sparse = param.name();
+        std::fill(grad.rows.data<float>(), grad.rows.data<float>() + grad.rows.numel(), 0.0f);
+      }
       const auto start = Clock::now();
       if (remote_store != nullptr) {
         remote_store->push_async(grad.ids, grad.rows.data<float>(), s.sparse_lr);
@@ -653,6 +682,8 @@ TrainResult Trainer::run(const RunControl& control) {
     }
     kill_at = std::make_pair(rank, static_cast<std::int64_t>(at));
   }
+  const char* nan_env = std::getenv("AIACC_TEST_NAN_AT");
+  const std::int64_t nan_at = nan_env ? std::atoll(nan_env) : -1;
   bool stopped = false;
   // What this worker was doing, for errors from collectives and parameter servers.
   const char* phase = "starting";
@@ -673,6 +704,10 @@ TrainResult Trainer::run(const RunControl& control) {
         batch = loader.next();
       }
       if (!batch) break;
+      if (nan_at == step + 1 && batch->inputs.dtype() == DType::f32) {
+        // Fault injection for tests (AIACC_TEST_NAN_AT=STEP): a batch of NaN features.
+        std::fill(batch->inputs.data<float>(), batch->inputs.data<float>() + batch->inputs.numel(), NAN);
+      }
       const double lr = s.schedule->lr_at(step);
       s.sparse_lr = s.sparse_schedule->lr_at(step);
       double loss = 0;
@@ -681,9 +716,10 @@ TrainResult Trainer::run(const RunControl& control) {
         trace::Span span("compute", "forward");
         loss = s.model->forward(*batch, /*training=*/true);
       }
-      if (!std::isfinite(loss)) {
+      if (!std::isfinite(loss) && o.train.non_finite == "stop") {
         throw Error(fmt::format("the training loss became {} at step {} (epoch {}); lower "
-                                "optimizer.lr or check the data", loss, step, epoch + 1));
+                                "optimizer.lr or check the data, or set train.non_finite: skip",
+                                loss, step + 1, epoch + 1));
       }
       if (s.fuser) s.fuser->begin_step();
       {
@@ -728,12 +764,29 @@ TrainResult Trainer::run(const RunControl& control) {
         s.run_allreduce_seconds += s.fuser->last_communication_seconds();
         s.run_allreduce_exposed_seconds += s.fuser->last_exposed_seconds();
       }
-      {
+      // Non-finite gradients: the reduced dense gradients are identical on every worker, so
+      // every worker takes the same decision.
+      std::string bad_tensor = s.non_finite_sparse;
+      s.non_finite_sparse.clear();
+      for (Parameter* p : s.dense_params) {
+        if (!bad_tensor.empty()) break;
+        if (!all_finite(p->grad())) bad_tensor = p->name();
+      }
+      if (!bad_tensor.empty() && o.train.non_finite == "stop") {
+        throw Error(fmt::format("the gradient of '{}' is not finite (NaN or Inf) at step {} (epoch {}); "
+                                "lower the learning rate or check the data, or set train.non_finite: skip",
+                                bad_tensor, step + 1, epoch + 1));
+      }
+      if (!bad_tensor.empty()) {
+        ++s.skipped_steps;
+        s.log->warn("step {} skipped: the gradient of '{}' is not finite (loss {}); {} steps skipped so far",
+                    step + 1, bad_tensor, loss, s.skipped_steps);
+      } else {
         phase = "optimizer step";
         trace::Span span("compute", "optimizer");
         s.optimizer->step(lr);
       }
-      interval.add(loss, s.model->outputs(), batch->labels);
+      if (bad_tensor.empty()) interval.add(loss, s.model->outputs(), batch->labels);
       ++step;
       ++batch_index;
       if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
