@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <system_error>
@@ -363,6 +364,45 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
     }
   }
   return std::nullopt;
+}
+
+std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows) {
+  std::map<std::string, NamedTensors> tables;
+  for (const auto& [name, tensor] : rows) {
+    auto dot = name.rfind('.');
+    tables[dot == std::string::npos ? name : name.substr(0, dot)].emplace_back(name, tensor);
+  }
+  return tables;
+}
+
+NamedTensors concat_shard_rows(const std::vector<NamedTensors>& shards) {
+  std::map<std::string, std::vector<const Tensor*>> parts;
+  std::vector<std::string> order;
+  for (const auto& shard : shards) {
+    for (const auto& [name, tensor] : shard) {
+      if (!parts.count(name)) order.push_back(name);
+      parts[name].push_back(&tensor);
+    }
+  }
+  NamedTensors out;
+  for (const auto& name : order) {
+    const auto& pieces = parts[name];
+    std::int64_t rows = 0;
+    for (const Tensor* t : pieces) rows += t->rank() > 0 ? t->dim(0) : 0;
+    const Tensor& first = *pieces.front();
+    if (first.rank() == 0) continue;
+    std::vector<std::int64_t> dims(static_cast<std::size_t>(first.rank()), rows);
+    for (int axis = 1; axis < first.rank(); ++axis) dims[static_cast<std::size_t>(axis)] = first.dim(axis);
+    Tensor all = Tensor::empty(Shape(dims), first.dtype());
+    std::size_t offset = 0;
+    for (const Tensor* t : pieces) {
+      const std::size_t bytes = static_cast<std::size_t>(t->numel()) * dtype_size(t->dtype());
+      std::memcpy(static_cast<std::byte*>(all.raw_data()) + offset, t->raw_data(), bytes);
+      offset += bytes;
+    }
+    out.emplace_back(name, std::move(all));
+  }
+  return out;
 }
 
 }  // namespace aiacc::trainer

@@ -100,4 +100,11 @@ class CheckpointManager {
   int keep_last_;
 };
 
+// Embedding rows named "<table>.ids" / ".values" / ".state", grouped by table.
+std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows);
+
+// Tensors of the same name from several parameter-server shard files, concatenated along rows
+// in file order (each shard holds its own ids).
+NamedTensors concat_shard_rows(const std::vector<NamedTensors>& shards);
+
 }  // namespace aiacc::trainer

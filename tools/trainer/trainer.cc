@@ -19,8 +19,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include <unordered_set>
-
 #include "core/embedding/local_embedding_store.h"
 #include "core/error.h"
 #include "core/io/safetensors.h"
@@ -36,6 +34,7 @@
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
 #include "tools/trainer/placement.h"
+#include "tools/trainer/placement_probe.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/replicated_embedding_store.h"
 
@@ -104,89 +103,8 @@ bool all_finite(const Tensor& t) {
   return true;
 }
 
-// Splits "<table>.ids" style names by table: the part before the last dot.
-std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows) {
-  std::map<std::string, NamedTensors> tables;
-  for (const auto& [name, tensor] : rows) {
-    auto dot = name.rfind('.');
-    tables[dot == std::string::npos ? name : name.substr(0, dot)].emplace_back(name, tensor);
-  }
-  return tables;
-}
 
-// A local store that counts what the placement probe's batches touch.
-class ProbeStore final : public EmbeddingStore {
- public:
-  ProbeStore(const EmbeddingTableSpec& spec, const optim::OptimizerOptions& optimizer)
-      : inner_(spec, optimizer) {}
-  const EmbeddingTableSpec& spec() const override { return inner_.spec(); }
-  void pull(std::span<const std::int64_t> ids, float* rows) override {
-    inner_.pull(ids, rows);
-    std::unordered_set<std::int64_t> unique(ids.begin(), ids.end());
-    unique_this_batch_ += static_cast<std::int64_t>(unique.size());
-    for (auto id : unique) new_this_batch_ += seen_.insert(id).second ? 1 : 0;
-  }
-  void push(std::span<const std::int64_t>, const float*, double) override {}
-  std::int64_t num_rows() const override { return inner_.num_rows(); }
-  std::vector<std::pair<std::string, Tensor>> save_rows() const override { return {}; }
-  void load_rows(const std::vector<std::pair<std::string, Tensor>>&) override {}
 
-  void end_batch() {
-    unique_total_ += unique_this_batch_;
-    new_last_ = new_this_batch_;
-    ++batches_;
-    unique_this_batch_ = new_this_batch_ = 0;
-  }
-  TableProbe probe(std::int64_t total_steps) const {
-    TableProbe p;
-    p.dim = inner_.spec().dim;
-    p.state_floats = inner_.state_floats();
-    p.unique_rows_per_step = batches_ ? static_cast<double>(unique_total_) / static_cast<double>(batches_) : 0;
-    p.rows_seen = static_cast<std::int64_t>(seen_.size());
-    p.new_rows_last_batch = new_last_;
-    p.probe_batches = batches_;
-    p.total_steps = total_steps;
-    return p;
-  }
-
- private:
-  LocalEmbeddingStore inner_;
-  std::unordered_set<std::int64_t> seen_;
-  std::int64_t unique_this_batch_ = 0, new_this_batch_ = 0, unique_total_ = 0, new_last_ = 0,
-               batches_ = 0;
-};
-
-// Tensors of the same name from several shard files, concatenated along rows in file order:
-// "<table>.ids" [R], "<table>.values" [R, D], "<table>.state" [R, S].
-NamedTensors concat_shard_rows(const std::vector<NamedTensors>& shards) {
-  std::map<std::string, std::vector<const Tensor*>> parts;
-  std::vector<std::string> order;
-  for (const auto& shard : shards) {
-    for (const auto& [name, tensor] : shard) {
-      if (!parts.count(name)) order.push_back(name);
-      parts[name].push_back(&tensor);
-    }
-  }
-  NamedTensors out;
-  for (const auto& name : order) {
-    const auto& pieces = parts[name];
-    std::int64_t rows = 0;
-    for (const Tensor* t : pieces) rows += t->rank() > 0 ? t->dim(0) : 0;
-    const Tensor& first = *pieces.front();
-    if (first.rank() == 0) continue;
-    std::vector<std::int64_t> dims(static_cast<std::size_t>(first.rank()), rows);
-    for (int axis = 1; axis < first.rank(); ++axis) dims[static_cast<std::size_t>(axis)] = first.dim(axis);
-    Tensor all = Tensor::empty(Shape(dims), first.dtype());
-    std::size_t offset = 0;
-    for (const Tensor* t : pieces) {
-      const std::size_t bytes = static_cast<std::size_t>(t->numel()) * dtype_size(t->dtype());
-      std::memcpy(static_cast<std::byte*>(all.raw_data()) + offset, t->raw_data(), bytes);
-      offset += bytes;
-    }
-    out.emplace_back(name, std::move(all));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -368,31 +286,12 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     context.cross_replica_sum = [group = s.group.get()](std::span<double> values) { group->sum(values); };
   }
 
-  // Auto placement of sparse tables with parameter servers: read a few batches through a
-  // throwaway copy of the model to measure the rows each table touches per step. Every worker
-  // probes the same batches, so all take the same decisions.
+  // Auto placement of sparse tables with parameter servers: measure over a few batches what
+  // each table touches (the same batches on every worker, so all decide alike).
   std::map<std::string, TableProbe> probes;
   if (s.group && cluster.servers > 0) {
-    std::map<std::string, std::shared_ptr<ProbeStore>> counting;
-    models::ModelContext probe_context = context;
-    probe_context.embedding_stores = [&](const EmbeddingTableSpec& spec) -> std::shared_ptr<EmbeddingStore> {
-      auto store = std::make_shared<ProbeStore>(spec, options.sparse_optimizer);
-      counting[spec.name] = store;
-      return store;
-    };
-    auto probe_model = models::make_model(options.model, probe_context);
-    std::vector<std::string> names;
-    for (const auto& [name, store] : counting) names.push_back(name);
-    if (needs_probe(cluster, names)) {
-      probe_loader.start_epoch(0);
-      for (int b = 0; b < cluster.placement_probe_batches; ++b) {
-        auto batch = probe_loader.next();
-        if (!batch) break;
-        probe_model->forward(*batch, /*training=*/false);
-        for (auto& [name, store] : counting) store->end_batch();
-      }
-    }
-    for (const auto& [name, store] : counting) probes[name] = store->probe(s.total_steps);
+    probes = probe_tables(options.model, context, options.sparse_optimizer, cluster, probe_loader,
+                          s.total_steps);
   }
 
   // Each table's store: local with one process; else as placed (replicated or sharded).
