@@ -27,6 +27,19 @@ class Cifar final : public detail::U8ImageDataset {
     std::int64_t num_classes = 10;
     std::int64_t limit = 0;
 
+    // Defined before visit(): clang does not allow a deduced return type to be used earlier.
+    static auto three_values() {
+      return [](const std::vector<double>& v) {
+        return v.size() == 3 ? std::string() : std::string("expected 3 values, one per channel");
+      };
+    }
+    static auto three_positive_values() {
+      return [](const std::vector<double>& v) {
+        if (v.size() != 3) return std::string("expected 3 values, one per channel");
+        for (double x : v) if (!(x > 0)) return std::string("expected values > 0");
+        return std::string();
+      };
+    }
     template <class V>
     void visit(V& v) {
       v.field("directory", directory, "folder of the batch files (file names below are relative to it)");
@@ -39,18 +52,6 @@ class Cifar final : public detail::U8ImageDataset {
               config::in_range<std::int64_t>(1, 256));
       v.field("limit", limit, "use only the first N examples (0: all); for quick runs",
               config::at_least<std::int64_t>(0));
-    }
-    static auto three_values() {
-      return [](const std::vector<double>& v) {
-        return v.size() == 3 ? std::string() : std::string("expected 3 values, one per channel");
-      };
-    }
-    static auto three_positive_values() {
-      return [](const std::vector<double>& v) {
-        if (v.size() != 3) return std::string("expected 3 values, one per channel");
-        for (double x : v) if (!(x > 0)) return std::string("expected values > 0");
-        return std::string();
-      };
     }
   };
 

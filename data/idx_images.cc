@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "core/error.h"
@@ -43,12 +44,23 @@ IdxFile read_idx(const std::string& path, std::uint8_t expected_ndims) {
                                 file.data_offset, bytes.size()));
   }
   std::uint64_t promised = 1;
+  std::uint64_t nonzero = 1;  // product of the non-zero dimensions
+  bool overflow = false;
   std::string dims_text;
   for (std::uint8_t d = 0; d < expected_ndims; ++d) {
     const std::uint32_t dim = detail::load_be32(bytes.data() + 4 + 4 * d);
     file.dims.push_back(dim);
-    promised *= dim;  // at most 3 factors below 2^32 each: the product of real files fits
+    promised *= dim;
+    // Three factors below 2^32 can exceed 2^64 and wrap to a size that matches the file (e.g.
+    // 4 x 2^31 x 2^31 promises "0" bytes): refuse any product beyond int64, which the image
+    // sizes computed from these dimensions use, zero dimensions included.
+    if (dim != 0 && nonzero > static_cast<std::uint64_t>(INT64_MAX) / dim) overflow = true;
+    if (dim != 0) nonzero *= dim;
     dims_text += fmt::format("{}{}", d ? "x" : "", dim);
+  }
+  if (overflow) {
+    throw DataError(fmt::format("{}: header dimensions {} describe more than 2^63 bytes (corrupt header?)",
+                                path, dims_text));
   }
   const std::uint64_t held = bytes.size() - file.data_offset;
   if (held < promised) {

@@ -55,6 +55,11 @@ Header decode_header(std::span<const std::byte> frame, std::string_view from, co
 
 }  // namespace
 
+void TableConfig::validate(const config::Node& node) const {
+  if (spec.name.empty()) node.fail_key("name", "required: the table name");
+  if (spec.dim < 1) node.fail_key("dim", "required: floats per row (>= 1)");
+}
+
 std::string encode_table_config(const TableConfig& config) {
   return config::write(config, config::Writer::Mode::resolved);
 }

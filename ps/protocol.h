@@ -99,6 +99,9 @@ struct TableConfig {
     v.field("optimizer", optimizer, "sparse optimiser applied on the servers");
     v.field("table", options, "consistency, admission and eviction");
   }
+  // name and dim have no usable default: a config that omits them is refused, not registered
+  // as a table called "" or of dim 0.
+  void validate(const config::Node& node) const;
 };
 std::string encode_table_config(const TableConfig& config);
 // Throws ConfigError naming the bad key (the text names its source `where`).

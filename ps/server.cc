@@ -256,14 +256,16 @@ class PsServer::Impl {
                                   op_name(h.op), state.table.name(), h.dim, state.table.dim()));
     }
     const auto id_bytes = r.parts[2].bytes();
-    if (id_bytes.size() != h.count * sizeof(std::int64_t)) {
+    // Compared by division: count x 8 (x dim x 4) computed from a hostile count can wrap around
+    // to the frame's size.
+    if (id_bytes.size() % sizeof(std::int64_t) != 0 || id_bytes.size() / sizeof(std::int64_t) != h.count) {
       throw CommError(fmt::format("{}: ids frame of {} bytes for {} ids", op_name(h.op),
                                   id_bytes.size(), h.count));
     }
     r.ids = detail::frame_as(id_bytes, r.id_copy);
     if (with_grads) {
       const auto grad_bytes = r.parts[3].bytes();
-      if (grad_bytes.size() != h.count * h.dim * sizeof(float)) {
+      if (grad_bytes.size() != r.ids.size() * h.dim * sizeof(float)) {
         throw CommError(fmt::format("push: gradient frame of {} bytes for {} ids of dim {}",
                                     grad_bytes.size(), h.count, h.dim));
       }
@@ -438,9 +440,23 @@ class PsServer::Impl {
   void restore_rows(TableState& state, const Received& r) {
     const RequestHeader& h = r.header;
     if (r.parts.size() != 5) throw CommError("load_rows without its ids, values and state frames");
-    const auto count = static_cast<std::int64_t>(h.count);
     const int dim = state.table.dim();
     const int s = state.table.store().state_floats();
+    // The row count comes from the wire: each frame must hold exactly that many rows, checked
+    // by division before anything is allocated (a count such as 2^62 made count x 8 wrap to 0,
+    // so empty frames passed and the store read 2^62 ids from a 64-byte tensor).
+    auto check_rows = [&](const net::Message& part, std::size_t row_bytes, const char* what) {
+      const bool ok = row_bytes == 0 ? part.size() == 0
+                                     : part.size() % row_bytes == 0 && part.size() / row_bytes == h.count;
+      if (!ok) {
+        throw CommError(fmt::format("load_rows of table '{}': {} frame of {} bytes for {} rows of {} bytes",
+                                    state.table.name(), what, part.size(), h.count, row_bytes));
+      }
+    };
+    check_rows(r.parts[2], sizeof(std::int64_t), "ids");
+    check_rows(r.parts[3], static_cast<std::size_t>(dim) * sizeof(float), "values");
+    check_rows(r.parts[4], static_cast<std::size_t>(s) * sizeof(float), "state");
+    const auto count = static_cast<std::int64_t>(h.count);  // <= frame bytes / 8: fits
     auto tensor_of = [&](const net::Message& part, DType dtype, const Shape& shape) {
       Tensor t = Tensor::empty(shape, dtype);
       if (part.size() != t.num_bytes()) {

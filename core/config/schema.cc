@@ -16,8 +16,11 @@ bool needs_quotes(const std::string& s) {
   static const std::string kSpecialFirst = "-?:,[]{}#&*!|>'\"%@`";
   if (kSpecialFirst.find(s.front()) != std::string::npos) return true;
   if (s.find(": ") != std::string::npos || s.find(" #") != std::string::npos) return true;
+  // A trailing ':' makes a plain scalar a map key, and flow indicators anywhere split or end it
+  // inside the [a, b] lists value_text() writes.
+  if (s.back() == ':' || s.find_first_of(",[]{}") != std::string::npos) return true;
   for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) return true;
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
   }
   // Strings that YAML would read as another type keep their quotes.
   static const std::vector<std::string> kWords = {"true", "false", "yes", "no", "on", "off",
@@ -30,6 +33,44 @@ bool needs_quotes(const std::string& s) {
 
 }  // namespace
 
+// Well-formed UTF-8: no stray continuation bytes, overlong forms, surrogates or code points
+// above U+10FFFF (what nlohmann::json accepts when it writes a string).
+bool is_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t extra = 0;
+    std::uint32_t code = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      extra = 1;
+      code = c & 0x1fu;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      extra = 2;
+      code = c & 0x0fu;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      extra = 3;
+      code = c & 0x07u;
+    } else {
+      return false;
+    }
+    if (text.size() - i <= extra) return false;
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3f);
+    }
+    if ((extra == 2 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) ||
+        (extra == 3 && (code < 0x10000 || code > 0x10ffff))) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
 std::string scalar_text(const std::string& value) {
   if (!needs_quotes(value)) return value;
   std::string out = "\"";
@@ -39,7 +80,13 @@ std::string scalar_text(const std::string& value) {
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
-      default: out += c;
+      default:
+        // Other control characters are not allowed raw in a quoted scalar: YAML's \xHH escape.
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
     }
   }
   return out + "\"";
@@ -67,7 +114,11 @@ void decode(const Node& node, bool& value) {
   }
 }
 
-void decode(const Node& node, std::string& value) { value = node.scalar(); }
+void decode(const Node& node, std::string& value) {
+  value = node.scalar();
+  // Config text ends up in JSON (checkpoint manifests, stats), which takes UTF-8 only.
+  if (!is_utf8(value)) node.fail("expected UTF-8 text");
+}
 
 void decode(const Node& node, double& value) {
   const std::string text = node.scalar();

@@ -23,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -117,6 +118,10 @@ template <class T>
 struct is_optional<std::optional<T>> : std::true_type {};
 
 // Text of a scalar value as YAML would show it (strings quoted when needed).
+// Whether `text` is well-formed UTF-8. Every string (and map key) a config reads must be: the
+// resolved config is stored in JSON (checkpoint manifests), which takes UTF-8 only.
+bool is_utf8(std::string_view text);
+
 std::string scalar_text(const std::string& value);
 std::string scalar_text(bool value);
 std::string scalar_text(double value);
@@ -199,6 +204,7 @@ void decode(const Node& node, T& value) {
     if (!node.is_map()) node.fail("expected a map of name: value");
     value.clear();
     for (const auto& key : node.keys()) {
+      if (!is_utf8(key)) node.fail_key(key, "expected UTF-8 text");
       typename T::mapped_type element{};
       decode(node.child(key), element);
       value.emplace(key, std::move(element));
@@ -269,7 +275,8 @@ class Writer {
       }
       add_line(std::string(key) + ":", comment);
       indent_ += 2;
-      for (const auto& [name, element] : value) field(name.c_str(), element, "");
+      // Keys are user text (e.g. log.levels): quoted like values when YAML would misread them.
+      for (const auto& [name, element] : value) field(scalar_text(name).c_str(), element, "");
       indent_ -= 2;
     } else {
       add_line(std::string(key) + ": " + value_text(value), comment);

@@ -148,6 +148,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   // Count the bytes with an overflow check at each factor: the product of hostile dimensions
   // must not wrap around to a small number that happens to match the offsets.
   std::uint64_t num_bytes = dtype_size(entry.dtype);
+  // The element count of the non-zero dimensions must fit int64 as well: with a 0 among them
+  // the byte count is 0 whatever the others are, but Shape::numel() multiplies them all.
+  std::uint64_t nonzero_elements = 1;
+  bool elements_overflow = false;
   for (const auto& dim : shape) {
     if (!dim.is_number_unsigned())
       fail(fmt::format("shape {} is not a list of non-negative integers", shape.dump()));
@@ -155,12 +159,22 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
     if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
       fail(fmt::format("dimension {} is too large", d));
     }
+    if (d != 0) {
+      if (nonzero_elements > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / d) {
+        elements_overflow = true;
+      }
+      nonzero_elements *= d;
+    }
     entry.dims.push_back(static_cast<std::int64_t>(d));
     if (d != 0 && num_bytes > std::numeric_limits<std::uint64_t>::max() / d) {
       num_bytes = std::numeric_limits<std::uint64_t>::max();  // certainly larger than the file
     } else {
       num_bytes *= d;
     }
+  }
+  if (elements_overflow && num_bytes == 0) {
+    fail(fmt::format("shape {} has a zero dimension, but the others multiply past 2^63 elements",
+                     shape.dump()));
   }
   const auto& offsets = info["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||

@@ -16,6 +16,10 @@
 
 namespace aiacc::net {
 
+namespace detail {
+class RendezvousState;
+}
+
 class RendezvousServer {
  public:
   // Binds tcp://`host`:`port` (port 0: the OS chooses; see port()) and starts serving. Throws
@@ -34,13 +38,12 @@ class RendezvousServer {
   void check() const;
 
  private:
-  class State;
   void serve();
 
   Socket socket_;  // used only by the background thread once it runs
   std::string endpoint_;
   int port_ = 0;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<detail::RendezvousState> state_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;  // written by the thread before failed_ is set

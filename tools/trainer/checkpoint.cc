@@ -28,6 +28,7 @@ constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kFormatName = "aiacc-checkpoint";
 constexpr std::string_view kPrefix = "step-";
 constexpr std::string_view kTmpSuffix = ".tmp";
+constexpr int kMaxManifestDepth = 64;
 
 std::shared_ptr<spdlog::logger> logger() { return log::get("checkpoint"); }
 
@@ -96,7 +97,15 @@ nlohmann::json read_manifest(const fs::path& directory) {
   io::FileDescriptor fd = io::open_for_reading(path);
   io::read_exact(fd, path, 0, text.data(), text.size());
   try {
-    return nlohmann::json::parse(text);
+    // Copying and comparing JSON values recurses once per level: a manifest nested ~100k
+    // levels deep (200 KB of '[') overflowed the stack in load(). Ours nest a few levels.
+    return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      if (depth > kMaxManifestDepth) {
+        throw DataError(fmt::format("checkpoint {}: {} nests deeper than {} levels", directory.string(),
+                                    kManifestName, kMaxManifestDepth));
+      }
+      return true;
+    });
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("checkpoint {}: {} is not valid JSON: {}", directory.string(),
                                 kManifestName, e.what()));

@@ -35,13 +35,21 @@ void ReplicatedEmbeddingStore::take_pending(std::vector<std::byte>& message) {
 void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& messages,
                                      std::vector<std::size_t>& offsets) {
   const auto dim = static_cast<std::size_t>(spec().dim);
+  // Row counts come from other workers: each is checked against the bytes its message holds
+  // before anything is sized from it.
   std::size_t total = 0;
   for (std::size_t w = 0; w < messages.size(); ++w) {
-    if (messages[w].size() >= offsets[w] + 8) {
-      std::int64_t n = 0;
-      std::memcpy(&n, messages[w].data() + offsets[w], 8);
-      total += static_cast<std::size_t>(std::max<std::int64_t>(n, 0));
+    if (messages[w].size() < offsets[w] + 16) {
+      throw CommError(fmt::format("replicated table '{}': short message from worker {}", spec().name, w));
     }
+    std::int64_t n = 0;
+    std::memcpy(&n, messages[w].data() + offsets[w], 8);
+    const std::size_t room = (messages[w].size() - offsets[w] - 16) / (8 + 4 * dim);
+    if (n < 0 || static_cast<std::uint64_t>(n) > room) {
+      throw CommError(fmt::format("replicated table '{}': worker {} sent {} rows in a message with room "
+                                  "for {}", spec().name, w, n, room));
+    }
+    total += static_cast<std::size_t>(n);
   }
   std::vector<std::int64_t> merged_ids;
   std::vector<float> merged;
