@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "core/io/atomic_file.h"
 #include "core/log.h"
+#include "core/net/context.h"
+#include "core/net/security.h"
 #include "ps/server.h"
 
 namespace aiacc::ps {
@@ -70,7 +72,13 @@ int run_server_process(int argc, char** argv) {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-    PsServer server(options);
+    // Secured like the rest of the job when started with its token (AIACC_JOB_TOKEN).
+    auto curve = net::curve_keys_from_environment();
+    if (!curve) {
+      log::get("ps")->warn("shard {}: {} is not set: serving without authentication or encryption",
+                           options.shard, net::kJobTokenVariable);
+    }
+    PsServer server(options, net::Context::create(1, std::move(curve)));
     if (!load.empty()) server.load_checkpoint(load);
     if (!endpoint_file.empty()) io::write_file_atomically(endpoint_file, server.endpoint() + "\n");
     for (;;) {

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential meson ninja-build pkg-config
-  libyaml-cpp-dev libzmq3-dev cppzmq-dev libeigen3-dev
+  libyaml-cpp-dev libzmq3-dev cppzmq-dev libsodium-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   dataset-fashion-mnist

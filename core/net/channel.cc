@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/security.h"
 
 namespace aiacc::net {
 
@@ -82,7 +83,10 @@ Channel::Channel(Socket socket, int peer, int stream, const ChannelOptions& opti
       zero_copy_min_bytes_(options.zero_copy_min_bytes) {
   static std::atomic<std::uint64_t> next_monitor{0};
   const std::string endpoint = fmt::format("inproc://aiacc-net-monitor-{}", next_monitor++);
-  socket_.monitor(endpoint, ZMQ_EVENT_DISCONNECTED);
+  // Handshake failures are watched on every channel, secured or not: they tell an intruder's
+  // disconnect from the peer's (drain_monitor). This monitor replaces the handshake watcher's
+  // (a socket has one), so it also takes over reporting refusals.
+  socket_.monitor(endpoint, ZMQ_EVENT_DISCONNECTED | handshake_failure_events());
   monitor_ = Socket(socket_.context(), ZMQ_PAIR, 0);
   monitor_.connect(endpoint);
 }
@@ -97,11 +101,24 @@ void Channel::drain_monitor() {
     Message event;
     if (zmq_msg_recv(event.raw(), monitor_.handle(), ZMQ_DONTWAIT) < 0) return;
     std::uint16_t id = 0;
-    if (event.size() >= sizeof id) std::memcpy(&id, event.bytes().data(), sizeof id);
+    std::uint32_t value = 0;
+    if (event.size() >= sizeof id + sizeof value) {
+      std::memcpy(&id, event.bytes().data(), sizeof id);
+      std::memcpy(&value, event.bytes().data() + sizeof id, sizeof value);
+    }
     while (zmq_msg_more(event.raw())) {
       if (zmq_msg_recv(event.raw(), monitor_.handle(), ZMQ_DONTWAIT) < 0) break;
     }
-    if (id == ZMQ_EVENT_DISCONNECTED) peer_gone_ = true;
+    if (is_handshake_failure(id)) {
+      ++refused_disconnects_due_;
+      socket_.context()->report_failed_handshake(socket_.endpoint(), socket_.is_bound(), id, value);
+    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      if (refused_disconnects_due_ > 0) {
+        --refused_disconnects_due_;
+      } else {
+        peer_gone_ = true;
+      }
+    }
   }
 }
 

@@ -104,7 +104,7 @@ class Channel {
   // Closes the socket discarding queued messages (after a failure that broke the stream).
   void abandon() noexcept;
   [[noreturn]] void fail(const char* call, std::string_view what) const;
-  // Reads pending connection events; sets peer_gone_ on a disconnect.
+  // Reads pending connection events; sets peer_gone_ when the peer's connection ends.
   void drain_monitor();
   std::string describe(short event) const;  // "send to rank 2 (stream 0, tcp://...)"
 
@@ -116,6 +116,10 @@ class Channel {
   // reported at once rather than at the deadline.
   Socket monitor_;
   bool peer_gone_ = false;
+  // A connection refused in its handshake (an intruder, a port scanner) also ends with a
+  // disconnect event: libzmq always reports the failure first, then the disconnect of the same
+  // connection. Those disconnects are not our peer's; this counts the ones still to come.
+  int refused_disconnects_due_ = 0;
   int peer_;
   int stream_;
   std::int64_t zero_copy_min_bytes_;

@@ -22,7 +22,8 @@ Socket::Socket(std::shared_ptr<Context> context, int type, int linger_ms)
 Socket::Socket(Socket&& other) noexcept
     : context_(std::move(other.context_)),
       handle_(std::exchange(other.handle_, nullptr)),
-      endpoint_(std::move(other.endpoint_)) {}
+      endpoint_(std::move(other.endpoint_)),
+      bound_(other.bound_) {}
 
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
@@ -30,6 +31,7 @@ Socket& Socket::operator=(Socket&& other) noexcept {
     context_ = std::move(other.context_);
     handle_ = std::exchange(other.handle_, nullptr);
     endpoint_ = std::move(other.endpoint_);
+    bound_ = other.bound_;
   }
   return *this;
 }
@@ -58,8 +60,28 @@ void Socket::set_bytes(int option, std::string_view value, const char* option_na
   }
 }
 
+namespace {
+
+// Only traffic that leaves the process is secured: inproc sockets are the process's own.
+bool crosses_processes(const std::string& endpoint) {
+  return endpoint.rfind("tcp://", 0) == 0 || endpoint.rfind("ipc://", 0) == 0;
+}
+
+}  // namespace
+
+void Socket::set_key(int option, const CurveKey& key, const char* option_name) {
+  set_bytes(option, std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
+            option_name);
+}
+
 std::string Socket::bind(const std::string& endpoint) {
   endpoint_ = endpoint;
+  const auto& curve = context_->curve();
+  const bool secured = curve && crosses_processes(endpoint);
+  if (secured) {
+    set_int(ZMQ_CURVE_SERVER, 1, "ZMQ_CURVE_SERVER");
+    set_key(ZMQ_CURVE_SECRETKEY, curve->server_secret, "ZMQ_CURVE_SECRETKEY");
+  }
   if (zmq_bind(handle_, endpoint.c_str()) != 0) fail("zmq_bind");
   char actual[256];
   std::size_t size = sizeof actual;
@@ -67,12 +89,22 @@ std::string Socket::bind(const std::string& endpoint) {
     fail("zmq_getsockopt(ZMQ_LAST_ENDPOINT)");
   }
   endpoint_ = actual;
+  bound_ = true;
+  if (secured) context_->watch_handshakes(handle_, endpoint_, true);
   return endpoint_;
 }
 
 void Socket::connect(const std::string& endpoint) {
   endpoint_ = endpoint;
+  const auto& curve = context_->curve();
+  const bool secured = curve && crosses_processes(endpoint);
+  if (secured) {
+    set_key(ZMQ_CURVE_SERVERKEY, curve->server_public, "ZMQ_CURVE_SERVERKEY");
+    set_key(ZMQ_CURVE_PUBLICKEY, curve->client_public, "ZMQ_CURVE_PUBLICKEY");
+    set_key(ZMQ_CURVE_SECRETKEY, curve->client_secret, "ZMQ_CURVE_SECRETKEY");
+  }
   if (zmq_connect(handle_, endpoint.c_str()) != 0) fail("zmq_connect");
+  if (secured) context_->watch_handshakes(handle_, endpoint_, false);
 }
 
 void Socket::monitor(const std::string& monitor_endpoint, int events) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/net/context.h"
+#include "core/net/security.h"
 
 namespace aiacc::net {
 
@@ -26,9 +27,12 @@ class Socket {
   void set_int(int option, int value, const char* option_name);
   void set_int64(int option, std::int64_t value, const char* option_name);
   void set_bytes(int option, std::string_view value, const char* option_name);
+  void set_key(int option, const CurveKey& key, const char* option_name);
 
   // Binds to `endpoint` (port `*` or 0 lets the OS choose) and returns the endpoint actually
-  // bound, e.g. "tcp://127.0.0.1:41234", which also becomes endpoint().
+  // bound, e.g. "tcp://127.0.0.1:41234", which also becomes endpoint(). With a secured context
+  // a tcp/ipc socket binds as a CURVE server with the job's key; connect() then connects as a
+  // CURVE client naming it. Either way refused handshakes are logged (Context).
   std::string bind(const std::string& endpoint);
   // Starts connecting (asynchronous: returns before the peer accepts; ZeroMQ retries).
   void connect(const std::string& endpoint);
@@ -52,11 +56,13 @@ class Socket {
   const std::shared_ptr<Context>& context() const { return context_; }
   void* handle() const { return handle_; }
   const std::string& endpoint() const { return endpoint_; }
+  bool is_bound() const { return bound_; }  // bound (accepts peers) rather than connected
 
  private:
   std::shared_ptr<Context> context_;  // keeps zmq_ctx_term from running while we are open
   void* handle_ = nullptr;
   std::string endpoint_ = "(unbound)";
+  bool bound_ = false;
 };
 
 }  // namespace aiacc::net

@@ -222,6 +222,9 @@ void ClientIo::check_timers() {
           f.sent = now;
           log::get("ps")->debug("resent {}", describe(static_cast<int>(k), f.request));
         } catch (const std::exception& e) {
+          // Not connected (the shard is down, or refuses us): try again one interval later,
+          // not at every turn of this loop.
+          f.sent = now;
           log::get("ps")->warn("resending {} failed: {}", describe(static_cast<int>(k), f.request),
                                e.what());
         }

@@ -5,6 +5,9 @@
 //   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
 //                         [--hierarchical on|off] [--chunk-bytes 1M] [--rebalance RUNS|0] [--seconds S] [--no-check]
+//                         [--curve on|off]
+// --curve on runs every connection under the job's CURVE keys (authenticated and encrypted, as
+// aiacc-train does by default); off (the default here) is plain TCP, the comparison for MPI.
 // --hierarchical off forces the flat TCP ring even for ranks on one host (the fair comparison
 // with OpenMPI over TCP); on (default) uses shared memory within a host.
 //
@@ -37,6 +40,7 @@
 #include "core/log.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
+#include "core/net/security.h"
 #include "ring/allreduce.h"
 #include "ring/auto_tuner.h"
 #include "ring/barrier.h"
@@ -61,6 +65,7 @@ struct Args {
   std::string json;
   double seconds = 0.3;
   bool check = true;
+  bool curve = false;  // CURVE-authenticated and -encrypted connections (the job default)
   // Worker mode (set by the launcher).
   int rank = -1, world = 0;
   std::string master, interface = "127.0.0.1";
@@ -103,6 +108,11 @@ Args parse(int argc, char** argv) {
     else if (key == "--json") a.json = value();
     else if (key == "--seconds") a.seconds = std::stod(value());
     else if (key == "--no-check") a.check = false;
+    else if (key == "--curve") {
+      const std::string v = value();
+      if (v != "on" && v != "off") throw ConfigError("--curve takes on or off");
+      a.curve = v == "on";
+    }
     else if (key == "--port") a.port = std::stoi(value());
     else if (key == "--rank") a.rank = std::stoi(value());
     else if (key == "--world") a.world = std::stoi(value());
@@ -132,7 +142,8 @@ double busbw(double bytes, double seconds, int world) {
 // --- worker: one rank ---
 int run_worker(const Args& a) {
   log::set_role(fmt::format("rank {}", a.rank));
-  auto context = net::Context::create(std::getenv("AIACC_IO_THREADS") ? std::atoi(std::getenv("AIACC_IO_THREADS")) : 1);
+  auto context = net::Context::create(std::getenv("AIACC_IO_THREADS") ? std::atoi(std::getenv("AIACC_IO_THREADS")) : 1,
+                                     net::curve_keys_from_environment());
   net::RendezvousClient rendezvous(context, a.master);
   rendezvous.register_rank(a.rank, a.world, {}, net::deadline_after(120));
   const bool tune = a.streams == "auto";
@@ -324,7 +335,12 @@ int run_launcher(Args a) {
     host0 = all.substr(0, all.find(','));
   }
   const int world = a.ranks * hosts;
-  auto context = net::Context::create();
+  // --curve on: the ranks (which inherit the environment) and the store use the job's keys.
+  if (a.curve && std::getenv(net::kJobTokenVariable) == nullptr) {
+    setenv(net::kJobTokenVariable, net::generate_job_token().c_str(), 1);
+  }
+  if (!a.curve) unsetenv(net::kJobTokenVariable);
+  auto context = net::Context::create(1, net::curve_keys_from_environment());
   std::optional<net::RendezvousServer> server;
   int port = a.port;
   if (host == 0) {

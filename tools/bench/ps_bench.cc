@@ -4,12 +4,13 @@
 //                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
 //                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
 //                  [--iperf-streams 1] [--server-threads T] [--chunk-bytes 262144]
-//                  [--inflight 1] [--json FILE]
+//                  [--inflight 1] [--json FILE] [--curve on|off]
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
 // program) and --workers worker processes. Every worker owns its own set of U unique ids per
 // request size (warmed up once, so the timed requests look up existing rows) and, for each
 // (dim, U, mode), meets the others at a barrier, runs requests for --seconds and reports.
+// --curve on: every connection under the job's CURVE keys (aiacc-train's default); off: plain.
 // --inflight N: pull and push modes keep up to N requests per worker outstanding (the next one
 // is deduplicated, split and sent while the shards work on the previous), as a trainer with
 // prefetch and asynchronous pushes does; 1 waits for each request before the next.
@@ -49,6 +50,7 @@
 #include "core/log.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
+#include "core/net/security.h"
 #include "core/optim/sparse_row_optimizer.h"
 #include "ps/client.h"
 #include "ps/server_process.h"
@@ -59,6 +61,7 @@ namespace aiacc::bench {
 namespace {
 
 struct Args {
+  bool curve = false;  // CURVE-authenticated and -encrypted connections (the job default)
   int servers = 2;
   int workers = 2;
   std::vector<int> dims{8, 16, 64, 128};
@@ -124,6 +127,10 @@ Args parse(int argc, char** argv) {
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
     else if (key == "--inflight") a.inflight = std::stoi(value);
     else if (key == "--json") a.json = value;
+    else if (key == "--curve") {
+      if (value != "on" && value != "off") throw ConfigError("--curve takes on or off");
+      a.curve = value == "on";
+    }
     else if (key == "--role") a.role = value;
     else if (key == "--worker") a.worker = std::stoi(value);
     else if (key == "--endpoints") a.endpoints = value;
@@ -170,7 +177,7 @@ int run_worker(const Args& a) {
   options.endpoints = split(a.endpoints, ',');
   options.worker = a.worker;
   options.chunk_bytes = a.chunk_bytes;
-  auto context = net::Context::create(1);
+  auto context = net::Context::create(1, net::curve_keys_from_environment());
   ps::PsClient client(options, context);
   net::RendezvousClient rendezvous(context, a.rendezvous);
   rendezvous.register_rank(a.worker, a.workers, {}, net::deadline_after(60));
@@ -315,6 +322,11 @@ double measure_iperf(double seconds, int streams) {
 }
 
 int run_launcher(const Args& a) {
+  // --curve on: shards and workers (which inherit the environment) use the job's keys.
+  if (a.curve && std::getenv(net::kJobTokenVariable) == nullptr) {
+    setenv(net::kJobTokenVariable, net::generate_job_token().c_str(), 1);
+  }
+  if (!a.curve) unsetenv(net::kJobTokenVariable);
   const auto dir = std::filesystem::temp_directory_path() / fmt::format("aiacc-bench-ps-{}", ::getpid());
   std::filesystem::create_directories(dir);
   const std::string exe = self_exe();
@@ -340,7 +352,7 @@ int run_launcher(const Args& a) {
   }
   const std::string endpoint_list = fmt::format("{}", fmt::join(endpoints, ","));
 
-  auto context = net::Context::create(1);
+  auto context = net::Context::create(1, net::curve_keys_from_environment());
   net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
   std::vector<std::unique_ptr<Child>> workers;
   auto join = [](const auto& values) { return fmt::format("{}", fmt::join(values, ",")); };

@@ -1,0 +1,108 @@
+// HandshakeWatcher: adopts monitor endpoints, polls them, reports handshake failures.
+#include "core/net/detail/handshake_watcher.h"
+
+#include <zmq.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/net/context.h"
+#include "core/net/security.h"
+
+namespace aiacc::net::detail {
+
+HandshakeWatcher::HandshakeWatcher(Context& context) : context_(context) {
+  thread_ = std::thread([this] { run(); });
+}
+
+HandshakeWatcher::~HandshakeWatcher() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void HandshakeWatcher::watch(void* socket, const std::string& endpoint, bool bound) {
+  static std::atomic<std::uint64_t> next{0};
+  const std::string monitor_endpoint = fmt::format("inproc://aiacc-handshake-watch-{}", next++);
+  if (zmq_socket_monitor(socket, monitor_endpoint.c_str(), handshake_failure_events()) != 0) {
+    throw CommError(fmt::format("zmq_socket_monitor on {} failed: {}", endpoint,
+                                zmq_strerror(zmq_errno())));
+  }
+  std::unique_lock lock(mutex_);
+  pending_.push_back({monitor_endpoint, {nullptr, endpoint, bound}});
+  const std::uint64_t ticket = ++registered_;
+  // The thread adopts within one poll interval (50 ms); waiting makes the watch deterministic.
+  adopted_.wait_for(lock, std::chrono::seconds(5), [&] { return adopted_count_ >= ticket; });
+}
+
+void HandshakeWatcher::adopt_pending() {
+  std::lock_guard lock(mutex_);
+  for (auto& p : pending_) {
+    void* monitor = zmq_socket(context_.handle(), ZMQ_PAIR);
+    if (monitor != nullptr && zmq_connect(monitor, p.monitor_endpoint.c_str()) == 0) {
+      p.watched.monitor = monitor;
+      watched_.push_back(std::move(p.watched));
+    } else {
+      log::get("net")->warn("cannot watch handshakes on {}: {}", p.watched.endpoint,
+                            zmq_strerror(zmq_errno()));
+      if (monitor != nullptr) zmq_close(monitor);
+    }
+    ++adopted_count_;
+  }
+  pending_.clear();
+  adopted_.notify_all();
+}
+
+void HandshakeWatcher::run() {
+  std::vector<zmq_pollitem_t> items;
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_) break;
+    }
+    adopt_pending();
+    items.clear();
+    for (const auto& w : watched_) items.push_back({w.monitor, 0, ZMQ_POLLIN, 0});
+    if (zmq_poll(items.data(), static_cast<int>(items.size()), 50) <= 0) continue;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if ((items[i].revents & ZMQ_POLLIN) == 0) continue;
+      // An event is two frames: (u16 event, u32 value), then the affected endpoint.
+      zmq_msg_t frame;
+      zmq_msg_init(&frame);
+      if (zmq_msg_recv(&frame, watched_[i].monitor, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&frame);
+        continue;
+      }
+      std::uint16_t event = 0;
+      std::uint32_t value = 0;
+      if (zmq_msg_size(&frame) >= 6) {
+        std::memcpy(&event, zmq_msg_data(&frame), sizeof event);
+        std::memcpy(&value, static_cast<const char*>(zmq_msg_data(&frame)) + 2, sizeof value);
+      }
+      while (zmq_msg_more(&frame) && zmq_msg_recv(&frame, watched_[i].monitor, ZMQ_DONTWAIT) >= 0) {
+      }
+      zmq_msg_close(&frame);
+      if (is_handshake_failure(event)) {
+        context_.report_failed_handshake(watched_[i].endpoint, watched_[i].bound, event, value);
+      } else if (event == ZMQ_EVENT_MONITOR_STOPPED) {
+        zmq_close(watched_[i].monitor);
+        watched_[i].monitor = nullptr;
+      }
+    }
+    std::erase_if(watched_, [](const Watched& w) { return w.monitor == nullptr; });
+  }
+  for (auto& w : watched_) zmq_close(w.monitor);
+  watched_.clear();
+  adopt_pending();  // wake any registrant; sockets adopted now are closed below
+  for (auto& w : watched_) zmq_close(w.monitor);
+  watched_.clear();
+}
+
+}  // namespace aiacc::net::detail

@@ -1,0 +1,172 @@
+// Job tokens and CURVE key derivation (libsodium: the same library ZeroMQ's CURVE uses).
+#include "core/net/security.h"
+
+#include <sodium.h>
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace aiacc::net {
+namespace {
+
+void ensure_sodium() {
+  // sodium_init is idempotent and thread-safe; it fails only when no entropy source exists.
+  if (sodium_init() < 0) throw IoError("libsodium could not initialise (no entropy source)");
+}
+
+std::string to_hex(const std::uint8_t* bytes, std::size_t size) {
+  std::string hex(2 * size + 1, '\0');
+  sodium_bin2hex(hex.data(), hex.size(), bytes, size);
+  hex.pop_back();
+  return hex;
+}
+
+// BLAKE2b-256 of `label`, keyed by the token: a token-dependent key no one can compute without
+// the token. The label separates this derivation from any later one (a version bump changes it).
+CurveKey derive(std::string_view token, std::string_view label) {
+  CurveKey out{};
+  // BLAKE2b keys are at most 64 bytes: longer tokens are hashed down first.
+  std::array<std::uint8_t, crypto_generichash_KEYBYTES_MAX> key{};
+  std::size_t key_size = token.size();
+  if (token.size() > key.size()) {
+    crypto_generichash(key.data(), key.size(), reinterpret_cast<const std::uint8_t*>(token.data()),
+                       token.size(), nullptr, 0);
+    key_size = key.size();
+  } else {
+    std::memcpy(key.data(), token.data(), token.size());
+  }
+  crypto_generichash(out.data(), out.size(), reinterpret_cast<const std::uint8_t*>(label.data()),
+                     label.size(), key.data(), key_size);
+  sodium_memzero(key.data(), key.size());
+  return out;
+}
+
+}  // namespace
+
+std::string generate_job_token() {
+  ensure_sodium();
+  std::array<std::uint8_t, 32> bytes{};
+  randombytes_buf(bytes.data(), bytes.size());
+  std::string token = to_hex(bytes.data(), bytes.size());
+  sodium_memzero(bytes.data(), bytes.size());
+  return token;
+}
+
+void check_job_token(std::string_view token, std::string_view source) {
+  if (token.size() < 16) {
+    throw ConfigError(fmt::format("{}: the job token has {} characters; it needs at least 16 "
+                                  "(generate one with: head -c 32 /dev/urandom | od -An -tx1 | "
+                                  "tr -d ' \\n')",
+                                  source, token.size()));
+  }
+  if (token.size() > 4096) {
+    throw ConfigError(fmt::format("{}: the job token has {} characters; at most 4096 are allowed",
+                                  source, token.size()));
+  }
+  const auto bad = std::find_if(token.begin(), token.end(), [](char c) { return c <= ' ' || c > '~'; });
+  if (bad != token.end()) {
+    throw ConfigError(fmt::format("{}: the job token has a space, control or non-ASCII character "
+                                  "at position {}; use printable ASCII only",
+                                  source, bad - token.begin()));
+  }
+}
+
+std::string read_job_token_file(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) {
+    throw ConfigError(fmt::format("cluster.security.token_file: cannot read '{}': {}", path,
+                                  std::strerror(errno)));
+  }
+  if ((info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    throw ConfigError(fmt::format(
+        "cluster.security.token_file: '{}' can be read or written by other users (mode {:03o}); "
+        "a job token others can read admits them to the job: chmod 600 '{}'",
+        path, info.st_mode & 0777, path));
+  }
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    throw ConfigError(fmt::format("cluster.security.token_file: '{}' is empty or unreadable", path));
+  }
+  const auto first = line.find_first_not_of(" \t\r");
+  const auto last = line.find_last_not_of(" \t\r");
+  line = first == std::string::npos ? "" : line.substr(first, last - first + 1);
+  check_job_token(line, fmt::format("cluster.security.token_file '{}'", path));
+  return line;
+}
+
+std::optional<std::string> job_token_from_environment(const std::string& token_file) {
+  if (const char* value = std::getenv(kJobTokenVariable); value != nullptr) {
+    check_job_token(value, kJobTokenVariable);
+    return std::string(value);
+  }
+  if (!token_file.empty()) return read_job_token_file(token_file);
+  return std::nullopt;
+}
+
+CurveKeys CurveKeys::from_token(std::string_view token) {
+  check_job_token(token, "job token");
+  ensure_sodium();
+  CurveKeys keys;
+  keys.server_secret = derive(token, "aiacc-train/curve-server-key/v1");
+  if (crypto_scalarmult_base(keys.server_public.data(), keys.server_secret.data()) != 0) {
+    throw InternalError("crypto_scalarmult_base failed for the job's server key");
+  }
+  if (crypto_box_keypair(keys.client_public.data(), keys.client_secret.data()) != 0) {
+    throw InternalError("crypto_box_keypair failed");
+  }
+  return keys;
+}
+
+std::optional<CurveKeys> curve_keys_from_environment() {
+  auto token = job_token_from_environment("");
+  if (!token) return std::nullopt;
+  return CurveKeys::from_token(*token);
+}
+
+std::string CurveKeys::fingerprint() const {
+  std::array<std::uint8_t, 8> digest{};
+  crypto_generichash(digest.data(), digest.size(), server_public.data(), server_public.size(),
+                     nullptr, 0);
+  return to_hex(digest.data(), digest.size());
+}
+
+bool is_handshake_failure(int event) {
+  return event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+         event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+}
+
+int handshake_failure_events() {
+  return ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+         ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+}
+
+std::string describe_handshake_failure(int event, std::uint32_t value) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+      return "the peer does not use CURVE (a process without this job's token, or one with "
+             "cluster.security.curve off)";
+    }
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+      return "the peer's keys do not match this job's (a process with another job token)";
+    }
+    return fmt::format("ZMTP protocol error 0x{:x} (not a process of this job, or a corrupted "
+                       "connection)",
+                       value);
+  }
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+    return fmt::format("authentication refused (status {})", value);
+  }
+  return fmt::format("handshake failed: {}", zmq_strerror(static_cast<int>(value)));
+}
+
+}  // namespace aiacc::net
