@@ -75,6 +75,10 @@ struct ServerOptions {
   double log_interval_s = 30.0;
   // Tests: drop the replies to the first N pushes (they are applied), so clients retry.
   int drop_push_replies_for_testing = 0;
+  // Tests: on the first push of a step beyond this one, send this signal to the shard's own
+  // process (SIGKILL: a crash; SIGSTOP: a hung host). -1: never.
+  std::int64_t fault_after_step_for_testing = -1;
+  int fault_signal_for_testing = 0;
 
   template <class V>
   void visit(V& v) {
@@ -115,6 +119,11 @@ struct ClientOptions {
   // 1.26-1.30 vs 0.99-1.23 GB/s unchunked, pull+push step 0.88-0.99 vs 0.42-0.53 GB/s.
   // 0: never split.
   std::int64_t chunk_bytes = 256 * 1024;
+  // A shard whose connection dropped (its process died, or closed it) and has not come back
+  // within this many seconds fails its requests with a CommError saying so, instead of leaving
+  // them to timeout_s (kept long for slow sync steps). ZeroMQ reconnects by itself; a shard
+  // that comes back in time loses nothing (requests are retried).
+  double reconnect_grace_s = 10.0;
   // Tests: send every push twice (same sequence number).
   bool duplicate_pushes_for_testing = false;
 
@@ -130,6 +139,9 @@ struct ClientOptions {
             config::at_least<std::int64_t>(-1));
     v.field("chunk_bytes", chunk_bytes, "row bytes per request chunk (0: no chunks)",
             config::at_least<std::int64_t>(0));
+    v.field("reconnect_grace_s", reconnect_grace_s,
+            "seconds a shard whose connection dropped may take to come back before its requests fail",
+            config::greater_than(0.0));
     v.field("duplicate_pushes_for_testing", duplicate_pushes_for_testing,
             "tests only: send every push twice");
   }

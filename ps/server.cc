@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -339,6 +340,12 @@ class PsServer::Impl {
   void handle_push(TableState& state, const std::shared_ptr<Received>& request) {
     Received& r = *request;
     const RequestHeader& h = r.header;
+    if (options_.fault_after_step_for_testing >= 0 &&
+        static_cast<std::int64_t>(h.step) > options_.fault_after_step_for_testing) {
+      log_->warn("{}: test fault injection: signal {} at a push of step {}", label_,
+                 options_.fault_signal_for_testing, h.step);
+      std::raise(options_.fault_signal_for_testing);
+    }
     if (!log_requests_.record(h.worker, h.session, h.seq)) {
       // A retry or duplicate: applied once already (or waiting in its step's aggregate, whose
       // reply will answer it).

@@ -122,6 +122,12 @@ int run(int argc, char** argv) {
         "cluster.launcher is external but no launcher variables are set (OMPI_COMM_WORLD_RANK, "
         "PMI_RANK, SLURM_PROCID or RANK/WORLD_SIZE): start the job with mpirun, srun or torchrun");
   }
+  if (cluster.max_restarts > 0 && job.train.checkpoint.resume != "auto") {
+    throw aiacc::ConfigError(fmt::format(
+        "cluster.max_restarts: {} restarts a failed job from its newest checkpoint, which needs "
+        "train.checkpoint.resume: auto (it is '{}')",
+        cluster.max_restarts, job.train.checkpoint.resume));
+  }
   if (!dry_run && cluster.distributed()) {
     aiacc::log::set_role("launcher");
     std::vector<std::string> args(argv, argv + argc);

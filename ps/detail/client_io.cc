@@ -6,6 +6,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -14,6 +15,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/security.h"
 #include "ps/detail/frames.h"
 
 namespace aiacc::ps::detail {
@@ -42,8 +44,17 @@ ClientIo::ClientIo(const ClientOptions& options, std::shared_ptr<net::Context> c
     socket.set_int(ZMQ_RCVHWM, 0, "ZMQ_RCVHWM");
     socket.set_int64(ZMQ_MAXMSGSIZE, -1, "ZMQ_MAXMSGSIZE");
     socket.connect(endpoints_[k]);
+    // After connect: this replaces the context's handshake watcher, and reports to it.
+    static std::atomic<std::uint64_t> next_monitor{0};
+    const std::string monitor_endpoint = fmt::format("inproc://aiacc-ps-client-monitor-{}", next_monitor++);
+    socket.monitor(monitor_endpoint, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                         net::handshake_failure_events());
+    net::Socket monitor(context, ZMQ_PAIR, 0);
+    monitor.connect(monitor_endpoint);
     sockets_.push_back(std::move(socket));
+    monitors_.push_back(std::move(monitor));
   }
+  links_.resize(shards);
   seq_.assign(shards, 0);
   in_flight_.resize(shards);
   wake_fd_ = AIACC_SYSCALL(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -94,11 +105,65 @@ void ClientIo::send(const OutRequest& r) {
   }
 }
 
+void ClientIo::read_monitor(int shard) {
+  net::Socket& monitor = monitors_[static_cast<std::size_t>(shard)];
+  Link& link = links_[static_cast<std::size_t>(shard)];
+  const std::string& endpoint = endpoints_[static_cast<std::size_t>(shard)];
+  for (;;) {
+    // An event is two frames: (u16 event, u32 value), then the affected endpoint.
+    net::Message event;
+    if (zmq_msg_recv(event.raw(), monitor.handle(), ZMQ_DONTWAIT) < 0) return;
+    std::uint16_t id = 0;
+    std::uint32_t value = 0;
+    if (event.size() >= sizeof id + sizeof value) {
+      std::memcpy(&id, event.bytes().data(), sizeof id);
+      std::memcpy(&value, event.bytes().data() + sizeof id, sizeof value);
+    }
+    while (zmq_msg_more(event.raw()) && zmq_msg_recv(event.raw(), monitor.handle(), ZMQ_DONTWAIT) >= 0) {
+    }
+    if (net::is_handshake_failure(id)) {
+      link.why = fmt::format("the shard refused our handshake ({}): it belongs to another job, or "
+                             "this process lacks the job's token",
+                             net::describe_handshake_failure(id, value));
+      sockets_[static_cast<std::size_t>(shard)].context()->report_failed_handshake(endpoint, false, id, value);
+    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      if (!link.down_since) {
+        link.down_since = net::Clock::now();
+        if (link.why.empty()) {
+          link.why = "its process died or closed the connection, or the network to it is cut";
+        }
+        log::get("ps")->warn("ps shard {} ({}): connection lost; waiting up to {:.1f} s for it "
+                             "to come back",
+                             shard, endpoint, options_.reconnect_grace_s);
+      }
+    } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      if (link.down_since) {
+        log::get("ps")->info("ps shard {} ({}): connection back after {:.2f} s", shard, endpoint,
+                             net::seconds_since(*link.down_since));
+      }
+      link = Link{};
+    }
+  }
+}
+
+std::string ClientIo::gone_reason(int shard, net::Clock::time_point now) const {
+  const Link& link = links_[static_cast<std::size_t>(shard)];
+  if (!link.down_since) return "";
+  const double down = std::chrono::duration<double>(now - *link.down_since).count();
+  if (down < options_.reconnect_grace_s) return "";
+  return fmt::format("the connection to the shard was lost {:.1f} s ago and has not come back "
+                     "({})",
+                     down, link.why);
+}
+
 void ClientIo::run() {
   const std::size_t shards = sockets_.size();
-  std::vector<zmq_pollitem_t> items(shards + 1);
+  std::vector<zmq_pollitem_t> items(2 * shards + 1);
   items[0] = {nullptr, wake_fd_, ZMQ_POLLIN, 0};
   for (std::size_t k = 0; k < shards; ++k) items[k + 1] = {sockets_[k].handle(), 0, ZMQ_POLLIN, 0};
+  for (std::size_t k = 0; k < shards; ++k) {
+    items[shards + k + 1] = {monitors_[k].handle(), 0, ZMQ_POLLIN, 0};
+  }
   std::vector<net::Message> parts;
   auto last_timer_check = net::Clock::now();
   for (;;) {
@@ -118,8 +183,13 @@ void ClientIo::run() {
       if (stopping_) break;
       batch.swap(queue_);
     }
+    for (std::size_t k = 0; k < shards; ++k) read_monitor(static_cast<int>(k));
     const auto now = net::Clock::now();
     for (OutRequest& r : batch) {
+      if (const std::string gone = gone_reason(r.shard, now); !gone.empty()) {
+        r.ticket->finish_one(std::make_exception_ptr(CommError(describe(r.shard, r) + ": " + gone)));
+        continue;
+      }
       try {
         send(r);
         if (r.send_twice) send(r);
@@ -205,8 +275,15 @@ void ClientIo::check_timers() {
   const auto now = net::Clock::now();
   for (std::size_t k = 0; k < in_flight_.size(); ++k) {
     auto& flights = in_flight_[k];
+    const std::string gone = gone_reason(static_cast<int>(k), now);
     for (auto it = flights.begin(); it != flights.end();) {
       InFlight& f = it->second;
+      if (!gone.empty()) {
+        f.request.ticket->finish_one(
+            std::make_exception_ptr(CommError(describe(static_cast<int>(k), f.request) + ": " + gone)));
+        it = flights.erase(it);
+        continue;
+      }
       if (now >= f.deadline) {
         f.request.ticket->finish_one(std::make_exception_ptr(TimeoutError(fmt::format(
             "{}: no answer after {:.1f} s and {} attempts (is the shard running? a sync or "

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -96,6 +97,16 @@ class ClientIo {
   ClientOptions options_;
   std::vector<std::string> endpoints_;
   std::vector<net::Socket> sockets_;  // used by the I/O thread only
+  // Connection events of each shard's socket (disconnected, handshake done or refused).
+  std::vector<net::Socket> monitors_;
+  struct Link {
+    std::optional<net::Clock::time_point> down_since;  // connection lost, not yet back
+    std::string why;                                    // what the last failure was
+  };
+  std::vector<Link> links_;  // I/O thread only
+  void read_monitor(int shard);
+  // The error for shard k when its connection has been down longer than the grace, else "".
+  std::string gone_reason(int shard, net::Clock::time_point now) const;
   int wake_fd_ = -1;                  // eventfd: submit() -> I/O thread
   std::mutex queue_mutex_;
   std::vector<OutRequest> queue_;

@@ -2,9 +2,11 @@
 // LocalEmbeddingStore fed the same (aggregated) requests, for every sparse optimiser and shard
 // count; ids on one shard, empty and very large requests; retried and duplicated pushes are
 // applied once; errors name the shard, the table and the operation.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -239,6 +241,52 @@ TEST(PsClientServer, PrefetchedRowsAreThoseOfABlockingPull) {
   std::vector<float> scratch(discarded.size() * 4);
   reference->pull(discarded, scratch.data());
   EXPECT_EQ(store->num_rows(), reference->num_rows());
+}
+
+}  // namespace
+}  // namespace aiacc::ps
+
+namespace aiacc::ps {
+namespace {
+
+TEST(PsClientServer, ADeadShardFailsItsRequestsAfterTheReconnectGraceNotTheTimeout) {
+  // Shard 1 goes away (its socket closes, as when its process dies); requests to it fail with
+  // a CommError naming it soon after reconnect_grace_s, far before timeout_s; shard 0 still
+  // answers.
+  testing::Cluster cluster(2);
+  ClientOptions options;
+  options.timeout_s = 60;
+  options.reconnect_grace_s = 1.0;
+  auto client = cluster.client(0, options);
+  client->create_table(testing::table_config("t", 4, "sgd"));
+  std::vector<std::int64_t> ids(64);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+  std::vector<float> rows(ids.size() * 4);
+  client->wait(client->pull("t", ids, rows.data(), 0));
+
+  cluster.servers[1].reset();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    // Within the grace the request waits (the shard could come back); then it fails.
+    client->wait(client->pull("t", ids, rows.data(), 0));
+    FAIL() << "a pull from a dead shard succeeded";
+  } catch (const TimeoutError& e) {
+    FAIL() << "timed out instead of reporting the lost connection: " << e.what();
+  } catch (const CommError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("ps shard 1"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("connection to the shard was lost"));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 0.5);
+  EXPECT_LT(seconds, 10.0);
+  // Later requests to the dead shard fail at once; the live shard is unaffected.
+  std::vector<std::int64_t> shard0_ids;
+  for (std::int64_t id : ids) {
+    if (shard_of(id, 2) == 0) shard0_ids.push_back(id);
+  }
+  ASSERT_FALSE(shard0_ids.empty());
+  std::vector<float> shard0_rows(shard0_ids.size() * 4);
+  EXPECT_NO_THROW(client->wait(client->pull("t", shard0_ids, shard0_rows.data(), 0)));
 }
 
 }  // namespace

@@ -96,6 +96,9 @@ struct Run {
   std::string output;
 };
 
+// Outer launchers (torchrun-style variables, mpirun) pass the job token in the environment.
+constexpr const char* kTokenEnv = "AIACC_JOB_TOKEN=distributed-train-test-token-0123456789";
+
 Run train(const std::string& name, const std::string& yaml, const std::string& env = "",
           const std::string& launcher = "", const std::string& args = "") {
   const fs::path config = scratch() / (name + ".yaml");
@@ -336,12 +339,66 @@ TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun
   EXPECT_GT(evals[0].at("auc").get<double>(), 0.5);
 }
 
+TEST(DistributedTrain, AKilledShardStopsTheJobOrTheJobRestartsFromItsNewestCheckpoint) {
+  // Rank 2 is the parameter-server shard holding the wide.* tables; it dies at a push of step 14.
+  const std::string cluster = "  workers: 2\n  servers: 1\n  placement: [{match: 'wide.*', place: ps}]\n";
+  auto whole = train("wd_shard_whole", wide_deep_job("wd_shard_whole", 32, cluster));
+  ASSERT_EQ(whole.status, 0) << whole.output;
+
+  auto stopped = train("wd_shard_stop", wide_deep_job("wd_shard_stop", 32, cluster), "AIACC_TEST_KILL_AT=2:13");
+  EXPECT_NE(stopped.status, 0) << stopped.output;
+  EXPECT_THAT(stopped.output, HasSubstr("job failed: server 0 (pid"));
+  EXPECT_THAT(stopped.output, HasSubstr("killed by signal 9"));
+
+  // max_restarts: the launcher starts the job again; it resumes from step 10 and ends exactly
+  // where the uninterrupted run did (only steps 11-13 are computed twice).
+  auto restarted = train("wd_shard_restart",
+                         wide_deep_job("wd_shard_restart", 32, cluster + "  max_restarts: 1\n"),
+                         "AIACC_TEST_KILL_AT=2:13");
+  ASSERT_EQ(restarted.status, 0) << restarted.output;
+  EXPECT_THAT(restarted.output, HasSubstr("restarting the job from its newest checkpoint (restart 1 of 1) "
+                                          "after: server 0 (pid"));
+  EXPECT_THAT(restarted.output, HasSubstr("resumed from"));
+  expect_same_state("wd_shard_whole", "wd_shard_restart", 1e-6);
+
+  // Restarting needs resume: auto.
+  auto refused = train("wd_shard_never", wide_deep_job("wd_shard_never", 32, cluster + "  max_restarts: 1\n"),
+                       "", "", "--set train.checkpoint.resume=never");
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("cluster.max_restarts: 1 restarts a failed job"));
+}
+
+TEST(DistributedTrain, WithoutASupervisorADeadShardStopsTheWorkersNamingIt) {
+  // torchrun-style: 2 workers and a shard (rank 2) that dies at a push of step 6. The workers
+  // see its connection drop and fail once cluster.ps.reconnect_grace_s has passed, naming it,
+  // long before cluster.ps.timeout_s.
+  const fs::path config = scratch() / "deadshard.yaml";
+  std::ofstream(config) << wide_deep_job(
+      "deadshard", 32,
+      "  workers: 2\n  servers: 1\n  launcher: external\n  placement: [{match: 'wide.*', place: ps}]\n"
+      "  ps: {timeout_s: 120, reconnect_grace_s: 2}\n");
+  const int port = 20000 + (::getpid() + 23) % 20000;
+  const std::string env = fmt::format("{} WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(RANK=2 AIACC_TEST_KILL_AT=2:5 {env} {prog} {cfg} > {out}.2 2>&1 &); "
+      "(RANK=1 {env} {prog} {cfg} > {out}.1 2>&1; echo status $? >> {out}.1) & "
+      "RANK=0 {env} {prog} {cfg} 2>&1; echo status $?; wait; cat {out}.1",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "deadshard.out").string())));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("status 0")));
+  EXPECT_THAT(r.output, HasSubstr("ps shard 0"));
+  EXPECT_THAT(r.output, HasSubstr("connection to the shard was lost"));
+  EXPECT_LT(seconds, 2.0 + 15.0) << r.output;
+}
+
 TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   // Two processes joined through torchrun-style variables, one with a different learning rate.
   const fs::path config = scratch() / "mismatch.yaml";
   std::ofstream(config) << mlp_job("mismatch", 32, "  workers: 2\n  launcher: external\n");
   const int port = 20000 + (::getpid() + 7) % 20000;
-  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", port);
+  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
   auto r = aiacc::testing::run_command(fmt::format(
       "(RANK=1 {env} {prog} {cfg} --set optimizer.lr=0.07 > {out}.1 2>&1 &); "
       "RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
@@ -359,7 +416,7 @@ TEST(DistributedTrain, WithoutASupervisorASurvivorFailsSoonNamingTheDeadPeer) {
   const fs::path config = scratch() / "orphan.yaml";
   std::ofstream(config) << mlp_job("orphan", 32, "  workers: 2\n  launcher: external\n  ring: {timeout_s: 20}\n");
   const int port = 20000 + (::getpid() + 13) % 20000;
-  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", port);
+  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
   const auto start = std::chrono::steady_clock::now();
   auto r = aiacc::testing::run_command(fmt::format(
       "(RANK=1 AIACC_TEST_KILL_AT=1:5 {env} {prog} {cfg} > {out}.1 2>&1 &); "
@@ -370,6 +427,57 @@ TEST(DistributedTrain, WithoutASupervisorASurvivorFailsSoonNamingTheDeadPeer) {
   EXPECT_THAT(r.output, HasSubstr("status 1"));
   EXPECT_THAT(r.output, ::testing::ContainsRegex("rank\\(s\\) 1 died|rank 1"));
   EXPECT_LT(seconds, 20.0) << r.output;
+}
+
+TEST(DistributedTrain, ASilentPeerGivesATimeoutNamingIt) {
+  // Worker 1 freezes (SIGSTOP) after step 5: its connections stay open, so only the deadline
+  // can tell. Worker 0 must fail within cluster.ring.timeout_s plus a few seconds, naming rank 1.
+  const fs::path config = scratch() / "frozen.yaml";
+  // Not hierarchical: the TCP ring, whose connections a frozen process keeps open.
+  std::ofstream(config) << mlp_job("frozen", 32, "  workers: 2\n  launcher: external\n  ring: {timeout_s: 4, hierarchical: false}\n");
+  const int port = 20000 + (::getpid() + 17) % 20000;
+  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = aiacc::testing::run_command(fmt::format(
+      "RANK=1 AIACC_TEST_KILL_AT=1:5:stop {env} {prog} {cfg} > {out}.1 2>&1 & frozen=$!; "
+      "RANK=0 {env} {prog} {cfg} 2>&1; echo status $?; kill -9 $frozen",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "frozen.out").string())));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_THAT(r.output, HasSubstr("status 1"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("timed out after [0-9.]+ s: (send to|recv from) rank 1"));
+  EXPECT_THAT(r.output, HasSubstr("all-reducing gradients"));
+  EXPECT_LT(seconds, 4.0 + 12.0) << r.output;
+}
+
+TEST(DistributedTrain, OnlyProcessesWithTheJobTokenAreAdmitted) {
+  const fs::path config = scratch() / "tokens.yaml";
+  std::ofstream(config) << mlp_job("tokens", 32, "  workers: 2\n  launcher: external\n  start_timeout_s: 4\n");
+  const int port = 20000 + (::getpid() + 19) % 20000;
+  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", port);
+  // No token under an outer launcher: a configuration error that says how to give one.
+  auto none = aiacc::testing::run_command(
+      fmt::format("RANK=0 {} {} {} 2>&1; echo status $?", env, g_program, config.string()));
+  EXPECT_THAT(none.output, HasSubstr("status 2"));
+  EXPECT_THAT(none.output, HasSubstr("AIACC_JOB_TOKEN"));
+  EXPECT_THAT(none.output, HasSubstr("cluster.security.token_file"));
+  // Worker 1 holds another job's token: it cannot join, worker 0 (which serves the rendezvous
+  // store) logs the refusal, and both fail at the start-up deadline instead of hanging.
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(RANK=1 AIACC_JOB_TOKEN=another-jobs-token-9876543210 {env} {prog} {cfg} > {out}.1 2>&1; "
+      "echo status $? >> {out}.1) & "
+      "RANK=0 {token} {env} {prog} {cfg} > {out}.0 2>&1; echo status $? >> {out}.0; wait; "
+      "cat {out}.0; echo ----; cat {out}.1",
+      fmt::arg("token", kTokenEnv), fmt::arg("env", env), fmt::arg("prog", g_program),
+      fmt::arg("cfg", config.string()), fmt::arg("out", (scratch() / "tokens.out").string())));
+  const auto split = r.output.find("----");
+  ASSERT_NE(split, std::string::npos) << r.output;
+  const std::string rank0 = r.output.substr(0, split), rank1 = r.output.substr(split);
+  EXPECT_THAT(rank0, HasSubstr("refused a connection"));
+  EXPECT_THAT(rank0, HasSubstr("another job token"));
+  EXPECT_THAT(rank0, HasSubstr("status 1"));
+  EXPECT_THAT(rank1, HasSubstr("status 1"));
+  EXPECT_THAT(rank1, HasSubstr("timed out"));
 }
 
 TEST(DistributedTrain, NonFiniteGradientsStopTheJobOrSkipTheStepByConfig) {
@@ -404,8 +512,9 @@ TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {
   ASSERT_EQ(local.status, 0) << local.output;
   const int port = 20000 + ::getpid() % 20000;
   auto mpi = train("wd_mpi3", wide_deep_job("wd_mpi3", 32, fmt::format(fmt::runtime(cluster), port)),
-                   "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=",
-                   "mpirun -np 3 --oversubscribe --bind-to none");
+                   fmt::format("{} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                               "OMPI_MCA_plm_rsh_agent=", kTokenEnv),
+                   "mpirun -np 3 -x AIACC_JOB_TOKEN --oversubscribe --bind-to none");
   ASSERT_EQ(mpi.status, 0) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("launcher: mpirun"));
   expect_same_state("wd_local3", "wd_mpi3", 1e-6);

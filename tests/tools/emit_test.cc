@@ -72,11 +72,17 @@ TEST_F(EmitTest, KubernetesManifestIsAnIndexedJobWithHeadlessService) {
   const std::vector<std::string> overrides = {"optimizer.lr=0.05", "train.note=costs $(5) or $$"};
   const JobOptions job = load_job(config_path_, {});
   const std::vector<YAML::Node> docs = YAML::LoadAll(emit_kubernetes(job, config_path_, overrides));
-  ASSERT_EQ(docs.size(), 3u);
+  ASSERT_EQ(docs.size(), 4u);
   const YAML::Node& config_map = docs[0];
-  const YAML::Node& service = docs[1];
-  const YAML::Node& kjob = docs[2];
+  const YAML::Node& secret = docs[1];
+  const YAML::Node& service = docs[2];
+  const YAML::Node& kjob = docs[3];
   EXPECT_EQ(config_map["kind"].as<std::string>(), "ConfigMap");
+  // The job token: a fresh one per manifest, in a Secret the pods read into AIACC_JOB_TOKEN.
+  EXPECT_EQ(secret["kind"].as<std::string>(), "Secret");
+  const std::string token = secret["stringData"]["token"].as<std::string>();
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_NE(token, YAML::LoadAll(emit_kubernetes(job, config_path_, overrides))[1]["stringData"]["token"].as<std::string>());
   EXPECT_EQ(service["kind"].as<std::string>(), "Service");
   EXPECT_EQ(kjob["kind"].as<std::string>(), "Job");
   EXPECT_EQ(kjob["apiVersion"].as<std::string>(), "batch/v1");
@@ -118,6 +124,9 @@ TEST_F(EmitTest, KubernetesManifestIsAnIndexedJobWithHeadlessService) {
   EXPECT_EQ(env_entry(container, "MASTER_PORT")["value"].as<std::string>(), "29511");
   EXPECT_EQ(env_entry(container, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(),
             "status.podIP");
+  const YAML::Node token_ref = env_entry(container, "AIACC_JOB_TOKEN")["valueFrom"]["secretKeyRef"];
+  EXPECT_EQ(token_ref["name"].as<std::string>(), secret["metadata"]["name"].as<std::string>());
+  EXPECT_EQ(token_ref["key"].as<std::string>(), "token");
 
   // The command reads the mounted ConfigMap; the user's '$' survives Kubernetes' $(VAR) expansion.
   EXPECT_EQ(container["command"][0].as<std::string>(), "aiacc-train");
@@ -174,19 +183,21 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
       {"scontrol", "#!/bin/sh\nprintf 'node-a\\nnode-b\\n'\n"},
       {"hostname", "#!/bin/sh\necho '10.1.2.3 10.9.9.9 '\n"},
       {"aiacc-train", "#!/bin/sh\nprintf '%s\\n' \"MASTER_ADDR=$MASTER_ADDR\" "
-                      "\"MASTER_PORT=$MASTER_PORT\" \"$@\" > " + args_file + "\n"},
+                      "\"MASTER_PORT=$MASTER_PORT\" \"TOKEN_LENGTH=${#AIACC_JOB_TOKEN}\" \"$@\" > " +
+                          args_file + "\n"},
   };
   for (const auto& [name, text] : stand_ins) {
     write("bin/" + name, text);
     fs::permissions(bin / name, fs::perms::owner_all);
   }
-  const auto ran = testing::run_command("SLURM_JOB_NODELIST='node-[a-b]' PATH=" + bin.string() +
+  // No token exported: the script makes a fresh one (64 hex characters) for every task.
+  const auto ran = testing::run_command("unset AIACC_JOB_TOKEN; SLURM_JOB_NODELIST='node-[a-b]' PATH=" + bin.string() +
                                         ":$PATH bash " + script_path + " 2>&1");
   ASSERT_EQ(ran.status, 0) << ran.output;
   std::ifstream in(args_file);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  EXPECT_THAT(lines, ElementsAre("MASTER_ADDR=node-a", "MASTER_PORT=29511", config_path_, "--set",
+  EXPECT_THAT(lines, ElementsAre("MASTER_ADDR=node-a", "MASTER_PORT=29511", "TOKEN_LENGTH=64", config_path_, "--set",
                                  "cluster.launcher=external", "--set",
                                  "cluster.ring.interface=10.1.2.3", "--set", "optimizer.lr=0.05",
                                  "--set", tricky));

@@ -2,11 +2,15 @@
 // `resume: auto` ends with bitwise the same parameters and buffers as a job that never stopped
 // (dropout masks, augmentation, shuffling, optimiser state, schedule and data position included).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "core/error.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/trainer.h"
@@ -95,6 +99,61 @@ TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
   { Trainer t(job); TrainResult r = t.run(); EXPECT_EQ(r.resumed_from_step, 12); EXPECT_EQ(r.steps, 12); }
   job.train.checkpoint.resume = "never";
   { Trainer t(job); EXPECT_EQ(t.run().resumed_from_step, -1); }
+}
+
+// A full disk (here: the file-size limit, which fails writes with EFBIG as ENOSPC would) while
+// a checkpoint is written: a clear error naming the file, no half checkpoint left behind, the
+// previous checkpoint intact, and the next run resumes from it to the same end as an
+// uninterrupted run.
+TEST(Resume, AFullDiskFailsTheCheckpointClearlyAndKeepsThePreviousOne) {
+  const std::string model = "model: {type: mlp, mlp: {hidden: [64]}}\n";
+  const std::string data =
+      "data:\n  batch_size: 16\n"
+      "  train: {type: synthetic_images, synthetic_images: {size: 400}}\n"
+      "  test: {type: synthetic_images, synthetic_images: {size: 32}}\n";
+  auto base = std::filesystem::temp_directory_path() / "aiacc_resume_full_disk";
+  JobOptions straight = job_in(base / "straight", model, data);
+  Trainer uninterrupted(straight);
+  ASSERT_EQ(uninterrupted.run().steps, 20);
+
+  JobOptions job = job_in(base / "full", model, data);
+  { Trainer first(job); ASSERT_EQ(first.run(RunControl{.stop_after_step = 10}).steps, 10); }
+  {
+    // The model file (~200 KB) no longer fits; SIGXFSZ ignored so write() reports EFBIG.
+    struct rlimit saved {};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    struct rlimit limited = saved;
+    limited.rlim_cur = 64 * 1024;
+    auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+    std::string error;
+    try {
+      Trainer second(job);
+      second.run();
+    } catch (const IoError& e) {
+      error = e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_NE(error.find("step-000000000015.tmp/model.safetensors"), std::string::npos) << error;
+    EXPECT_NE(error.find("File too large"), std::string::npos) << error;
+  }
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(base / "full" / "resume" / "checkpoints")) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-000000000005", "step-000000000010"}));
+  CheckpointManager manager(base / "full" / "resume", 2);
+  auto latest = manager.load_latest();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step, 10);
+
+  Trainer third(job);
+  TrainResult resumed = third.run();
+  EXPECT_EQ(resumed.resumed_from_step, 10);
+  EXPECT_EQ(resumed.steps, 20);
+  EXPECT_TRUE(bitwise_equal(uninterrupted.model_tensors(), third.model_tensors()));
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ struct PsOptions {
   int partitions = 16;
   int threads = 1;
   double timeout_s = 300.0;
+  double reconnect_grace_s = 10.0;
 
   template <class V>
   void visit(V& v) {
@@ -74,6 +75,27 @@ struct PsOptions {
     v.field("threads", threads, "compute threads of each shard process", config::at_least(0));
     v.field("timeout_s", timeout_s, "seconds a pull or push may take before the job fails",
             config::greater_than(0.0));
+    v.field("reconnect_grace_s", reconnect_grace_s,
+            "seconds a shard whose connection dropped (process died) may take to come back before "
+            "the job fails (at most timeout_s)",
+            config::greater_than(0.0));
+  }
+};
+
+// Who may join the job and talk to its processes (README "Reliability and security").
+struct SecurityOptions {
+  bool curve = true;
+  std::string token_file;
+
+  template <class V>
+  void visit(V& v) {
+    v.field("curve", curve,
+            "authenticate and encrypt every TCP connection of the job (rendezvous, parameter "
+            "servers, ring) with ZeroMQ CURVE keys derived from the job token; false: plain TCP, "
+            "for trusted networks only");
+    v.field("token_file", token_file,
+            "file holding the job token (mode 600); AIACC_JOB_TOKEN wins; a local job without "
+            "either generates one");
   }
 };
 
@@ -85,12 +107,14 @@ struct ClusterOptions {
   int master_port = 29500;
   double start_timeout_s = 120.0;
   bool pin_cores = false;
+  int max_restarts = 0;
   std::vector<PlacementRule> placement;
   int placement_probe_batches = 4;
   std::int64_t replica_max_mib = 1024;
   bool sync_batch_norm = false;
   RingOptions ring;
   PsOptions ps;
+  SecurityOptions security;
 
   int world_size() const { return workers + servers; }
   bool distributed() const { return world_size() > 1; }
@@ -114,6 +138,10 @@ struct ClusterOptions {
     v.field("pin_cores", pin_cores,
             "local launcher: pin process r to the r-th core this launcher may use (round robin), "
             "so a process waiting for its peers never runs on another process's core");
+    v.field("max_restarts", max_restarts,
+            "local launcher: times a failed job is started again from its newest checkpoint "
+            "(needs train.checkpoint.resume: auto)",
+            config::in_range(0, 1000));
     v.field("placement", placement,
             "rules [{match: GLOB, place: auto|ring|ps}], first match wins; dense tensors always "
             "use the ring");
@@ -130,6 +158,7 @@ struct ClusterOptions {
             "batch-norm layer and step");
     v.field("ring", ring, "dense collectives: streams, fusion, wire type, timeouts");
     v.field("ps", ps, "parameter servers: consistency, partitions, timeouts");
+    v.field("security", security, "job token and CURVE authentication/encryption");
   }
 };
 

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/net/security.h"
 
 namespace aiacc::trainer {
 
@@ -27,6 +28,17 @@ constexpr const char* kPodWorkingFolder = "/workspace";
 // Set on every emitted rank, before the user's --set (which come last, so they win): ranks take
 // their rank from the cluster's launcher and must never start local processes.
 constexpr const char* kExternalLauncher = "cluster.launcher=external";
+
+// The batch script's job token: a fresh one per submission unless the submitter exported one;
+// srun hands the environment to every task.
+constexpr const char* kSlurmToken = R"(# The job token (cluster.security): every rank must hold the same one. A fresh one for
+# this run unless AIACC_JOB_TOKEN is already set; srun passes it to every task.
+if [ -z "${AIACC_JOB_TOKEN:-}" ]; then
+  AIACC_JOB_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+fi
+export AIACC_JOB_TOKEN
+
+)";
 
 std::string join(const std::vector<std::string>& words, const std::string& separator) {
   std::string out;
@@ -191,7 +203,7 @@ MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 export MASTER_ADDR
 export MASTER_PORT={port}
 
-# Every task is one rank (SLURM_PROCID). It binds its ring and parameter-server listeners
+{token}# Every task is one rank (SLURM_PROCID). It binds its ring and parameter-server listeners
 # on its node's first address (hostname -I): name another one if the ranks must use a
 # particular network. aiacc-train must be on every node's PATH; relative paths are
 # relative to the folder sbatch was run from. One failed rank ends the job.
@@ -202,7 +214,8 @@ srun --kill-on-bad-exit=1 bash -c {command}
       fmt::arg("world", cluster.world_size()), fmt::arg("ranks", describe_ranks(cluster)),
       fmt::arg("run_dir", job.job.run_dir), fmt::arg("folder", job_folder),
       fmt::arg("output", escape_slurm_pattern(job_folder)), fmt::arg("port", cluster.master_port),
-      fmt::arg("command", shell_quote(join(rank_command, " \\\n  "))));
+      fmt::arg("command", shell_quote(join(rank_command, " \\\n  "))),
+      fmt::arg("token", cluster.security.curve ? kSlurmToken : ""));
 }
 
 std::string emit_kubernetes(const JobOptions& job, const std::string& config_path,
@@ -223,6 +236,29 @@ std::string emit_kubernetes(const JobOptions& job, const std::string& config_pat
                                          ? job.job.run_dir
                                          : std::string(kPodWorkingFolder) + "/" + job.job.run_dir;
 
+  // The job token (cluster.security.curve): a fresh one in a Secret, passed to every pod.
+  std::string secret, token_env;
+  if (cluster.security.curve) {
+    secret = fmt::format(R"(---
+# The job token: every pod of this job, and nothing else, can join it. This file holds it:
+# keep it private (or drop this Secret and create {name}-token yourself).
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {name}-token
+  labels: {{aiacc-train/job: {name}}}
+type: Opaque
+stringData:
+  token: {token}
+)",
+                         fmt::arg("name", name), fmt::arg("token", net::generate_job_token()));
+    token_env = fmt::format(R"(            - name: {variable}
+              valueFrom:
+                secretKeyRef: {{name: {name}-token, key: token}}
+)",
+                            fmt::arg("variable", net::kJobTokenVariable), fmt::arg("name", name));
+  }
+
   // Job, Service and pods share the label aiacc-train/job, so the Service selects exactly this
   // job's pods.
   return fmt::format(
@@ -241,7 +277,7 @@ metadata:
   name: {name}-config
   labels: {{aiacc-train/job: {name}}}
 data:
-  job.yaml: {config_text}---
+  job.yaml: {config_text}{secret}---
 # Headless: gives every pod the DNS name <pod host>.<service>, so MASTER_ADDR finds rank 0.
 apiVersion: v1
 kind: Service
@@ -295,7 +331,7 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: status.podIP
-          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
+{token_env}          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
           volumeMounts:
             - {{name: config, mountPath: {pod_config_folder}, readOnly: true}}
             # - {{name: runs, mountPath: {pod_run_dir}}}
@@ -310,7 +346,7 @@ spec:
       fmt::arg("pod_workdir", kPodWorkingFolder),
       fmt::arg("pod_run_dir", yaml_quote(run_dir_in_pod)),
       fmt::arg("config_text", yaml_literal_block(read_config_text(config_path), 2)),
-      fmt::arg("args", args_lines));
+      fmt::arg("args", args_lines), fmt::arg("secret", secret), fmt::arg("token_env", token_env));
 }
 
 std::string emit_cluster_files(const std::string& target, const JobOptions& job,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -79,6 +80,21 @@ std::string rank_name(const ClusterOptions& cluster, int rank) {
 
 std::string ProcessRole::name(const ClusterOptions& c) const { return rank_name(c, rank); }
 
+std::optional<InjectedFault> injected_fault(int rank) {
+  const char* spec = std::getenv("AIACC_TEST_KILL_AT");
+  if (spec == nullptr) return std::nullopt;
+  int at_rank = -1;
+  long long step = -1;
+  char how[16] = "kill";
+  const int fields = std::sscanf(spec, "%d:%lld:%15s", &at_rank, &step, how);
+  if (fields < 2 || (std::strcmp(how, "kill") != 0 && std::strcmp(how, "stop") != 0)) {
+    throw ConfigError(fmt::format("AIACC_TEST_KILL_AT='{}': expected RANK:STEP[:kill|stop]", spec));
+  }
+  const auto restart = env(kRestartCountVariable);
+  if (at_rank != rank || (restart && *restart != "0")) return std::nullopt;
+  return InjectedFault{step, std::strcmp(how, "stop") == 0 ? SIGSTOP : SIGKILL};
+}
+
 std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) {
   for (const auto& vars : kLaunchers) {
     auto rank_text = env(vars.rank);
@@ -120,30 +136,41 @@ std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) 
   return std::nullopt;
 }
 
-LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv) {
+std::optional<net::CurveKeys> job_curve_keys(const ClusterOptions& cluster, const ProcessRole& role) {
+  if (!cluster.security.curve) {
+    if (role.rank == 0) {
+      log::get("cluster")->warn("cluster.security.curve is false: the job's connections are "
+                                "neither authenticated nor encrypted (trusted networks only)");
+    }
+    return std::nullopt;
+  }
+  auto token = net::job_token_from_environment(cluster.security.token_file);
+  if (!token) {
+    throw ConfigError(fmt::format(
+        "{} (started by {}) has no job token, which cluster.security.curve needs: give every "
+        "process of the job the same token in {} (e.g. export {}=$(head -c 32 /dev/urandom | "
+        "od -An -tx1 | tr -d ' \\n') before mpirun -x {} / srun), or in the file named by "
+        "cluster.security.token_file; or set cluster.security.curve: false on a trusted network",
+        role.name(cluster), role.launcher.empty() ? "no launcher" : role.launcher,
+        net::kJobTokenVariable, net::kJobTokenVariable, net::kJobTokenVariable));
+  }
+  return net::CurveKeys::from_token(*token);
+}
+
+namespace {
+
+// Starts every process of the job once, supervises them until all have ended, and returns how
+// the job ended. `forwarded` reports a stop signal passed on to the processes (a user's stop,
+// never restarted).
+LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& args,
+                          const std::vector<std::string>& base_env, net::RendezvousServer& rendezvous,
+                          int attempt, int& forwarded) {
   auto log = log::get("launcher");
-  auto context = net::Context::create();
-  net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
   const int world = cluster.world_size();
   const std::string rendezvous_address = fmt::format("127.0.0.1:{}", rendezvous.port());
 
   // Everything the children need is prepared before fork: between fork and exec only
   // async-signal-safe calls are allowed (this process has ZeroMQ threads).
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> base_env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry = *e;
-    if (entry.rfind("AIACC_RANK=", 0) == 0 || entry.rfind("AIACC_WORLD_SIZE=", 0) == 0 ||
-        entry.rfind("AIACC_LOCAL_RANK=", 0) == 0 || entry.rfind("AIACC_RENDEZVOUS=", 0) == 0 ||
-        entry.rfind("AIACC_LOCAL_WORLD_SIZE=", 0) == 0) {
-      continue;
-    }
-    base_env.push_back(std::move(entry));
-  }
-  // Idle OpenMP threads must not spin on cores another process of the job needs.
-  if (!env("OMP_WAIT_POLICY")) base_env.push_back("OMP_WAIT_POLICY=PASSIVE");
   std::vector<std::vector<std::string>> child_env(static_cast<std::size_t>(world), base_env);
   std::vector<std::vector<char*>> child_envp(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
@@ -153,16 +180,10 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
     e.push_back(fmt::format("AIACC_LOCAL_RANK={}", r));
     e.push_back(fmt::format("AIACC_LOCAL_WORLD_SIZE={}", world));
     e.push_back(fmt::format("AIACC_RENDEZVOUS={}", rendezvous_address));
+    e.push_back(fmt::format("{}={}", kRestartCountVariable, attempt));
     for (auto& s : e) child_envp[static_cast<std::size_t>(r)].push_back(s.data());
     child_envp[static_cast<std::size_t>(r)].push_back(nullptr);
   }
-
-  struct sigaction action {};
-  action.sa_handler = remember_signal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
 
   std::vector<pid_t> pids(static_cast<std::size_t>(world), -1);
   std::vector<bool> running(static_cast<std::size_t>(world), false);
@@ -211,7 +232,6 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
   }
   int alive = 0;
   for (bool r : running) alive += r ? 1 : 0;
-  int forwarded = 0;
   while (alive > 0) {
     if (int sig = g_forwarded_signal.exchange(0); sig != 0) {
       log->warn("got signal {} ({}): stopping the job", sig, strsignal(sig));
@@ -245,6 +265,61 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
       kill_at = Clock::now() + std::chrono::hours(1);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+}  // namespace
+
+LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv) {
+  auto log = log::get("launcher");
+  // The job token: the user's (AIACC_JOB_TOKEN or the token file) or a fresh one, handed to
+  // every child in AIACC_JOB_TOKEN. The launcher's rendezvous store is secured with it too.
+  std::optional<std::string> token;
+  std::optional<net::CurveKeys> curve;
+  if (cluster.security.curve) {
+    token = net::job_token_from_environment(cluster.security.token_file);
+    if (!token) token = net::generate_job_token();
+    curve = net::CurveKeys::from_token(*token);
+    log->info("job traffic authenticated and encrypted with CURVE (job key fingerprint {})",
+              curve->fingerprint());
+  }
+  auto context = net::Context::create(1, std::move(curve));
+
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    if (entry.rfind("AIACC_RANK=", 0) == 0 || entry.rfind("AIACC_WORLD_SIZE=", 0) == 0 ||
+        entry.rfind("AIACC_LOCAL_RANK=", 0) == 0 || entry.rfind("AIACC_RENDEZVOUS=", 0) == 0 ||
+        entry.rfind("AIACC_JOB_TOKEN=", 0) == 0 || entry.rfind("AIACC_RESTART_COUNT=", 0) == 0 ||
+        entry.rfind("AIACC_LOCAL_WORLD_SIZE=", 0) == 0) {
+      continue;
+    }
+    base_env.push_back(std::move(entry));
+  }
+  // Idle OpenMP threads must not spin on cores another process of the job needs.
+  if (!env("OMP_WAIT_POLICY")) base_env.push_back("OMP_WAIT_POLICY=PASSIVE");
+  if (token) base_env.push_back(fmt::format("{}={}", net::kJobTokenVariable, *token));
+
+  struct sigaction action {};
+  action.sa_handler = remember_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+
+  LaunchResult result;
+  int forwarded = 0;
+  for (int attempt = 0;; ++attempt) {
+    // A fresh store per attempt: the last one holds the failed attempt's ranks and keys.
+    net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
+    result = run_job_once(cluster, args, base_env, rendezvous, attempt, forwarded);
+    if (result.exit_status == 0 || forwarded != 0 || attempt >= cluster.max_restarts) break;
+    log->warn("restarting the job from its newest checkpoint (restart {} of {}) after: {}",
+              attempt + 1, cluster.max_restarts, result.failure);
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -11,10 +11,12 @@
 // cluster.master_addr:master_port); the local launcher serves it itself and passes the address.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/net/security.h"
 #include "tools/trainer/cluster_options.h"
 
 namespace aiacc::trainer {
@@ -37,6 +39,11 @@ struct ProcessRole {
 // naming the variables.
 std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster);
 
+// The CURVE keys of this process's job traffic, or nullopt when cluster.security.curve is off.
+// The token comes from AIACC_JOB_TOKEN or cluster.security.token_file (the local launcher
+// passes its own in AIACC_JOB_TOKEN); without one, a ConfigError says how to provide it.
+std::optional<net::CurveKeys> job_curve_keys(const ClusterOptions& cluster, const ProcessRole& role);
+
 // Names rank r of a job with `cluster`: "worker r" or "server (r - workers)".
 std::string rank_name(const ClusterOptions& cluster, int rank);
 
@@ -50,6 +57,23 @@ struct LaunchResult {
   int exit_status = 0;
   std::string failure;  // empty on success
 };
+// Runs the job as local processes of this program (argv) and supervises them: one failing
+// stops the others. With cluster.max_restarts > 0 a failed job (not one stopped by a signal)
+// is started again, up to that many times; every process then resumes from the newest
+// complete checkpoint (train.checkpoint.resume: auto), so a crash loses at most the steps
+// since it. Children see the attempt number in AIACC_RESTART_COUNT (0 for the first).
 LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv);
+
+inline constexpr const char* kRestartCountVariable = "AIACC_RESTART_COUNT";
+
+// Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP[:kill|stop] makes process RANK kill
+// itself (SIGKILL, as a crash would) or freeze (SIGSTOP, as a hung host would) after STEP: a
+// worker after that step and its checkpoint, a shard on the first push of a later step. Only
+// the first attempt of a job is hit (AIACC_RESTART_COUNT unset or 0), so a restart recovers.
+struct InjectedFault {
+  std::int64_t step = -1;
+  int signal = 0;  // SIGKILL or SIGSTOP
+};
+std::optional<InjectedFault> injected_fault(int rank);
 
 }  // namespace aiacc::trainer

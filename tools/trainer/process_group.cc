@@ -61,12 +61,21 @@ std::string first_differences(const std::string& a, const std::string& b, int li
   return fmt::format("{}", fmt::join(out, "; "));
 }
 
-std::string bind_host(const std::string& address) {
-  const auto colon = address.rfind(':');
-  const std::string host = address.substr(0, colon);
-  // Loopback addresses bind as given; anything else (a hostname such as a Kubernetes service)
-  // binds every interface, since ZeroMQ binds interfaces, not names.
-  return host.rfind("127.", 0) == 0 || host == "localhost" ? "127.0.0.1" : "*";
+// Where rank 0 serves the rendezvous store: loopback for a loopback master address, otherwise
+// the configured interface (cluster.ring.interface), never every interface: a store reachable
+// on interfaces the job does not use is attack surface for nothing.
+std::string bind_host(const std::string& address, const ClusterOptions& cluster) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  if (host.rfind("127.", 0) == 0 || host == "localhost") return "127.0.0.1";
+  const std::string& interface = cluster.ring.comm.interface;
+  if (interface.rfind("127.", 0) == 0) {
+    throw ConfigError(fmt::format(
+        "the rendezvous address {} is not loopback, but cluster.ring.interface is {}: rank 0 "
+        "would listen where the other hosts cannot reach it; set cluster.ring.interface to this "
+        "host's address on the job's network",
+        address, interface));
+  }
+  return interface;
 }
 
 int port_of(const std::string& address) {
@@ -76,11 +85,15 @@ int port_of(const std::string& address) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& role)
-    : cluster_(cluster), role_(role), context_(net::Context::create()) {
+    : cluster_(cluster), role_(role), context_(net::Context::create(1, job_curve_keys(cluster, role))) {
   auto log = log::get("cluster");
+  if (context_->curve() && role.rank == 0) {
+    log->info("connections authenticated and encrypted with CURVE (job key fingerprint {})",
+              context_->curve()->fingerprint());
+  }
   const auto deadline = net::deadline_after(cluster.start_timeout_s);
   if (role.serves_rendezvous) {
-    rendezvous_server_ = std::make_unique<net::RendezvousServer>(context_, bind_host(role.rendezvous),
+    rendezvous_server_ = std::make_unique<net::RendezvousServer>(context_, bind_host(role.rendezvous, cluster),
                                                                  port_of(role.rendezvous));
     log->info("serving the rendezvous store on {}", rendezvous_server_->endpoint());
   }
@@ -111,6 +124,7 @@ std::shared_ptr<ps::PsClient> ProcessGroup::ps_client() {
   client.worker = role_.rank;
   client.timeout_s = cluster_.ps.timeout_s;
   client.retry_interval_s = std::min(10.0, cluster_.ps.timeout_s / 4);
+  client.reconnect_grace_s = std::min(cluster_.ps.reconnect_grace_s, cluster_.ps.timeout_s);
   ps_client_ = std::make_shared<ps::PsClient>(client, context_);
   return ps_client_;
 }
@@ -154,6 +168,10 @@ void ProcessGroup::serve_shard() {
   options.num_partitions = cluster_.ps.partitions;
   options.num_threads = cluster_.ps.threads;
   options.wait_timeout_s = cluster_.ps.timeout_s;
+  if (const auto fault = injected_fault(role_.rank)) {
+    options.fault_after_step_for_testing = fault->step;
+    options.fault_signal_for_testing = fault->signal;
+  }
   ps::PsServer server(options, context_);
   rendezvous_->set_string(fmt::format("ps/endpoint/{}", options.shard), server.endpoint(),
                           net::deadline_after(cluster_.start_timeout_s));

@@ -562,15 +562,7 @@ TrainResult Trainer::run(const RunControl& control) {
     s.log->info("checkpoint at step {}: {}", step, dir.string());
   };
 
-  std::optional<std::pair<int, std::int64_t>> kill_at;
-  if (const char* spec = std::getenv("AIACC_TEST_KILL_AT")) {
-    int rank = -1;
-    long long at = -1;
-    if (std::sscanf(spec, "%d:%lld", &rank, &at) != 2) {
-      throw ConfigError(fmt::format("AIACC_TEST_KILL_AT='{}': expected RANK:STEP", spec));
-    }
-    kill_at = std::make_pair(rank, static_cast<std::int64_t>(at));
-  }
+  const std::optional<InjectedFault> kill_at = injected_fault(s.rank());
   const char* nan_env = std::getenv("AIACC_TEST_NAN_AT");
   const std::int64_t nan_at = nan_env ? std::atoll(nan_env) : -1;
   bool stopped = false;
@@ -715,10 +707,12 @@ TrainResult Trainer::run(const RunControl& control) {
       const auto& every = o.train.checkpoint.every_steps;
       if (every > 0 && step % every == 0) save(next_epoch, next_batch);
       // Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP kills worker RANK right after
-      // STEP (and its checkpoint), as a crash would.
-      if (kill_at && kill_at->first == s.rank() && kill_at->second == step) {
-        s.log->warn("AIACC_TEST_KILL_AT: killing this worker after step {}", step);
-        std::raise(SIGKILL);
+      // STEP (and its checkpoint), as a crash would; RANK:STEP:stop freezes it (SIGSTOP), as a
+      // hung host or a cut link would: alive to the kernel, silent to its peers.
+      if (kill_at && kill_at->step == step) {
+        s.log->warn("AIACC_TEST_KILL_AT: {} this worker after step {}",
+                    kill_at->signal == SIGSTOP ? "freezing" : "killing", step);
+        std::raise(kill_at->signal);
       }
       if (control.stop_after_step > 0 && step >= control.stop_after_step) {
         stopped = true;
