@@ -49,7 +49,7 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
     omp_set_num_threads(std::max(1, cores / local_processes()));
   }
   auto group = std::make_shared<trainer::ProcessGroup>(cluster, role);
-  group->check_agreement("resolved configuration", trainer::resolved_yaml(job));
+  group->check_agreement("resolved configuration", trainer::agreement_yaml(job));
   if (!group->is_worker()) {
     group->serve_shard();
     return 0;

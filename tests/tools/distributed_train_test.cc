@@ -410,6 +410,23 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   EXPECT_THAT(r.output, HasSubstr("optimizer.lr: worker 0 has 'lr: 0.05', it has 'lr: 0.07'"));
 }
 
+TEST(DistributedTrain, RanksOnDifferentInterfacesAgree) {
+  // Each host binds its own address (as --emit arranges): not a configuration difference.
+  const fs::path config = scratch() / "interfaces.yaml";
+  std::ofstream(config) << mlp_job("interfaces", 32, "  workers: 2\n  launcher: external\n  ring: {hierarchical: false}\n");
+  const int port = 20000 + (::getpid() + 29) % 20000;
+  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(RANK=1 {env} {prog} {cfg} --set cluster.ring.interface=127.0.0.2 > {out}.1 2>&1; "
+      "echo status $? >> {out}.1) & "
+      "RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $? >> {out}.0; wait; cat {out}.0 {out}.1",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "interfaces.out").string())));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("start-up check failed"))) << r.output;
+  EXPECT_THAT(r.output, ::testing::Not(::testing::ContainsRegex("status [1-9]"))) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("done: 20 steps"));
+}
+
 TEST(DistributedTrain, WithoutASupervisorASurvivorFailsSoonNamingTheDeadPeer) {
   // torchrun-style ranks with nobody to stop them: worker 1 is killed after step 5; worker 0
   // must fail (not hang) well within cluster.ring.timeout_s, naming rank 1.

@@ -12,6 +12,13 @@ std::string resolved_yaml(const JobOptions& job) {
   return config::write(job, config::Writer::Mode::resolved);
 }
 
+std::string agreement_yaml(const JobOptions& job) {
+  JobOptions shared = job;
+  shared.cluster.ring.comm.interface = "(each process's own)";
+  shared.cluster.security.token_file = "(each process's own)";
+  return resolved_yaml(shared);
+}
+
 std::string reference_yaml() {
   std::string header =
       "# aiacc-train configuration reference: every key with its default and a one-line doc.\n"

@@ -118,6 +118,10 @@ JobOptions load_job(const std::string& path, const std::vector<std::string>& ove
 
 // The resolved job as YAML.
 std::string resolved_yaml(const JobOptions& job);
+// What every process of a job must agree on: the resolved config without the keys that differ
+// between hosts by design (cluster.ring.interface: each rank's own address;
+// cluster.security.token_file: where each host keeps the token).
+std::string agreement_yaml(const JobOptions& job);
 
 // configs/reference.yaml: every key, its default and its doc.
 std::string reference_yaml();
