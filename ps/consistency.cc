@@ -90,6 +90,15 @@ std::string SyncAggregator::describe_waiting() const {
   return fmt::format("step {}: waiting for workers {}", step, fmt::join(missing, ", "));
 }
 
+std::vector<Contribution> SyncAggregator::take_waiting() {
+  std::vector<Contribution> out;
+  for (auto& [step, contributions] : steps_) {
+    for (auto& c : contributions) out.push_back(std::move(c));
+  }
+  steps_.clear();
+  return out;
+}
+
 StalenessClock::StalenessClock(int num_workers, int staleness)
     : staleness_(staleness), clock_(static_cast<std::size_t>(num_workers), 0) {}
 

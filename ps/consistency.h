@@ -50,6 +50,9 @@ class SyncAggregator {
   bool pop_ready(ReadyStep& out);
   // "step 7: waiting for workers 1, 3" for the oldest incomplete step ("" when none).
   std::string describe_waiting() const;
+  // Removes and returns every recorded contribution (to answer them with an error when the
+  // shard gives up on a step).
+  std::vector<Contribution> take_waiting();
 
  private:
   int num_workers_;

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -14,12 +15,14 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/connection_events.h"
 #include "core/net/socket.h"
 #include "ps/consistency.h"
 #include "ps/detail/frames.h"
@@ -74,6 +77,8 @@ class PsServer::Impl {
     socket_.set_int(ZMQ_RCVHWM, 0, "ZMQ_RCVHWM");
     socket_.set_int64(ZMQ_MAXMSGSIZE, -1, "ZMQ_MAXMSGSIZE");
     endpoint_ = socket_.bind(options_.bind);
+    // Replaces the context's handshake watcher on this socket (and reports refusals to it).
+    monitor_ = socket_.open_monitor(net::ConnectionEvents::events());
     label_ = fmt::format("ps shard {} of {} ({})", options_.shard, options_.num_shards, endpoint_);
     log_->info("{}: serving", label_);
     thread_ = std::thread([this] { run(); });
@@ -97,6 +102,18 @@ class PsServer::Impl {
 
   void check() const {
     if (failed_.load()) std::rethrow_exception(error_);
+  }
+
+  void abort(const std::string& reason) {
+    std::lock_guard lock(abort_mutex_);
+    abort_reason_ = reason;
+  }
+
+  Connections connections() const {
+    std::lock_guard lock(connections_mutex_);
+    Connections out = connections_;
+    out.below_peak_s = below_peak_since_ ? net::seconds_since(*below_peak_since_) : 0.0;
+    return out;
   }
 
   std::vector<TableStats> stats() const {
@@ -134,8 +151,16 @@ class PsServer::Impl {
     try {
       auto last_log = net::Clock::now();
       std::vector<net::Message> parts;
+      zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
       while (!stop_.load()) {
-        socket_.poll(ZMQ_POLLIN, 50);
+        if (zmq_poll(items, 2, 50) < 0 && zmq_errno() != EINTR) socket_.fail("zmq_poll");
+        read_connection_events();
+        if (std::string reason = take_abort_reason(); !reason.empty()) {
+          std::lock_guard lock(mutex_);
+          answer_waiting_with(reason);
+          break;
+        }
         // Bounded batches, so the stop flag and held pulls are checked regularly.
         for (int i = 0; i < 256 && !stop_.load(); ++i) {
           if (!detail::try_recv_parts(socket_.handle(), parts, label_)) break;
@@ -161,6 +186,57 @@ class PsServer::Impl {
       log_tables();
     }
     stop();
+  }
+
+  std::string take_abort_reason() {
+    std::lock_guard lock(abort_mutex_);
+    return std::exchange(abort_reason_, std::string());
+  }
+
+  // Request thread, under mutex_.
+  void answer_waiting_with(const std::string& reason) {
+    for (auto& [key, state] : tables_) {
+      if (state->sync) {
+        const std::string waiting = state->sync->describe_waiting();
+        for (const Contribution& c : state->sync->take_waiting()) {
+          reply_error(*std::static_pointer_cast<const Received>(c.owner),
+                      fmt::format("{}; table '{}' {}", reason, state->table.name(), waiting));
+        }
+        if (!waiting.empty()) log_->error("{}: {}; table '{}' {}", label_, reason, state->table.name(), waiting);
+      }
+      for (const Deferred& d : state->deferred) {
+        reply_error(*d.request, fmt::format("{}; table '{}': pull held for bounded staleness",
+                                            reason, state->table.name()));
+      }
+      state->deferred.clear();
+    }
+  }
+
+  void read_connection_events() {
+    while (const auto event = net::try_recv_monitor_event(monitor_.handle())) {
+      switch (connection_events_.interpret(*event)) {
+        case net::ConnectionEvents::Meaning::refused:
+          socket_.context()->report_failed_handshake(endpoint_, true, event->event, event->value);
+          break;
+        case net::ConnectionEvents::Meaning::up: {
+          std::lock_guard lock(connections_mutex_);
+          ++connections_.open;
+          connections_.peak = std::max(connections_.peak, connections_.open);
+          if (connections_.open >= connections_.peak) below_peak_since_.reset();
+          break;
+        }
+        case net::ConnectionEvents::Meaning::down: {
+          std::lock_guard lock(connections_mutex_);
+          connections_.open = std::max(0, connections_.open - 1);
+          if (!below_peak_since_) below_peak_since_ = net::Clock::now();
+          log_->info("{}: a client's connection closed ({} of {} open)", label_, connections_.open,
+                     connections_.peak);
+          break;
+        }
+        default:
+          break;
+      }
+    }
   }
 
   void log_tables() const {
@@ -346,6 +422,12 @@ class PsServer::Impl {
                  options_.fault_signal_for_testing, h.step);
       std::raise(options_.fault_signal_for_testing);
     }
+    if (state.clock && h.worker >= static_cast<std::uint32_t>(state.table.config().options.num_workers)) {
+      // Checked before recording or applying: a push the clock cannot account for must change nothing.
+      throw CommError(fmt::format("push to table '{}' from worker {}, but the table has {} workers",
+                                  state.table.name(), h.worker,
+                                  state.table.config().options.num_workers));
+    }
     if (!log_requests_.record(h.worker, h.session, h.seq)) {
       // A retry or duplicate: applied once already (or waiting in its step's aggregate, whose
       // reply will answer it).
@@ -529,6 +611,13 @@ class PsServer::Impl {
   ServerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   net::Socket socket_;  // used by the request thread only, once it runs
+  net::Socket monitor_;  // socket_'s connection events (request thread)
+  net::ConnectionEvents connection_events_;
+  std::mutex abort_mutex_;
+  std::string abort_reason_;  // under abort_mutex_: set by abort(), taken by the request thread
+  mutable std::mutex connections_mutex_;
+  Connections connections_;
+  std::optional<net::Clock::time_point> below_peak_since_;
   std::string endpoint_;
   std::string label_;
   mutable std::mutex mutex_;  // tables_ and their state: the request thread vs stats/checkpoints
@@ -549,9 +638,12 @@ PsServer::~PsServer() = default;
 const std::string& PsServer::endpoint() const { return impl_->endpoint(); }
 int PsServer::shard() const { return impl_->shard(); }
 int PsServer::num_shards() const { return impl_->num_shards(); }
+void PsServer::abort(const std::string& reason) { impl_->abort(reason); }
 void PsServer::stop() { impl_->stop(); }
 bool PsServer::wait_stopped(net::Deadline deadline) const { return impl_->wait_stopped(deadline); }
 void PsServer::check() const { impl_->check(); }
+PsServer::Connections PsServer::connections() const { return impl_->connections(); }
+
 std::vector<TableStats> PsServer::stats() const { return impl_->stats(); }
 void PsServer::save_checkpoint(const std::string& path) const { impl_->save_checkpoint(path); }
 void PsServer::load_checkpoint(const std::string& path) { impl_->load_checkpoint(path); }

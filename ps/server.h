@@ -51,11 +51,25 @@ class PsServer {
 
   // Stops serving (idempotent, returns at once; the destructor joins).
   void stop();
+  // Gives up: answers every push waiting for its step (sync) and every held pull (bounded)
+  // with an error carrying `reason` and what each was waiting for, then stops. For a shard
+  // whose job is broken (a worker gone), so the others hear why. Thread-safe; returns at once.
+  void abort(const std::string& reason);
   // Blocks until a client's shutdown request or stop(), or `deadline`; true when stopped.
   bool wait_stopped(net::Deadline deadline) const;
   // Rethrows the error that ended the request thread, if any. Request errors do not end it:
   // they are answered to the client that caused them.
   void check() const;
+
+  // Client connections (handshake completed): open now, the most ever open at once, and for
+  // how long fewer than that have been open (0 when none was lost). A worker whose process
+  // died shows here; the caller decides how long to wait for it. Thread-safe.
+  struct Connections {
+    int open = 0;
+    int peak = 0;
+    double below_peak_s = 0.0;
+  };
+  Connections connections() const;
 
   // Thread-safe (serialised with request handling):
   std::vector<TableStats> stats() const;

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "core/net/security.h"
+#include "core/net/connection_events.h"
 
 namespace aiacc::net {
 
@@ -81,14 +81,10 @@ Channel::Channel(Socket socket, int peer, int stream, const ChannelOptions& opti
       peer_(peer),
       stream_(stream),
       zero_copy_min_bytes_(options.zero_copy_min_bytes) {
-  static std::atomic<std::uint64_t> next_monitor{0};
-  const std::string endpoint = fmt::format("inproc://aiacc-net-monitor-{}", next_monitor++);
   // Handshake failures are watched on every channel, secured or not: they tell an intruder's
-  // disconnect from the peer's (drain_monitor). This monitor replaces the handshake watcher's
-  // (a socket has one), so it also takes over reporting refusals.
-  socket_.monitor(endpoint, ZMQ_EVENT_DISCONNECTED | handshake_failure_events());
-  monitor_ = Socket(socket_.context(), ZMQ_PAIR, 0);
-  monitor_.connect(endpoint);
+  // disconnect from the peer's (ConnectionEvents). This monitor replaces the handshake
+  // watcher's (a socket has one), so it also takes over reporting refusals.
+  monitor_ = socket_.open_monitor(ConnectionEvents::events());
 }
 
 Channel::Channel(Channel&&) noexcept = default;
@@ -96,28 +92,17 @@ Channel& Channel::operator=(Channel&&) noexcept = default;
 Channel::~Channel() { abandon_posted(); }
 
 void Channel::drain_monitor() {
-  for (;;) {
-    // An event is two frames: (u16 event, u32 value), then the affected endpoint.
-    Message event;
-    if (zmq_msg_recv(event.raw(), monitor_.handle(), ZMQ_DONTWAIT) < 0) return;
-    std::uint16_t id = 0;
-    std::uint32_t value = 0;
-    if (event.size() >= sizeof id + sizeof value) {
-      std::memcpy(&id, event.bytes().data(), sizeof id);
-      std::memcpy(&value, event.bytes().data() + sizeof id, sizeof value);
-    }
-    while (zmq_msg_more(event.raw())) {
-      if (zmq_msg_recv(event.raw(), monitor_.handle(), ZMQ_DONTWAIT) < 0) break;
-    }
-    if (is_handshake_failure(id)) {
-      ++refused_disconnects_due_;
-      socket_.context()->report_failed_handshake(socket_.endpoint(), socket_.is_bound(), id, value);
-    } else if (id == ZMQ_EVENT_DISCONNECTED) {
-      if (refused_disconnects_due_ > 0) {
-        --refused_disconnects_due_;
-      } else {
+  while (const auto event = try_recv_monitor_event(monitor_.handle())) {
+    switch (connection_events_.interpret(*event)) {
+      case ConnectionEvents::Meaning::refused:
+        socket_.context()->report_failed_handshake(socket_.endpoint(), socket_.is_bound(),
+                                                   event->event, event->value);
+        break;
+      case ConnectionEvents::Meaning::down:
         peer_gone_ = true;
-      }
+        break;
+      default:
+        break;
     }
   }
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/net/channel_options.h"
+#include "core/net/connection_events.h"
 #include "core/net/deadline.h"
 #include "core/net/message.h"
 #include "core/net/socket.h"
@@ -116,10 +117,7 @@ class Channel {
   // reported at once rather than at the deadline.
   Socket monitor_;
   bool peer_gone_ = false;
-  // A connection refused in its handshake (an intruder, a port scanner) also ends with a
-  // disconnect event: libzmq always reports the failure first, then the disconnect of the same
-  // connection. Those disconnects are not our peer's; this counts the ones still to come.
-  int refused_disconnects_due_ = 0;
+  ConnectionEvents connection_events_;  // tells intruders' disconnects from the peer's
   int peer_;
   int stream_;
   std::int64_t zero_copy_min_bytes_;

@@ -3,7 +3,9 @@
 
 #include <zmq.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
@@ -111,6 +113,36 @@ void Socket::monitor(const std::string& monitor_endpoint, int events) {
   if (zmq_socket_monitor(handle_, monitor_endpoint.c_str(), events) != 0) {
     fail("zmq_socket_monitor");
   }
+}
+
+Socket Socket::open_monitor(int events) {
+  static std::atomic<std::uint64_t> next{0};
+  const std::string endpoint = fmt::format("inproc://aiacc-monitor-{}", next++);
+  monitor(endpoint, events);
+  Socket reader(context_, ZMQ_PAIR, 0);
+  reader.connect(endpoint);
+  return reader;
+}
+
+std::optional<MonitorEvent> try_recv_monitor_event(void* monitor) {
+  // An event is two frames: (u16 event, u32 value), then the affected endpoint.
+  zmq_msg_t frame;
+  zmq_msg_init(&frame);
+  if (zmq_msg_recv(&frame, monitor, ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&frame);
+    return std::nullopt;
+  }
+  MonitorEvent out;
+  if (zmq_msg_size(&frame) >= 6) {
+    std::uint16_t id = 0;
+    std::memcpy(&id, zmq_msg_data(&frame), sizeof id);
+    std::memcpy(&out.value, static_cast<const char*>(zmq_msg_data(&frame)) + sizeof id, sizeof out.value);
+    out.event = id;
+  }
+  while (zmq_msg_more(&frame) && zmq_msg_recv(&frame, monitor, ZMQ_DONTWAIT) >= 0) {
+  }
+  zmq_msg_close(&frame);
+  return out;
 }
 
 short Socket::poll(short events, long timeout_ms) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -51,6 +52,9 @@ class Socket {
   // Starts publishing `events` (ZMQ_EVENT_*) on the inproc endpoint `monitor_endpoint`; read
   // them with a ZMQ_PAIR socket connected there.
   void monitor(const std::string& monitor_endpoint, int events);
+  // The same on a fresh endpoint; returns the ZMQ_PAIR connected to it (read it with
+  // try_recv_monitor_event). A socket has one monitor: this replaces any earlier one.
+  Socket open_monitor(int events);
 
   bool is_open() const { return handle_ != nullptr; }
   const std::shared_ptr<Context>& context() const { return context_; }
@@ -64,5 +68,14 @@ class Socket {
   std::string endpoint_ = "(unbound)";
   bool bound_ = false;
 };
+
+// One ZeroMQ monitor event: ZMQ_EVENT_* and its value (an fd, an errno, a protocol error).
+struct MonitorEvent {
+  int event = 0;
+  std::uint32_t value = 0;
+};
+
+// The next event waiting on a monitor PAIR socket (raw handle), or nullopt when none is.
+std::optional<MonitorEvent> try_recv_monitor_event(void* monitor);
 
 }  // namespace aiacc::net

@@ -45,12 +45,7 @@ ClientIo::ClientIo(const ClientOptions& options, std::shared_ptr<net::Context> c
     socket.set_int64(ZMQ_MAXMSGSIZE, -1, "ZMQ_MAXMSGSIZE");
     socket.connect(endpoints_[k]);
     // After connect: this replaces the context's handshake watcher, and reports to it.
-    static std::atomic<std::uint64_t> next_monitor{0};
-    const std::string monitor_endpoint = fmt::format("inproc://aiacc-ps-client-monitor-{}", next_monitor++);
-    socket.monitor(monitor_endpoint, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                                         net::handshake_failure_events());
-    net::Socket monitor(context, ZMQ_PAIR, 0);
-    monitor.connect(monitor_endpoint);
+    net::Socket monitor = socket.open_monitor(net::ConnectionEvents::events());
     sockets_.push_back(std::move(socket));
     monitors_.push_back(std::move(monitor));
   }
@@ -106,42 +101,37 @@ void ClientIo::send(const OutRequest& r) {
 }
 
 void ClientIo::read_monitor(int shard) {
-  net::Socket& monitor = monitors_[static_cast<std::size_t>(shard)];
   Link& link = links_[static_cast<std::size_t>(shard)];
   const std::string& endpoint = endpoints_[static_cast<std::size_t>(shard)];
-  for (;;) {
-    // An event is two frames: (u16 event, u32 value), then the affected endpoint.
-    net::Message event;
-    if (zmq_msg_recv(event.raw(), monitor.handle(), ZMQ_DONTWAIT) < 0) return;
-    std::uint16_t id = 0;
-    std::uint32_t value = 0;
-    if (event.size() >= sizeof id + sizeof value) {
-      std::memcpy(&id, event.bytes().data(), sizeof id);
-      std::memcpy(&value, event.bytes().data() + sizeof id, sizeof value);
-    }
-    while (zmq_msg_more(event.raw()) && zmq_msg_recv(event.raw(), monitor.handle(), ZMQ_DONTWAIT) >= 0) {
-    }
-    if (net::is_handshake_failure(id)) {
-      link.why = fmt::format("the shard refused our handshake ({}): it belongs to another job, or "
-                             "this process lacks the job's token",
-                             net::describe_handshake_failure(id, value));
-      sockets_[static_cast<std::size_t>(shard)].context()->report_failed_handshake(endpoint, false, id, value);
-    } else if (id == ZMQ_EVENT_DISCONNECTED) {
-      if (!link.down_since) {
-        link.down_since = net::Clock::now();
-        if (link.why.empty()) {
+  while (const auto event = net::try_recv_monitor_event(monitors_[static_cast<std::size_t>(shard)].handle())) {
+    switch (link.events.interpret(*event)) {
+      case net::ConnectionEvents::Meaning::refused:
+        link.why = fmt::format("the shard refused our handshake ({}): it belongs to another job, "
+                               "or this process lacks the job's token",
+                               net::describe_handshake_failure(event->event, event->value));
+        sockets_[static_cast<std::size_t>(shard)].context()->report_failed_handshake(
+            endpoint, false, event->event, event->value);
+        if (!link.down_since) link.down_since = net::Clock::now();
+        break;
+      case net::ConnectionEvents::Meaning::down:
+        if (!link.down_since) {
+          link.down_since = net::Clock::now();
           link.why = "its process died or closed the connection, or the network to it is cut";
+          log::get("ps")->warn("ps shard {} ({}): connection lost; waiting up to {:.1f} s for it "
+                               "to come back",
+                               shard, endpoint, options_.reconnect_grace_s);
         }
-        log::get("ps")->warn("ps shard {} ({}): connection lost; waiting up to {:.1f} s for it "
-                             "to come back",
-                             shard, endpoint, options_.reconnect_grace_s);
-      }
-    } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-      if (link.down_since) {
-        log::get("ps")->info("ps shard {} ({}): connection back after {:.2f} s", shard, endpoint,
-                             net::seconds_since(*link.down_since));
-      }
-      link = Link{};
+        break;
+      case net::ConnectionEvents::Meaning::up:
+        if (link.down_since) {
+          log::get("ps")->info("ps shard {} ({}): connection back after {:.2f} s", shard, endpoint,
+                               net::seconds_since(*link.down_since));
+        }
+        link.down_since.reset();
+        link.why.clear();
+        break;
+      default:
+        break;
     }
   }
 }

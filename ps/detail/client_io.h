@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/net/connection_events.h"
 #include "core/net/context.h"
 #include "core/net/deadline.h"
 #include "core/net/message.h"
@@ -102,6 +103,7 @@ class ClientIo {
   struct Link {
     std::optional<net::Clock::time_point> down_since;  // connection lost, not yet back
     std::string why;                                    // what the last failure was
+    net::ConnectionEvents events;
   };
   std::vector<Link> links_;  // I/O thread only
   void read_monitor(int shard);

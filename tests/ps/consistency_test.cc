@@ -146,6 +146,33 @@ TEST(PsConsistency, BoundedStalenessIsNeverExceeded) {
   }
 }
 
+TEST(PsConsistency, ABoundedPushFromAnUnknownWorkerChangesNothing) {
+  // Worker 5 of a 2-worker bounded table: refused with an error naming it, before its rows are
+  // applied, and refused again when retried (never acknowledged as a duplicate).
+  Cluster cluster(1);
+  TableConfig c = table_config("bounded", 4, "sgd", "bounded", 2);
+  auto member = cluster.client(0);
+  member->create_table(c);
+  const std::vector<std::int64_t> ids = {1, 2, 3};
+  std::vector<float> before(ids.size() * 4);
+  member->wait(member->pull("bounded", ids, before.data(), 0));
+  ClientOptions options;
+  options.duplicate_pushes_for_testing = true;
+  auto stranger = cluster.client(5, options);
+  stranger->create_table(c);
+  const std::vector<float> grads(ids.size() * 4, 100.0f);
+  try {
+    stranger->wait(stranger->push("bounded", ids, grads.data(), 1.0, 0));
+    FAIL() << "a push from worker 5 of 2 was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("from worker 5, but the table has 2 workers"), std::string::npos)
+        << e.what();
+  }
+  std::vector<float> after(ids.size() * 4);
+  member->wait(member->pull("bounded", ids, after.data(), 0));
+  EXPECT_EQ(after, before);
+}
+
 TEST(PsConsistency, AsyncWorkersAllLand) {
   Cluster cluster(2);
   constexpr int kWorkers = 3;

@@ -210,7 +210,21 @@ INSTANTIATE_TEST_SUITE_P(
                  m["files"]["model"]["file"] = "../step-000000000002/model.safetensors";
                  write_bytes(d / "manifest.json", m.dump());
                },
-               "malformed manifest entry for 'model'"}),
+               "malformed manifest entry for 'model'"},
+        Damage{"state_with_text_epoch",
+               [](const fs::path& d) {
+                 auto m = nlohmann::json::parse(read_bytes(d / "manifest.json"));
+                 m["state"]["epoch"] = "three";
+                 write_bytes(d / "manifest.json", m.dump());
+               },
+               "state lacks a non-negative integer epoch and batch"},
+        Damage{"state_not_an_object",
+               [](const fs::path& d) {
+                 auto m = nlohmann::json::parse(read_bytes(d / "manifest.json"));
+                 m["state"] = nlohmann::json::array({1, 2});
+                 write_bytes(d / "manifest.json", m.dump());
+               },
+               "state lacks a non-negative integer epoch and batch"}),
     [](const ::testing::TestParamInfo<Damage>& info) { return std::string(info.param.label); });
 
 TEST(CheckpointTest, NothingLoadableGivesNullopt) {

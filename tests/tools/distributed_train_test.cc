@@ -410,6 +410,37 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   EXPECT_THAT(r.output, HasSubstr("optimizer.lr: worker 0 has 'lr: 0.05', it has 'lr: 0.07'"));
 }
 
+TEST(DistributedTrain, WithoutASupervisorAWorkerDeathEndsEveryProcessIncludingTheShards) {
+  // torchrun-style: worker 1 dies after step 5. Worker 0 fails naming it; the shard (rank 2),
+  // which only the workers would have stopped, sees a worker's connection gone for
+  // cluster.ps.reconnect_grace_s and exits too: nobody is left hanging.
+  const fs::path config = scratch() / "orphanshard.yaml";
+  std::ofstream(config) << wide_deep_job(
+      "orphanshard", 32,
+      "  workers: 2\n  servers: 1\n  launcher: external\n  placement: [{match: 'wide.*', place: ps}]\n"
+      "  ps: {timeout_s: 120, reconnect_grace_s: 2}\n");
+  const int port = 20000 + (::getpid() + 31) % 20000;
+  const std::string env = fmt::format("{} WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(RANK=2 {env} {prog} {cfg} > {out}.2 2>&1; echo status $? >> {out}.2) & "
+      "(RANK=1 AIACC_TEST_KILL_AT=1:5 {env} {prog} {cfg} > {out}.1 2>&1 &); "
+      "RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $? >> {out}.0; wait; "
+      "cat {out}.0; echo ----; cat {out}.2",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "orphanshard.out").string())));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto split = r.output.find("----");
+  ASSERT_NE(split, std::string::npos) << r.output;
+  const std::string worker0 = r.output.substr(0, split), shard = r.output.substr(split);
+  EXPECT_THAT(worker0, HasSubstr("status 1"));
+  // Worker 0 is waiting on the shard for worker 1's push, so the shard's answer names it.
+  EXPECT_THAT(worker0, ::testing::ContainsRegex("rank\\(s\\) 1 died|rank 1|waiting for workers 1"));
+  EXPECT_THAT(shard, HasSubstr("status 1"));
+  EXPECT_THAT(shard, HasSubstr("worker connections closed"));
+  EXPECT_LT(seconds, 2.0 + 15.0) << r.output;
+}
+
 TEST(DistributedTrain, RanksOnDifferentInterfacesAgree) {
   // Each host binds its own address (as --emit arranges): not a configuration difference.
   const fs::path config = scratch() / "interfaces.yaml";

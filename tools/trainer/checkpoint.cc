@@ -286,6 +286,16 @@ Checkpoint CheckpointManager::load(const fs::path& directory) const {
   if (!step || !step->is_number_integer() || !files || !files->is_object() || !state) {
     fail("the manifest lacks step, files or state");
   }
+  // The training state the trainer resumes from: the data position (and the config it ran).
+  const nlohmann::json* epoch = state->is_object() ? field(*state, "epoch") : nullptr;
+  const nlohmann::json* batch = state->is_object() ? field(*state, "batch") : nullptr;
+  const nlohmann::json* config = state->is_object() ? field(*state, "config") : nullptr;
+  if (!epoch || !epoch->is_number_integer() || epoch->get<std::int64_t>() < 0 || !batch ||
+      !batch->is_number_integer() || batch->get<std::int64_t>() < 0 ||
+      (config && !config->is_string())) {
+    fail("the manifest's state lacks a non-negative integer epoch and batch (or its config is "
+         "not text)");
+  }
   Checkpoint checkpoint;
   checkpoint.step = step->get<std::int64_t>();
   checkpoint.state = *state;

@@ -175,7 +175,23 @@ void ProcessGroup::serve_shard() {
   ps::PsServer server(options, context_);
   rendezvous_->set_string(fmt::format("ps/endpoint/{}", options.shard), server.endpoint(),
                           net::deadline_after(cluster_.start_timeout_s));
-  while (!server.wait_stopped(net::deadline_after(1.0))) server.check();
+  // The workers stop the shard when they are done. A worker that dies instead never will: when
+  // a worker's connection has been gone for the grace period, the job is over for this shard too.
+  while (!server.wait_stopped(net::deadline_after(0.5))) {
+    server.check();
+    const auto connections = server.connections();
+    if (connections.below_peak_s > cluster_.ps.reconnect_grace_s) {
+      const std::string reason = fmt::format(
+          "ps shard {}: {} of the {} worker connections closed {:.1f} s ago and have not come back "
+          "(a worker died or was stopped; cluster.ps.reconnect_grace_s)",
+          options.shard, connections.peak - connections.open, connections.peak,
+          connections.below_peak_s);
+      // Tell the workers still waiting on this shard which worker it is waiting for.
+      server.abort(reason);
+      server.wait_stopped(net::deadline_after(2.0));
+      throw CommError(reason + ": stopping this shard");
+    }
+  }
   server.check();
   log->info("shard {} shut down by the workers", options.shard);
 }

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/net/context.h"
 #include "core/net/security.h"
+#include "core/net/socket.h"
 
 namespace aiacc::net::detail {
 
@@ -73,22 +74,10 @@ void HandshakeWatcher::run() {
     if (zmq_poll(items.data(), static_cast<int>(items.size()), 50) <= 0) continue;
     for (std::size_t i = 0; i < items.size(); ++i) {
       if ((items[i].revents & ZMQ_POLLIN) == 0) continue;
-      // An event is two frames: (u16 event, u32 value), then the affected endpoint.
-      zmq_msg_t frame;
-      zmq_msg_init(&frame);
-      if (zmq_msg_recv(&frame, watched_[i].monitor, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&frame);
-        continue;
-      }
-      std::uint16_t event = 0;
-      std::uint32_t value = 0;
-      if (zmq_msg_size(&frame) >= 6) {
-        std::memcpy(&event, zmq_msg_data(&frame), sizeof event);
-        std::memcpy(&value, static_cast<const char*>(zmq_msg_data(&frame)) + 2, sizeof value);
-      }
-      while (zmq_msg_more(&frame) && zmq_msg_recv(&frame, watched_[i].monitor, ZMQ_DONTWAIT) >= 0) {
-      }
-      zmq_msg_close(&frame);
+      const auto e = try_recv_monitor_event(watched_[i].monitor);
+      if (!e) continue;
+      const int event = e->event;
+      const std::uint32_t value = e->value;
       if (is_handshake_failure(event)) {
         context_.report_failed_handshake(watched_[i].endpoint, watched_[i].bound, event, value);
       } else if (event == ZMQ_EVENT_MONITOR_STOPPED) {
