@@ -32,7 +32,10 @@ HandshakeWatcher::~HandshakeWatcher() {
 void HandshakeWatcher::watch(void* socket, const std::string& endpoint, bool bound) {
   static std::atomic<std::uint64_t> next{0};
   const std::string monitor_endpoint = fmt::format("inproc://aiacc-handshake-watch-{}", next++);
-  if (zmq_socket_monitor(socket, monitor_endpoint.c_str(), handshake_failure_events()) != 0) {
+  // MONITOR_STOPPED too: it tells us when the socket closed or another monitor replaced ours
+  // (libzmq sends it only when subscribed), so the reader is closed instead of kept forever.
+  if (zmq_socket_monitor(socket, monitor_endpoint.c_str(),
+                         handshake_failure_events() | ZMQ_EVENT_MONITOR_STOPPED) != 0) {
     throw CommError(fmt::format("zmq_socket_monitor on {} failed: {}", endpoint,
                                 zmq_strerror(zmq_errno())));
   }
