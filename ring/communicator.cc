@@ -24,6 +24,7 @@ net::MeshSpec Communicator::make_mesh_spec(int rank, int world_size, const Commu
   spec.job = std::move(job);
   spec.interface = options.interface;
   spec.channel = options.channel;
+  spec.hello_key = options.hello_key;
   return spec;
 }
 

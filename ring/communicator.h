@@ -31,6 +31,9 @@ struct CommunicatorOptions {
   // Address this rank binds on (a concrete interface address).
   std::string interface = "127.0.0.1";
   net::ChannelOptions channel;
+  // Not configured: set by the trainer when the ring runs plain TCP in a job with a token
+  // (net::MeshSpec::hello_key), so the mesh handshake proves the token.
+  std::string hello_key;
 
   template <class V>
   void visit(V& v) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/net/detail/hello.h"
+#include "core/net/security.h"
 
 namespace aiacc::net {
 
@@ -69,6 +71,16 @@ detail::Hello receive_hello(Socket& socket) {
   return detail::decode_hello(message.bytes(), socket.endpoint());
 }
 
+// The proof a hello or accept carries in a mesh with a hello key: a MAC over every field the
+// receiver checks and the binder's nonce, so a proof is valid for one link of one mesh only.
+std::string hello_proof(const std::string& key, detail::Hello::Kind kind, int from, int to,
+                        int stream, const std::string& job, const std::string& nonce) {
+  CurveKey k{};
+  std::copy(key.begin(), key.end(), reinterpret_cast<char*>(k.data()));
+  return keyed_hash(k, fmt::format("{}|{}|{}|{}|{}|{}", static_cast<int>(kind), from, to, stream,
+                                   job, nonce));
+}
+
 }  // namespace
 
 bool parse_mesh_address(const std::string& entry, int& peer, int& stream, std::string& endpoint) {
@@ -94,6 +106,13 @@ MeshListener::MeshListener(std::shared_ptr<Context> context, MeshSpec spec)
       accepting_.emplace(std::make_pair(peer, stream), std::move(socket));
     }
   }
+  if (!spec_.hello_key.empty()) {
+    if (spec_.hello_key.size() != 32) {
+      throw InternalError(fmt::format("mesh: hello key of {} bytes (expected 32)", spec_.hello_key.size()));
+    }
+    nonce_ = generate_job_token();  // 32 random bytes in hex
+    addresses_.push_back("nonce=" + nonce_);
+  }
 }
 
 Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
@@ -108,6 +127,11 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
                                 rank_, table.size(), world_size_));
   }
   std::vector<Link> links;
+  std::map<int, std::string> peer_nonces;  // with a hello key: each binding peer's nonce
+  // The nonce a link's proofs are bound to: the binder's.
+  auto nonce_of = [&](const Link& link) {
+    return link.binds ? listener.nonce_ : peer_nonces.at(link.peer);
+  };
   for (int peer : peers_) {
     for (int stream = 0; stream < streams_; ++stream) {
       if (peer > rank_) {
@@ -135,6 +159,15 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       Socket socket = Channel::make_socket(listener.context_, spec.channel);
       socket.connect(endpoint);
       links.push_back({peer, stream, false, true, false, std::move(socket)});
+      if (!spec.hello_key.empty() && !peer_nonces.count(peer)) {
+        for (const auto& entry : table[peer]) {
+          if (entry.rfind("nonce=", 0) == 0) peer_nonces[peer] = entry.substr(6);
+        }
+        if (!peer_nonces.count(peer)) {
+          throw CommError(fmt::format("mesh of rank {}: rank {} publishes no handshake nonce (its "
+                                      "security settings differ from ours)", rank_, peer));
+        }
+      }
     }
   }
 
@@ -172,7 +205,11 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       if (items[i].revents == 0) continue;
       if (link.must_send) {
         detail::Hello hello{link.binds ? detail::Hello::kAccept : detail::Hello::kHello, rank_,
-                            link.peer, link.stream, spec.job, ""};
+                            link.peer, link.stream, spec.job, "", ""};
+        if (!spec.hello_key.empty()) {
+          hello.proof = hello_proof(spec.hello_key, hello.kind, rank_, link.peer, link.stream,
+                                    spec.job, nonce_of(link));
+        }
         if (!try_send(link.socket, detail::encode_hello(hello))) continue;
         link.must_send = false;
         if (link.binds) {
@@ -184,6 +221,17 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       const detail::Hello hello = receive_hello(link.socket);
       const bool matches = hello.from_rank == link.peer && hello.to_rank == rank_ &&
                            hello.stream == link.stream && hello.job == spec.job;
+      if (!spec.hello_key.empty() && hello.kind != detail::Hello::kReject &&
+          hello.proof != hello_proof(spec.hello_key, hello.kind, hello.from_rank, hello.to_rank,
+                                     hello.stream, hello.job, nonce_of(link))) {
+        // Not one of the job's processes (or a replayed handshake): refuse, say so, and count it.
+        listener.context_->report_failed_handshake(link.socket.endpoint(), link.binds,
+                                                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH, 401);
+        throw CommError(fmt::format(
+            "mesh handshake: rank {} got a {} on {} claiming to be rank {} that does not prove "
+            "this job's token (a process outside the job, or another job's)",
+            rank_, link.binds ? "hello" : "reply", link.socket.endpoint(), hello.from_rank));
+      }
       if (link.binds) {
         if (hello.kind != detail::Hello::kHello || !matches) {
           const std::string reason = fmt::format(
@@ -194,7 +242,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
           // Best effort: tell the impostor why, so it fails fast instead of timing out.
           try_send(link.socket, detail::encode_hello({detail::Hello::kReject, rank_,
                                                       hello.from_rank, hello.stream, spec.job,
-                                                      reason}));
+                                                      reason, ""}));
           throw CommError("mesh handshake: " + reason);
         }
         link.must_send = true;  // answer with an accept

@@ -35,6 +35,12 @@ struct MeshSpec {
   std::string job = "aiacc";           // identity checked in the handshake (e.g. a token hash)
   std::string interface = "127.0.0.1"; // address to bind on (a concrete address, never 0.0.0.0)
   ChannelOptions channel;
+  // For meshes over plain TCP in a job with a token (CURVE off for speed): a 32-byte MAC key
+  // (CurveKeys::hello_key). Every listener then publishes a fresh random nonce with its
+  // addresses (through the rendezvous store, itself under CURVE), and each hello and accept
+  // carries a MAC of its fields and that nonce: a process without the token cannot join, and a
+  // captured hello is worth nothing in another mesh. Empty: no proofs (CURVE or trusted).
+  std::string hello_key;
 };
 
 // Phase 1: validates the spec and binds this rank's accepting sockets. Move-only.
@@ -42,7 +48,8 @@ class MeshListener {
  public:
   MeshListener(std::shared_ptr<Context> context, MeshSpec spec);
 
-  // What to publish for this rank: one "peer:stream=endpoint" entry per accepting socket.
+  // What to publish for this rank: one "peer:stream=endpoint" entry per accepting socket (and
+  // "nonce=<hex>" with a hello key).
   const std::vector<std::string>& addresses() const { return addresses_; }
   const MeshSpec& spec() const { return spec_; }
 
@@ -52,6 +59,7 @@ class MeshListener {
   MeshSpec spec_;
   std::map<std::pair<int, int>, Socket> accepting_;  // (peer, stream) -> bound socket
   std::vector<std::string> addresses_;
+  std::string nonce_;  // hex; published as "nonce=<hex>" when spec.hello_key is set
 };
 
 // Phase 2 and the result: every channel connected and confirmed.

@@ -121,6 +121,7 @@ CurveKeys CurveKeys::from_token(std::string_view token) {
   if (crypto_scalarmult_base(keys.server_public.data(), keys.server_secret.data()) != 0) {
     throw InternalError("crypto_scalarmult_base failed for the job's server key");
   }
+  keys.hello_key = derive(token, "aiacc-train/mesh-hello-key/v1");
   if (crypto_box_keypair(keys.client_public.data(), keys.client_secret.data()) != 0) {
     throw InternalError("crypto_box_keypair failed");
   }
@@ -138,6 +139,14 @@ std::string CurveKeys::fingerprint() const {
   crypto_generichash(digest.data(), digest.size(), server_public.data(), server_public.size(),
                      nullptr, 0);
   return to_hex(digest.data(), digest.size());
+}
+
+std::string keyed_hash(const CurveKey& key, std::string_view message) {
+  std::string out(32, '\0');
+  crypto_generichash(reinterpret_cast<std::uint8_t*>(out.data()), out.size(),
+                     reinterpret_cast<const std::uint8_t*>(message.data()), message.size(),
+                     key.data(), key.size());
+  return out;
 }
 
 bool is_handshake_failure(int event) {
@@ -164,7 +173,7 @@ std::string describe_handshake_failure(int event, std::uint32_t value) {
                        value);
   }
   if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-    return fmt::format("authentication refused (status {})", value);
+    return fmt::format("the peer could not prove this job's token (authentication status {})", value);
   }
   return fmt::format("handshake failed: {}", zmq_strerror(static_cast<int>(value)));
 }

@@ -56,6 +56,9 @@ struct CurveKeys {
   CurveKey server_secret{};
   CurveKey client_public{};  // this process's own, random
   CurveKey client_secret{};
+  // A MAC key for handshakes over plain TCP (meshes with MeshSpec::hello_key), derived from
+  // the token like the server key, so only the job's processes can compute their proofs.
+  CurveKey hello_key{};
 
   // Derives the server pair from `token` (checked with check_job_token) and draws a client pair.
   static CurveKeys from_token(std::string_view token);
@@ -64,6 +67,9 @@ struct CurveKeys {
   // public key): processes print it so an operator can see which job a process belongs to.
   std::string fingerprint() const;
 };
+
+// A 32-byte keyed BLAKE2b MAC of `message` (binary, as a string).
+std::string keyed_hash(const CurveKey& key, std::string_view message);
 
 // Describes a ZMQ_EVENT_HANDSHAKE_FAILED_* monitor event for logs, e.g. "the peer does not
 // use CURVE (a process without this job's token?)".

@@ -235,11 +235,13 @@ def wire_str(s):
     return struct.pack("<Q", len(s)) + s
 
 
-def hello(kind, from_rank, to_rank, stream, job, reason=""):
-    return struct.pack("<IIiii", 0x41494D31, kind, from_rank, to_rank, stream) + wire_str(job) + wire_str(reason)
+def hello(kind, from_rank, to_rank, stream, job, reason="", proof=b""):
+    return (struct.pack("<IIiii", 0x41494D32, kind, from_rank, to_rank, stream) + wire_str(job) +
+            wire_str(reason) + wire_str(proof))
 
 
 write("net_hello", "hello", hello(1, 1, 0, 2, "job-abc"))
+write("net_hello", "hello_with_proof", hello(1, 1, 0, 2, "job-abc", proof=bytes(range(32))))
 write("net_hello", "accept", hello(2, 0, 1, 2, "job-abc"))
 write("net_hello", "reject", hello(3, 0, 1, 0, "job-abc", "wrong job"))
 

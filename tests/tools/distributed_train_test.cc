@@ -441,21 +441,33 @@ TEST(DistributedTrain, WithoutASupervisorAWorkerDeathEndsEveryProcessIncludingTh
   EXPECT_LT(seconds, 2.0 + 15.0) << r.output;
 }
 
-TEST(DistributedTrain, RanksOnDifferentInterfacesAgree) {
-  // Each host binds its own address (as --emit arranges): not a configuration difference.
+TEST(DistributedTrain, RanksOnDifferentInterfacesAgreeAndAnUnencryptedRingTrainsTheSame) {
+  // Each host binds its own address (as --emit arranges): not a configuration difference. The
+  // TCP ring (not hierarchical) runs under CURVE, then as plain TCP with token-proving
+  // handshakes (cluster.security.encrypt_ring: false): the same bits either way.
   const fs::path config = scratch() / "interfaces.yaml";
   std::ofstream(config) << mlp_job("interfaces", 32, "  workers: 2\n  launcher: external\n  ring: {hierarchical: false}\n");
-  const int port = 20000 + (::getpid() + 29) % 20000;
-  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
-  auto r = aiacc::testing::run_command(fmt::format(
-      "(RANK=1 {env} {prog} {cfg} --set cluster.ring.interface=127.0.0.2 > {out}.1 2>&1; "
-      "echo status $? >> {out}.1) & "
-      "RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $? >> {out}.0; wait; cat {out}.0 {out}.1",
-      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
-      fmt::arg("out", (scratch() / "interfaces.out").string())));
-  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("start-up check failed"))) << r.output;
-  EXPECT_THAT(r.output, ::testing::Not(::testing::ContainsRegex("status [1-9]"))) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("done: 20 steps"));
+  auto run = [&](const std::string& name, const std::string& args, int port) {
+    const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+    return aiacc::testing::run_command(fmt::format(
+        "(RANK=1 {env} {prog} {cfg} {args} --set cluster.ring.interface=127.0.0.2 > {out}.1 2>&1; "
+        "echo status $? >> {out}.1) & "
+        "RANK=0 {env} {prog} {cfg} {args} > {out}.0 2>&1; echo status $? >> {out}.0; wait; cat {out}.0 {out}.1",
+        fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+        fmt::arg("args", "--set job.name=" + name + " " + args),
+        fmt::arg("out", (scratch() / (name + ".out")).string())));
+  };
+  for (const auto& [name, args] : {std::pair<std::string, std::string>{"interfaces", ""},
+                                   {"interfaces_plain", "--set cluster.security.encrypt_ring=false"}}) {
+    auto r = run(name, args, 20000 + (::getpid() + 29 + static_cast<int>(name.size())) % 20000);
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("start-up check failed"))) << r.output;
+    EXPECT_THAT(r.output, ::testing::Not(::testing::ContainsRegex("status [1-9]"))) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("done: 20 steps"));
+    if (!args.empty()) {
+      EXPECT_THAT(r.output, HasSubstr("the dense ring runs unencrypted TCP"));
+    }
+  }
+  expect_same_state("interfaces", "interfaces_plain", 0.0);
 }
 
 TEST(DistributedTrain, WithoutASupervisorASurvivorFailsSoonNamingTheDeadPeer) {

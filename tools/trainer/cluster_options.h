@@ -85,6 +85,7 @@ struct PsOptions {
 // Who may join the job and talk to its processes (README "Reliability and security").
 struct SecurityOptions {
   bool curve = true;
+  bool encrypt_ring = true;
   std::string token_file;
 
   template <class V>
@@ -93,6 +94,9 @@ struct SecurityOptions {
             "authenticate and encrypt every TCP connection of the job (rendezvous, parameter "
             "servers, ring) with ZeroMQ CURVE keys derived from the job token; false: plain TCP, "
             "for trusted networks only");
+    v.field("encrypt_ring", encrypt_ring,
+            "with curve: also encrypt the dense ring's TCP traffic between hosts; false: plain TCP "
+            "at full speed, each connection's handshake still proving the job token");
     v.field("token_file", token_file,
             "file holding the job token (mode 600); AIACC_JOB_TOKEN wins; a local job without "
             "either generates one");

@@ -104,8 +104,21 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
             cluster.servers, role.launcher.empty() ? "none" : role.launcher);
   if (!is_worker()) return;
 
-  dense_ = ring::Communicator::connect(context_, *rendezvous_, role.rank, cluster.workers,
-                                       cluster.ring.comm, "dense");
+  // The dense ring: under CURVE like everything else, or, with encrypt_ring off, plain TCP
+  // whose handshakes prove the token (its own context: CURVE is per context).
+  auto dense_context = context_;
+  ring::CommunicatorOptions dense_options = cluster.ring.comm;
+  if (context_->curve() && !cluster.security.encrypt_ring) {
+    dense_context = net::Context::create(1);
+    const auto& key = context_->curve()->hello_key;
+    dense_options.hello_key.assign(reinterpret_cast<const char*>(key.data()), key.size());
+    if (role.rank == 0) {
+      log->info("the dense ring runs unencrypted TCP (cluster.security.encrypt_ring: false); its "
+                "handshakes prove the job token");
+    }
+  }
+  dense_ = ring::Communicator::connect(dense_context, *rendezvous_, role.rank, cluster.workers,
+                                       dense_options, "dense");
   ring::CommunicatorOptions control_options = cluster.ring.comm;
   control_options.streams = 1;
   control_ = ring::Communicator::connect(context_, *rendezvous_, role.rank, cluster.workers,

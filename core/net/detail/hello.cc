@@ -1,4 +1,4 @@
-// Hello encoding: magic, kind, ranks, stream, job, reason.
+// Hello encoding: magic, kind, ranks, stream, job, reason, proof.
 #include "core/net/detail/hello.h"
 
 #include "core/net/detail/wire.h"
@@ -6,13 +6,13 @@
 namespace aiacc::net::detail {
 
 namespace {
-constexpr std::uint32_t kMagic = 0x41494d31;  // "AIM1": aiacc mesh, version 1
+constexpr std::uint32_t kMagic = 0x41494d32;  // "AIM2": aiacc mesh, version 2 (with proofs)
 }
 
 std::string encode_hello(const Hello& hello) {
   WireWriter writer;
   writer.u32(kMagic).u32(hello.kind).i32(hello.from_rank).i32(hello.to_rank).i32(hello.stream);
-  writer.str(hello.job).str(hello.reason);
+  writer.str(hello.job).str(hello.reason).str(hello.proof);
   auto bytes = writer.bytes();
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
@@ -34,6 +34,7 @@ Hello decode_hello(std::span<const std::byte> bytes, const std::string& source) 
   hello.stream = reader.i32();
   hello.job = reader.str();
   hello.reason = reader.str();
+  hello.proof = reader.str();
   reader.finish();
   return hello;
 }

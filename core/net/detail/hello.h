@@ -1,6 +1,7 @@
 // The mesh handshake messages, internal to core/net (tests use them to impersonate a peer).
 // A connecting rank sends a Hello naming itself, the rank it wants and the stream; the binding
-// rank answers with an accept Hello or a reject carrying the reason.
+// rank answers with an accept Hello or a reject carrying the reason. Over plain TCP with a hello
+// key, hello and accept carry a proof of the job token (see Mesh).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@ struct Hello {
   int stream = -1;
   std::string job;
   std::string reason;  // kReject only
+  std::string proof;   // meshes with a hello key: MAC of the fields and the binder's nonce
 };
 
 std::string encode_hello(const Hello& hello);

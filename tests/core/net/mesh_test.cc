@@ -98,7 +98,7 @@ TEST(Mesh, HelloFromTheWrongRankIsACommErrorNamingBoth) {
   Socket impostor(context, ZMQ_PAIR, 0);
   impostor.connect(endpoint);
   const std::string hello =
-      detail::encode_hello({detail::Hello::kHello, 2, 0, 0, "aiacc", ""});
+      detail::encode_hello({detail::Hello::kHello, 2, 0, 0, "aiacc", "", ""});
   ASSERT_GE(zmq_send(impostor.handle(), hello.data(), hello.size(), 0), 0);
   try {
     Mesh mesh(std::move(listener), AddressTable(3), deadline_after(5));

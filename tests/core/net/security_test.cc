@@ -235,6 +235,63 @@ TEST(SecuredMesh, AnIntruderOnAnEstablishedChannelGetsNothingThrough) {
   });
 }
 
+// Plain TCP meshes whose handshakes prove the token (MeshSpec::hello_key), as the dense ring
+// runs with cluster.security.encrypt_ring off.
+std::string hello_key_of(const std::string& token) {
+  const auto key = CurveKeys::from_token(token).hello_key;
+  return std::string(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+TEST(ProvenMesh, RanksWithTheTokenConnectOverPlainTcp) {
+  constexpr int kWorld = 3;
+  LocalExchange exchange(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    auto spec = spec_for(rank, kWorld);
+    spec.hello_key = hello_key_of(kToken);
+    MeshListener listener(Context::create(), spec);
+    auto table = exchange.exchange(rank, listener.addresses());
+    Mesh mesh(std::move(listener), table, deadline_after(10));
+    const auto deadline = deadline_after(10);
+    for (int peer : mesh.peers()) {
+      const int from = rank;
+      mesh.channel(peer, 1).send(std::as_bytes(std::span(&from, 1)), deadline, "proven send");
+    }
+    for (int peer : mesh.peers()) {
+      Message message = mesh.channel(peer, 1).recv(deadline, "proven recv");
+      int from = -1;
+      ASSERT_EQ(message.size(), sizeof from);
+      std::memcpy(&from, message.bytes().data(), sizeof from);
+      EXPECT_EQ(from, peer);
+    }
+  });
+}
+
+void expect_proven_mesh_refuses(const std::string& intruder_key) {
+  LocalExchange exchange(2);
+  std::string rank0_error;
+  std::uint64_t refused_by_rank0 = 0;
+  run_ranks(2, [&](int rank) {
+    auto context = Context::create();
+    auto spec = spec_for(rank, 2);
+    spec.hello_key = rank == 0 ? hello_key_of(kToken) : intruder_key;
+    MeshListener listener(context, spec);
+    auto table = exchange.exchange(rank, listener.addresses());
+    try {
+      Mesh mesh(std::move(listener), table, deadline_after(3));
+      ADD_FAILURE() << "rank " << rank << " formed a mesh with a process without the token";
+    } catch (const CommError& e) {
+      if (rank == 0) rank0_error = e.what();
+    }
+    if (rank == 0) refused_by_rank0 = context->refused_handshakes();
+  });
+  EXPECT_THAT(rank0_error, HasSubstr("does not prove this job's token"));
+  EXPECT_GE(refused_by_rank0, 1u);
+}
+
+TEST(ProvenMesh, APeerWithAnotherTokenCannotJoin) { expect_proven_mesh_refuses(hello_key_of(kOtherToken)); }
+
+TEST(ProvenMesh, APeerWithoutProofsCannotJoin) { expect_proven_mesh_refuses(""); }
+
 TEST(SecuredRendezvous, OnlyProcessesWithTheTokenCanRegister) {
   auto server_context = context_with(kToken);
   RendezvousServer server(server_context, "127.0.0.1", 0);

@@ -59,7 +59,7 @@ TEST(Wire, HugeLengthPrefixDoesNotAllocateOrOverread) {
 }
 
 TEST(Hello, RoundTripsAndRejectsForeignBytes) {
-  detail::Hello hello{detail::Hello::kReject, 2, 0, 3, "job-x", "because"};
+  detail::Hello hello{detail::Hello::kReject, 2, 0, 3, "job-x", "because", std::string(32, '\x07')};
   const detail::Hello back = detail::decode_hello(as_bytes(detail::encode_hello(hello)), "peer");
   EXPECT_EQ(back.kind, detail::Hello::kReject);
   EXPECT_EQ(back.from_rank, 2);
@@ -67,6 +67,7 @@ TEST(Hello, RoundTripsAndRejectsForeignBytes) {
   EXPECT_EQ(back.stream, 3);
   EXPECT_EQ(back.job, "job-x");
   EXPECT_EQ(back.reason, "because");
+  EXPECT_EQ(back.proof, std::string(32, '\x07'));
   EXPECT_THROW(detail::decode_hello(as_bytes("GET / HTTP/1.1\r\n\r\n"), "peer"), CommError);
 }
 
