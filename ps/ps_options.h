@@ -73,6 +73,9 @@ struct ServerOptions {
   double wait_timeout_s = 120.0;
   // Row counts and memory per table are logged at this interval (0: never).
   double log_interval_s = 30.0;
+  // Clients (worker processes) that connect to this shard, when known (0: unknown): lets
+  // PsServer::connections() tell when one of them is gone.
+  int expected_clients = 0;
   // Tests: drop the replies to the first N pushes (they are applied), so clients retry.
   int drop_push_replies_for_testing = 0;
   // Tests: on the first push of a step beyond this one, send this signal to the shard's own

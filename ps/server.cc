@@ -112,7 +112,7 @@ class PsServer::Impl {
   Connections connections() const {
     std::lock_guard lock(connections_mutex_);
     Connections out = connections_;
-    out.below_peak_s = below_peak_since_ ? net::seconds_since(*below_peak_since_) : 0.0;
+    out.missing_s = below_expected_since_ ? net::seconds_since(*below_expected_since_) : 0.0;
     return out;
   }
 
@@ -222,15 +222,18 @@ class PsServer::Impl {
           std::lock_guard lock(connections_mutex_);
           ++connections_.open;
           connections_.peak = std::max(connections_.peak, connections_.open);
-          if (connections_.open >= connections_.peak) below_peak_since_.reset();
+          if (connections_.open >= options_.expected_clients) below_expected_since_.reset();
           break;
         }
         case net::ConnectionEvents::Meaning::down: {
           std::lock_guard lock(connections_mutex_);
           connections_.open = std::max(0, connections_.open - 1);
-          if (!below_peak_since_) below_peak_since_ = net::Clock::now();
-          log_->info("{}: a client's connection closed ({} of {} open)", label_, connections_.open,
-                     connections_.peak);
+          // Only once every expected client has connected: before, fewer is the normal start.
+          if (options_.expected_clients > 0 && connections_.peak >= options_.expected_clients &&
+              connections_.open < options_.expected_clients && !below_expected_since_) {
+            below_expected_since_ = net::Clock::now();
+          }
+          log_->info("{}: a client's connection closed ({} open)", label_, connections_.open);
           break;
         }
         default:
@@ -610,14 +613,15 @@ class PsServer::Impl {
 
   ServerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
+  net::Socket monitor_;  // socket_'s connection events (request thread); declared first, so
+                         // socket_ (whose close stops the monitor) is destroyed before it
   net::Socket socket_;  // used by the request thread only, once it runs
-  net::Socket monitor_;  // socket_'s connection events (request thread)
   net::ConnectionEvents connection_events_;
   std::mutex abort_mutex_;
   std::string abort_reason_;  // under abort_mutex_: set by abort(), taken by the request thread
   mutable std::mutex connections_mutex_;
   Connections connections_;
-  std::optional<net::Clock::time_point> below_peak_since_;
+  std::optional<net::Clock::time_point> below_expected_since_;
   std::string endpoint_;
   std::string label_;
   mutable std::mutex mutex_;  // tables_ and their state: the request thread vs stats/checkpoints

@@ -61,13 +61,15 @@ class PsServer {
   // they are answered to the client that caused them.
   void check() const;
 
-  // Client connections (handshake completed): open now, the most ever open at once, and for
-  // how long fewer than that have been open (0 when none was lost). A worker whose process
-  // died shows here; the caller decides how long to wait for it. Thread-safe.
+  // Client connections (handshake completed): open now, the most ever open at once, and, once
+  // options.expected_clients had all connected, for how long fewer have been open (0 while
+  // none is missing). A worker whose process died shows here; the caller decides how long to
+  // wait for it. A reconnect whose new connection arrives before the old one's close, or an
+  // extra client, never counts as missing. Thread-safe.
   struct Connections {
     int open = 0;
     int peak = 0;
-    double below_peak_s = 0.0;
+    double missing_s = 0.0;
   };
   Connections connections() const;
 

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "core/net/connection_events.h"
+#include "core/net/security.h"
 
 namespace aiacc::net {
 
@@ -81,10 +81,11 @@ Channel::Channel(Socket socket, int peer, int stream, const ChannelOptions& opti
       peer_(peer),
       stream_(stream),
       zero_copy_min_bytes_(options.zero_copy_min_bytes) {
-  // Handshake failures are watched on every channel, secured or not: they tell an intruder's
-  // disconnect from the peer's (ConnectionEvents). This monitor replaces the handshake
-  // watcher's (a socket has one), so it also takes over reporting refusals.
-  monitor_ = socket_.open_monitor(ConnectionEvents::events());
+  // Accepted connections and handshake failures are watched on every channel, secured or not:
+  // they tell an intruder's disconnect from the peer's (drain_monitor). This monitor replaces
+  // the handshake watcher's (a socket has one), so it also takes over reporting refusals.
+  monitor_ = socket_.open_monitor(ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                                  handshake_failure_events());
 }
 
 Channel::Channel(Channel&&) noexcept = default;
@@ -93,16 +94,13 @@ Channel::~Channel() { abandon_posted(); }
 
 void Channel::drain_monitor() {
   while (const auto event = try_recv_monitor_event(monitor_.handle())) {
-    switch (connection_events_.interpret(*event)) {
-      case ConnectionEvents::Meaning::refused:
-        socket_.context()->report_failed_handshake(socket_.endpoint(), socket_.is_bound(),
-                                                   event->event, event->value);
-        break;
-      case ConnectionEvents::Meaning::down:
-        peer_gone_ = true;
-        break;
-      default:
-        break;
+    if (is_handshake_failure(event->event)) {
+      socket_.context()->report_failed_handshake(socket_.endpoint(), socket_.is_bound(),
+                                                 event->event, event->value);
+    } else if (event->event == ZMQ_EVENT_ACCEPTED) {
+      foreign_connections_.insert(event->value);  // the value is the connection's fd
+    } else if (event->event == ZMQ_EVENT_DISCONNECTED) {
+      if (foreign_connections_.erase(event->value) == 0) peer_gone_ = true;
     }
   }
 }
@@ -274,8 +272,8 @@ void Channel::abandon() noexcept {
   // LINGER 0: ZeroMQ drops (and releases) whatever it still holds for this socket at once.
   int zero = 0;
   zmq_setsockopt(socket_.handle(), ZMQ_LINGER, &zero, sizeof zero);
-  monitor_.close();
   socket_.close();
+  monitor_.close();
 }
 
 void Channel::recv_frame(Message& message, Deadline deadline, std::string_view what,

@@ -17,13 +17,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/net/channel_options.h"
-#include "core/net/connection_events.h"
 #include "core/net/deadline.h"
 #include "core/net/message.h"
 #include "core/net/socket.h"
@@ -88,8 +88,8 @@ class Channel {
   // Closes the connection now (messages already sent still go out within linger_ms); the
   // peer's next recv that finds nothing queued throws CommError "disconnected".
   void close() {
-    monitor_.close();
     socket_.close();
+    monitor_.close();
   }
 
  private:
@@ -109,15 +109,18 @@ class Channel {
   void drain_monitor();
   std::string describe(short event) const;  // "send to rank 2 (stream 0, tcp://...)"
 
+  // Receives socket_'s connection events (inproc PAIR), so a dead peer is reported at once
+  // rather than at the deadline. Declared before socket_, so socket_ (whose close stops the
+  // monitor) goes first.
+  Socket monitor_;
   Socket socket_;
   // Buffers given to post() that ZeroMQ still holds (heap-allocated: its address is the
   // release callback's hint and must survive moves of the Channel).
   std::unique_ptr<ZeroCopyTracker> posted_;
-  // Receives socket_'s ZMQ_EVENT_DISCONNECTED events (inproc PAIR), so a dead peer is
-  // reported at once rather than at the deadline.
-  Socket monitor_;
   bool peer_gone_ = false;
-  ConnectionEvents connection_events_;  // tells intruders' disconnects from the peer's
+  // Connections accepted on socket_ after the channel was set up: never the peer's (it was
+  // connected before), so their disconnects are not the peer's either (intruders, scanners).
+  std::set<std::uint32_t> foreign_connections_;
   int peer_;
   int stream_;
   std::int64_t zero_copy_min_bytes_;

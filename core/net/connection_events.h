@@ -1,8 +1,9 @@
-// ConnectionEvents: what a socket's monitor events mean for its genuine connections. libzmq
-// reports a connection refused in its handshake (an intruder, a port scanner, a peer with the
-// wrong keys) first as a handshake failure, then as a disconnect of that same connection; such
-// a disconnect is not a peer's. Used by channels (peer gone?), parameter-server shards (clients
-// connected) and clients (shard reachable?).
+// ConnectionEvents: what a socket's monitor events mean for its genuine connections, by count.
+// libzmq reports a connection refused in its handshake (an intruder, a port scanner, a peer
+// with the wrong keys) first as a handshake failure, then as a disconnect of that same
+// connection; such a disconnect is not a client's. Used by parameter-server shards (clients
+// connected) and clients (shard reachable?); channels, which have one peer, tell connections
+// apart by descriptor instead (Channel::drain_monitor).
 #pragma once
 
 #include <zmq.h>

@@ -222,8 +222,9 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       const bool matches = hello.from_rank == link.peer && hello.to_rank == rank_ &&
                            hello.stream == link.stream && hello.job == spec.job;
       if (!spec.hello_key.empty() && hello.kind != detail::Hello::kReject &&
-          hello.proof != hello_proof(spec.hello_key, hello.kind, hello.from_rank, hello.to_rank,
-                                     hello.stream, hello.job, nonce_of(link))) {
+          !same_mac(hello.proof, hello_proof(spec.hello_key, hello.kind, hello.from_rank,
+                                             hello.to_rank, hello.stream, hello.job,
+                                             nonce_of(link)))) {
         // Not one of the job's processes (or a replayed handshake): refuse, say so, and count it.
         listener.context_->report_failed_handshake(link.socket.endpoint(), link.binds,
                                                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH, 401);

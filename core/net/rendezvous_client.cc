@@ -68,9 +68,14 @@ std::string RendezvousClient::request(std::span<const std::byte> body, Deadline 
   std::string frame(reinterpret_cast<const char*>(header.bytes().data()), header.bytes().size());
   frame.append(reinterpret_cast<const char*>(body.data()), body.size());
   const auto timed_out = [&] {
+    // Under CURVE a token mismatch looks exactly like an absent server from here: say so.
+    const char* hint = socket_.context()->curve()
+                           ? " (is rank 0 running and reachable, and does this process hold the "
+                             "same job token? a refused handshake is logged above)"
+                           : " (is rank 0 running and reachable?)";
     return TimeoutError(fmt::format("timed out after {:.2f} s: no answer from the rendezvous "
-                                    "server {} (rank 0's store), during: {}",
-                                    seconds_since(start), server_, what));
+                                    "server {} (rank 0's store){}, during: {}",
+                                    seconds_since(start), server_, hint, what));
   };
   for (;;) {
     if (zmq_send(socket_.handle(), frame.data(), frame.size(), ZMQ_DONTWAIT) >= 0) break;

@@ -26,14 +26,15 @@ namespace aiacc::net {
 // A fresh token: 64 hex characters (32 bytes) from the OS's CSPRNG.
 std::string generate_job_token();
 
-// Throws ConfigError naming `source` (e.g. "AIACC_JOB_TOKEN") unless the token has 16 to 4096
-// printable, non-space ASCII characters. Short tokens are guessable; odd characters break
-// shells and manifests that carry them.
+// Throws ConfigError naming `source` (e.g. "AIACC_JOB_TOKEN") unless the token has 32 to 4096
+// printable, non-space ASCII characters. Short tokens are guessable (offline, from a captured
+// handshake); odd characters break shells and manifests that carry them.
 void check_job_token(std::string_view token, std::string_view source);
 
 // The token in `path`: its first line without surrounding whitespace. Throws ConfigError when
-// the file cannot be read, is empty, or can be read by other users (like ssh with a key file:
-// a token others can read admits them).
+// the file cannot be read, is a symbolic link or not a regular file, belongs to another user,
+// is empty, or can be read by other users (like ssh with a key file: a token others can read
+// admits them).
 std::string read_job_token_file(const std::string& path);
 
 // The job token this process was given: AIACC_JOB_TOKEN when set (it wins, like MASTER_ADDR
@@ -70,6 +71,9 @@ struct CurveKeys {
 
 // A 32-byte keyed BLAKE2b MAC of `message` (binary, as a string).
 std::string keyed_hash(const CurveKey& key, std::string_view message);
+
+// Compares two MACs in time independent of where they differ (no timing oracle).
+bool same_mac(std::string_view a, std::string_view b);
 
 // Describes a ZMQ_EVENT_HANDSHAKE_FAILED_* monitor event for logs, e.g. "the peer does not
 // use CURVE (a process without this job's token?)".

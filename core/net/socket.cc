@@ -25,7 +25,8 @@ Socket::Socket(Socket&& other) noexcept
     : context_(std::move(other.context_)),
       handle_(std::exchange(other.handle_, nullptr)),
       endpoint_(std::move(other.endpoint_)),
-      bound_(other.bound_) {}
+      bound_(other.bound_),
+      monitored_(other.monitored_) {}
 
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
@@ -34,6 +35,7 @@ Socket& Socket::operator=(Socket&& other) noexcept {
     handle_ = std::exchange(other.handle_, nullptr);
     endpoint_ = std::move(other.endpoint_);
     bound_ = other.bound_;
+    monitored_ = other.monitored_;
   }
   return *this;
 }
@@ -92,7 +94,10 @@ std::string Socket::bind(const std::string& endpoint) {
   }
   endpoint_ = actual;
   bound_ = true;
-  if (secured) context_->watch_handshakes(handle_, endpoint_, true);
+  if (secured) {
+    context_->watch_handshakes(handle_, endpoint_, true);
+    monitored_ = true;
+  }
   return endpoint_;
 }
 
@@ -106,13 +111,17 @@ void Socket::connect(const std::string& endpoint) {
     set_key(ZMQ_CURVE_SECRETKEY, curve->client_secret, "ZMQ_CURVE_SECRETKEY");
   }
   if (zmq_connect(handle_, endpoint.c_str()) != 0) fail("zmq_connect");
-  if (secured) context_->watch_handshakes(handle_, endpoint_, false);
+  if (secured) {
+    context_->watch_handshakes(handle_, endpoint_, false);
+    monitored_ = true;
+  }
 }
 
 void Socket::monitor(const std::string& monitor_endpoint, int events) {
   if (zmq_socket_monitor(handle_, monitor_endpoint.c_str(), events) != 0) {
     fail("zmq_socket_monitor");
   }
+  monitored_ = true;
 }
 
 Socket Socket::open_monitor(int events) {
@@ -120,6 +129,10 @@ Socket Socket::open_monitor(int events) {
   const std::string endpoint = fmt::format("inproc://aiacc-monitor-{}", next++);
   monitor(endpoint, events);
   Socket reader(context_, ZMQ_PAIR, 0);
+  // libzmq publishes monitor events with a blocking send from its I/O thread: a bounded pipe
+  // that fills (events nobody has read yet, e.g. an intruder's connection attempts) would stall
+  // every socket of the context. No receive limit makes the inproc pipe unbounded.
+  reader.set_int(ZMQ_RCVHWM, 0, "ZMQ_RCVHWM");
   reader.connect(endpoint);
   return reader;
 }
@@ -158,6 +171,9 @@ short Socket::poll(short events, long timeout_ms) {
 
 void Socket::close() noexcept {
   if (handle_ == nullptr) return;
+  // Stop the monitor first: once its reader is gone, a late event (the disconnects of this
+  // very close) would block the I/O thread that publishes it.
+  if (monitored_) zmq_socket_monitor(handle_, nullptr, 0);
   zmq_close(handle_);  // only fails for an invalid handle, which ours never is
   handle_ = nullptr;
   context_.reset();

@@ -53,7 +53,9 @@ class Socket {
   // them with a ZMQ_PAIR socket connected there.
   void monitor(const std::string& monitor_endpoint, int events);
   // The same on a fresh endpoint; returns the ZMQ_PAIR connected to it (read it with
-  // try_recv_monitor_event). A socket has one monitor: this replaces any earlier one.
+  // try_recv_monitor_event). A socket has one monitor: this replaces any earlier one. Keep the
+  // reader alive until this socket is closed (declare it before the socket), and read it
+  // regularly: events wait in memory until read.
   Socket open_monitor(int events);
 
   bool is_open() const { return handle_ != nullptr; }
@@ -67,6 +69,7 @@ class Socket {
   void* handle_ = nullptr;
   std::string endpoint_ = "(unbound)";
   bool bound_ = false;
+  bool monitored_ = false;  // a zmq_socket_monitor is active: close() stops it first
 };
 
 // One ZeroMQ monitor event: ZMQ_EVENT_* and its value (an fd, an errno, a protocol error).

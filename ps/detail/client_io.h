@@ -97,9 +97,10 @@ class ClientIo {
 
   ClientOptions options_;
   std::vector<std::string> endpoints_;
-  std::vector<net::Socket> sockets_;  // used by the I/O thread only
   // Connection events of each shard's socket (disconnected, handshake done or refused).
+  // Declared before sockets_, so the sockets (whose close stops their monitors) go first.
   std::vector<net::Socket> monitors_;
+  std::vector<net::Socket> sockets_;  // used by the I/O thread only
   struct Link {
     std::optional<net::Clock::time_point> down_since;  // connection lost, not yet back
     std::string why;                                    // what the last failure was

@@ -46,7 +46,7 @@ TEST(PsSecurity, OnlyClientsWithTheJobTokenCanPullOrPush) {
   std::vector<float> before(ids.size() * 4);
   member->wait(member->pull("emb", ids, before.data(), 0));
 
-  for (const std::string& intruder_token : {std::string(), std::string("another-jobs-token-0123456789")}) {
+  for (const std::string& intruder_token : {std::string(), std::string("another-jobs-token-0123456789-abcdef")}) {
     auto context = intruder_token.empty() ? net::Context::create()
                                           : net::Context::create(1, net::CurveKeys::from_token(intruder_token));
     // Through our own client: registering the table times out.

@@ -524,7 +524,7 @@ TEST(DistributedTrain, OnlyProcessesWithTheJobTokenAreAdmitted) {
   // Worker 1 holds another job's token: it cannot join, worker 0 (which serves the rendezvous
   // store) logs the refusal, and both fail at the start-up deadline instead of hanging.
   auto r = aiacc::testing::run_command(fmt::format(
-      "(RANK=1 AIACC_JOB_TOKEN=another-jobs-token-9876543210 {env} {prog} {cfg} > {out}.1 2>&1; "
+      "(RANK=1 AIACC_JOB_TOKEN=another-jobs-token-9876543210-abcdef {env} {prog} {cfg} > {out}.1 2>&1; "
       "echo status $? >> {out}.1) & "
       "RANK=0 {token} {env} {prog} {cfg} > {out}.0 2>&1; echo status $? >> {out}.0; wait; "
       "cat {out}.0; echo ----; cat {out}.1",

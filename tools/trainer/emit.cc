@@ -215,7 +215,8 @@ srun --kill-on-bad-exit=1 bash -c {command}
       fmt::arg("run_dir", job.job.run_dir), fmt::arg("folder", job_folder),
       fmt::arg("output", escape_slurm_pattern(job_folder)), fmt::arg("port", cluster.master_port),
       fmt::arg("command", shell_quote(join(rank_command, " \\\n  "))),
-      fmt::arg("token", cluster.security.curve ? kSlurmToken : ""));
+      // A configured token file is the job's token: do not shadow it with a generated one.
+      fmt::arg("token", cluster.security.curve && cluster.security.token_file.empty() ? kSlurmToken : ""));
 }
 
 std::string emit_kubernetes(const JobOptions& job, const std::string& config_path,
@@ -238,7 +239,7 @@ std::string emit_kubernetes(const JobOptions& job, const std::string& config_pat
 
   // The job token (cluster.security.curve): a fresh one in a Secret, passed to every pod.
   std::string secret, token_env;
-  if (cluster.security.curve) {
+  if (cluster.security.curve && cluster.security.token_file.empty()) {
     secret = fmt::format(R"(---
 # The job token: every pod of this job, and nothing else, can join it. This file holds it:
 # keep it private (or drop this Secret and create {name}-token yourself).

@@ -181,6 +181,7 @@ void ProcessGroup::serve_shard() {
   options.num_partitions = cluster_.ps.partitions;
   options.num_threads = cluster_.ps.threads;
   options.wait_timeout_s = cluster_.ps.timeout_s;
+  options.expected_clients = cluster_.workers;  // every worker's PS client connects to every shard
   if (const auto fault = injected_fault(role_.rank)) {
     options.fault_after_step_for_testing = fault->step;
     options.fault_signal_for_testing = fault->signal;
@@ -193,12 +194,12 @@ void ProcessGroup::serve_shard() {
   while (!server.wait_stopped(net::deadline_after(0.5))) {
     server.check();
     const auto connections = server.connections();
-    if (connections.below_peak_s > cluster_.ps.reconnect_grace_s) {
+    if (connections.missing_s > cluster_.ps.reconnect_grace_s) {
       const std::string reason = fmt::format(
           "ps shard {}: {} of the {} worker connections closed {:.1f} s ago and have not come back "
           "(a worker died or was stopped; cluster.ps.reconnect_grace_s)",
-          options.shard, connections.peak - connections.open, connections.peak,
-          connections.below_peak_s);
+          options.shard, cluster_.workers - connections.open, cluster_.workers,
+          connections.missing_s);
       // Tell the workers still waiting on this shard which worker it is waiting for.
       server.abort(reason);
       server.wait_stopped(net::deadline_after(2.0));

@@ -1,14 +1,18 @@
 // HandshakeWatcher: adopts monitor endpoints, polls them, reports handshake failures.
 #include "core/net/detail/handshake_watcher.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net/context.h"
@@ -18,6 +22,7 @@
 namespace aiacc::net::detail {
 
 HandshakeWatcher::HandshakeWatcher(Context& context) : context_(context) {
+  wake_fd_ = AIACC_SYSCALL(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -26,7 +31,12 @@ HandshakeWatcher::~HandshakeWatcher() {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
+  const std::uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof one) < 0) {
+    // The thread still sees stop_ within one poll interval.
+  }
   thread_.join();
+  ::close(wake_fd_);
 }
 
 void HandshakeWatcher::watch(void* socket, const std::string& endpoint, bool bound) {
@@ -42,15 +52,25 @@ void HandshakeWatcher::watch(void* socket, const std::string& endpoint, bool bou
   std::unique_lock lock(mutex_);
   pending_.push_back({monitor_endpoint, {nullptr, endpoint, bound}});
   const std::uint64_t ticket = ++registered_;
-  // The thread adopts within one poll interval (50 ms); waiting makes the watch deterministic.
-  adopted_.wait_for(lock, std::chrono::seconds(5), [&] { return adopted_count_ >= ticket; });
+  // Wake the thread and wait until its reader is connected: until then an event would block
+  // the I/O thread publishing it (a PAIR without a peer).
+  const std::uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof one) < 0) {
+    log::get("net")->warn("handshake watcher: wake-up failed: {}", std::strerror(errno));
+  }
+  if (!adopted_.wait_for(lock, std::chrono::seconds(5), [&] { return adopted_count_ >= ticket; })) {
+    log::get("net")->warn("handshake watcher: not listening on {} after 5 s", endpoint);
+  }
 }
 
 void HandshakeWatcher::adopt_pending() {
   std::lock_guard lock(mutex_);
   for (auto& p : pending_) {
     void* monitor = zmq_socket(context_.handle(), ZMQ_PAIR);
-    if (monitor != nullptr && zmq_connect(monitor, p.monitor_endpoint.c_str()) == 0) {
+    const int unbounded = 0;  // see Socket::open_monitor: a full pipe would stall the I/O thread
+    if (monitor != nullptr &&
+        zmq_setsockopt(monitor, ZMQ_RCVHWM, &unbounded, sizeof unbounded) == 0 &&
+        zmq_connect(monitor, p.monitor_endpoint.c_str()) == 0) {
       p.watched.monitor = monitor;
       watched_.push_back(std::move(p.watched));
     } else {
@@ -73,19 +93,27 @@ void HandshakeWatcher::run() {
     }
     adopt_pending();
     items.clear();
+    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
     for (const auto& w : watched_) items.push_back({w.monitor, 0, ZMQ_POLLIN, 0});
-    if (zmq_poll(items.data(), static_cast<int>(items.size()), 50) <= 0) continue;
-    for (std::size_t i = 0; i < items.size(); ++i) {
+    if (zmq_poll(items.data(), static_cast<int>(items.size()), 200) <= 0) continue;
+    if (items[0].revents & ZMQ_POLLIN) {
+      std::uint64_t drained = 0;
+      if (::read(wake_fd_, &drained, sizeof drained) < 0) {
+        // EAGAIN: another turn already drained it.
+      }
+    }
+    for (std::size_t i = 1; i < items.size(); ++i) {
       if ((items[i].revents & ZMQ_POLLIN) == 0) continue;
-      const auto e = try_recv_monitor_event(watched_[i].monitor);
+      Watched& watched = watched_[i - 1];
+      const auto e = try_recv_monitor_event(watched.monitor);
       if (!e) continue;
       const int event = e->event;
       const std::uint32_t value = e->value;
       if (is_handshake_failure(event)) {
-        context_.report_failed_handshake(watched_[i].endpoint, watched_[i].bound, event, value);
+        context_.report_failed_handshake(watched.endpoint, watched.bound, event, value);
       } else if (event == ZMQ_EVENT_MONITOR_STOPPED) {
-        zmq_close(watched_[i].monitor);
-        watched_[i].monitor = nullptr;
+        zmq_close(watched.monitor);
+        watched.monitor = nullptr;
       }
     }
     std::erase_if(watched_, [](const Watched& w) { return w.monitor == nullptr; });

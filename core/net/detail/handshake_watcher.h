@@ -1,6 +1,7 @@
 // HandshakeWatcher: one background thread per secured Context that reads the monitor events of
 // every watched socket and reports refused handshakes to the context. One thread, not one per
-// socket, because a job has tens of sockets and refusals are rare; it sleeps in zmq_poll.
+// socket, because a job has tens of sockets and refusals are rare; it sleeps in zmq_poll and
+// is woken through an eventfd when a socket is added or it must stop.
 #pragma once
 
 #include <condition_variable>
@@ -49,6 +50,7 @@ class HandshakeWatcher {
   std::uint64_t adopted_count_ = 0;
   bool stop_ = false;
   std::vector<Watched> watched_;  // owned by the thread
+  int wake_fd_ = -1;              // eventfd: watch() and the destructor wake the thread
   std::thread thread_;
 };
 
