@@ -1,4 +1,5 @@
-// aiacc-bench train CONFIG [--steps N] [--workers N] [--threads T] [--set KEY=VALUE]... [--json F]
+// aiacc-bench train CONFIG [--steps N] [--workers N] [--threads T] [--repeat R] [--set KEY=VALUE]...
+//                   [--json F]
 //
 // Runs the job in CONFIG twice with the real aiacc-train program: on 1 worker, then on
 // --workers workers (2 by default), each with --threads compute threads, for --steps steps,
@@ -9,12 +10,16 @@
 // invocation; it prints
 //   scaling efficiency E = throughput(N) / (N x throughput(1))
 // and, from the N-worker run's summary, the share of step time spent waiting on communication
-// and the share of gradient all-reduce time hidden behind backward.
+// and the share of gradient all-reduce time hidden behind backward. --repeat R runs R such
+// pairs back to back (1 worker, N workers, 1 worker, ...): each pair's E compares runs made
+// under the same machine conditions, and the median E over the pairs is reported with its
+// range, as a shared or throttled machine's throughput drifts by more than the effect.
 #include "tools/bench/train_bench.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +41,7 @@ struct Args {
   int steps = 200;
   int workers = 2;
   int threads = 1;
+  int repeat = 1;
   std::vector<std::string> overrides;
   std::string json;
 };
@@ -122,22 +128,47 @@ int run_train_bench(int argc, char** argv) {
     if (key == "--steps") a.steps = std::stoi(value());
     else if (key == "--workers") a.workers = std::stoi(value());
     else if (key == "--threads") a.threads = std::stoi(value());
+    else if (key == "--repeat") a.repeat = std::stoi(value());
     else if (key == "--set") a.overrides.push_back(value());
     else if (key == "--json") a.json = value();
     else if (!key.empty() && key[0] != '-' && a.config.empty()) a.config = key;
     else throw ConfigError(fmt::format("aiacc-bench train: unknown argument '{}'", key));
   }
-  if (a.config.empty() || a.steps < 20 || a.workers < 2 || a.threads < 1) {
+  if (a.config.empty() || a.steps < 20 || a.workers < 2 || a.threads < 1 || a.repeat < 1) {
     std::cerr << "usage: aiacc-bench train CONFIG [--steps N>=20] [--workers N>=2] [--threads T] "
-                 "[--set KEY=VALUE]... [--json FILE]\n";
+                 "[--repeat R>=1] [--set KEY=VALUE]... [--json FILE]\n";
     return 2;
   }
   const fs::path run_dir = fs::temp_directory_path() / fmt::format("aiacc-bench-train-{}", ::getpid());
   fs::create_directories(run_dir);
-  const RunFigures one = run_job(a, 1, run_dir);
-  const RunFigures many = run_job(a, a.workers, run_dir);
-  const double efficiency = many.samples_per_s / (a.workers * one.samples_per_s);
+  struct Pair {
+    RunFigures one, many;
+    double efficiency = 0;
+  };
+  std::vector<Pair> pairs;
+  for (int r = 0; r < a.repeat; ++r) {
+    Pair p;
+    p.one = run_job(a, 1, run_dir);
+    p.many = run_job(a, a.workers, run_dir);
+    p.efficiency = p.many.samples_per_s / (a.workers * p.one.samples_per_s);
+    pairs.push_back(p);
+  }
+  // The pair with the median E (the lower middle one for an even count) is the one reported.
+  std::vector<std::size_t> order(pairs.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return pairs[x].efficiency < pairs[y].efficiency; });
+  const Pair& median = pairs[order[(order.size() - 1) / 2]];
+  const RunFigures& one = median.one;
+  const RunFigures& many = median.many;
+  const double efficiency = median.efficiency;
   std::cout << fmt::format("\n{}: {} steps, {} compute thread(s) per worker\n", a.config, a.steps, a.threads);
+  if (pairs.size() > 1) {
+    std::cout << fmt::format("{} pairs of runs, E per pair:", pairs.size());
+    for (const auto& p : pairs) std::cout << fmt::format(" {:.3f}", p.efficiency);
+    std::cout << fmt::format("\nthe pair with the median E (range {:.3f}-{:.3f}):\n",
+                             pairs[order.front()].efficiency, pairs[order.back()].efficiency);
+  }
   std::cout << fmt::format("{:>8} {:>14} {:>12} {:>16}\n", "workers", "samples/s", "comm wait", "all-reduce hidden");
   std::cout << fmt::format("{:>8} {:>14.1f} {:>12} {:>16}\n", 1, one.samples_per_s, "-", "-");
   std::cout << fmt::format("{:>8} {:>14.1f} {:>11.0f}% {:>15.0f}%\n", a.workers, many.samples_per_s,
@@ -145,10 +176,13 @@ int run_train_bench(int argc, char** argv) {
   std::cout << fmt::format("scaling efficiency E = {:.1f} / ({} x {:.1f}) = {:.3f}\n", many.samples_per_s,
                            a.workers, one.samples_per_s, efficiency);
   if (!a.json.empty()) {
+    nlohmann::json per_pair = nlohmann::json::array();
+    for (const auto& p : pairs) per_pair.push_back(p.efficiency);
     nlohmann::json out{{"benchmark", "train"}, {"config", a.config}, {"steps", a.steps},
                        {"threads_per_worker", a.threads}, {"workers", a.workers},
                        {"samples_per_s_1", one.samples_per_s}, {"samples_per_s_n", many.samples_per_s},
-                       {"scaling_efficiency", efficiency}, {"comm_wait_share", many.comm_wait_share},
+                       {"scaling_efficiency", efficiency}, {"scaling_efficiency_per_pair", per_pair},
+                       {"comm_wait_share", many.comm_wait_share},
                        {"allreduce_hidden_share", many.allreduce_hidden_share}};
     std::ofstream(a.json) << out.dump(1) << "\n";
   }
