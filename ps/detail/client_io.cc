@@ -1,8 +1,6 @@
 // ClientIo: the PsClient's sending, receiving, retrying and timing-out thread.
 #include "ps/detail/client_io.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -52,7 +50,6 @@ ClientIo::ClientIo(const ClientOptions& options, std::shared_ptr<net::Context> c
   links_.resize(shards);
   seq_.assign(shards, 0);
   in_flight_.resize(shards);
-  wake_fd_ = AIACC_SYSCALL(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -61,12 +58,12 @@ ClientIo::~ClientIo() {
     std::lock_guard lock(queue_mutex_);
     stopping_ = true;
   }
-  const std::uint64_t one = 1;
-  if (::write(wake_fd_, &one, sizeof one) < 0) {
-    log::get("ps")->warn("ps client: could not wake the I/O thread: {}", std::strerror(errno));
+  try {
+    wake_.notify();
+  } catch (const std::exception& e) {
+    log::get("ps")->warn("ps client: could not wake the I/O thread: {}", e.what());
   }
   if (thread_.joinable()) thread_.join();
-  ::close(wake_fd_);
 }
 
 std::uint64_t ClientIo::next_seq(int shard) {
@@ -80,8 +77,7 @@ void ClientIo::submit(std::vector<OutRequest> requests) {
     if (stopping_) throw CommError("ps client is closed");
     for (auto& r : requests) queue_.push_back(std::move(r));
   }
-  const std::uint64_t one = 1;
-  AIACC_SYSCALL(::write(wake_fd_, &one, sizeof one));
+  wake_.notify();
 }
 
 std::string ClientIo::describe(int shard, const OutRequest& r) const {
@@ -149,7 +145,7 @@ std::string ClientIo::gone_reason(int shard, net::Clock::time_point now) const {
 void ClientIo::run() {
   const std::size_t shards = sockets_.size();
   std::vector<zmq_pollitem_t> items(2 * shards + 1);
-  items[0] = {nullptr, wake_fd_, ZMQ_POLLIN, 0};
+  items[0] = {nullptr, wake_.fd(), ZMQ_POLLIN, 0};
   for (std::size_t k = 0; k < shards; ++k) items[k + 1] = {sockets_[k].handle(), 0, ZMQ_POLLIN, 0};
   for (std::size_t k = 0; k < shards; ++k) {
     items[shards + k + 1] = {monitors_[k].handle(), 0, ZMQ_POLLIN, 0};
@@ -163,10 +159,7 @@ void ClientIo::run() {
       return;
     }
     // Reset the wake-up before taking the queue, so a submit() in between wakes us again.
-    std::uint64_t drained = 0;
-    if (::read(wake_fd_, &drained, sizeof drained) < 0 && errno != EAGAIN) {
-      log::get("ps")->warn("ps client: eventfd read failed: {}", std::strerror(errno));
-    }
+    wake_.clear();
     std::vector<OutRequest> batch;
     {
       std::lock_guard lock(queue_mutex_);

@@ -21,6 +21,7 @@
 #include "core/net/deadline.h"
 #include "core/net/message.h"
 #include "core/net/socket.h"
+#include "core/net/wake_signal.h"
 #include "ps/protocol.h"
 #include "ps/ps_options.h"
 
@@ -110,7 +111,7 @@ class ClientIo {
   void read_monitor(int shard);
   // The error for shard k when its connection has been down longer than the grace, else "".
   std::string gone_reason(int shard, net::Clock::time_point now) const;
-  int wake_fd_ = -1;                  // eventfd: submit() -> I/O thread
+  net::WakeSignal wake_;              // submit() and the destructor -> I/O thread
   std::mutex queue_mutex_;
   std::vector<OutRequest> queue_;
   bool stopping_ = false;             // under queue_mutex_

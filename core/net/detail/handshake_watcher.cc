@@ -1,18 +1,14 @@
 // HandshakeWatcher: adopts monitor endpoints, polls them, reports handshake failures.
 #include "core/net/detail/handshake_watcher.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include <zmq.h>
 
 #include <atomic>
 #include <chrono>
-#include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
-#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net/context.h"
@@ -22,7 +18,6 @@
 namespace aiacc::net::detail {
 
 HandshakeWatcher::HandshakeWatcher(Context& context) : context_(context) {
-  wake_fd_ = AIACC_SYSCALL(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -31,12 +26,12 @@ HandshakeWatcher::~HandshakeWatcher() {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
-  const std::uint64_t one = 1;
-  if (::write(wake_fd_, &one, sizeof one) < 0) {
+  try {
+    wake_.notify();
+  } catch (const std::exception&) {
     // The thread still sees stop_ within one poll interval.
   }
   thread_.join();
-  ::close(wake_fd_);
 }
 
 void HandshakeWatcher::watch(void* socket, const std::string& endpoint, bool bound) {
@@ -54,9 +49,10 @@ void HandshakeWatcher::watch(void* socket, const std::string& endpoint, bool bou
   const std::uint64_t ticket = ++registered_;
   // Wake the thread and wait until its reader is connected: until then an event would block
   // the I/O thread publishing it (a PAIR without a peer).
-  const std::uint64_t one = 1;
-  if (::write(wake_fd_, &one, sizeof one) < 0) {
-    log::get("net")->warn("handshake watcher: wake-up failed: {}", std::strerror(errno));
+  try {
+    wake_.notify();
+  } catch (const std::exception& e) {
+    log::get("net")->warn("handshake watcher: wake-up failed: {}", e.what());
   }
   if (!adopted_.wait_for(lock, std::chrono::seconds(5), [&] { return adopted_count_ >= ticket; })) {
     log::get("net")->warn("handshake watcher: not listening on {} after 5 s", endpoint);
@@ -93,15 +89,10 @@ void HandshakeWatcher::run() {
     }
     adopt_pending();
     items.clear();
-    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    items.push_back({nullptr, wake_.fd(), ZMQ_POLLIN, 0});
     for (const auto& w : watched_) items.push_back({w.monitor, 0, ZMQ_POLLIN, 0});
     if (zmq_poll(items.data(), static_cast<int>(items.size()), 200) <= 0) continue;
-    if (items[0].revents & ZMQ_POLLIN) {
-      std::uint64_t drained = 0;
-      if (::read(wake_fd_, &drained, sizeof drained) < 0) {
-        // EAGAIN: another turn already drained it.
-      }
-    }
+    if (items[0].revents & ZMQ_POLLIN) wake_.clear();
     for (std::size_t i = 1; i < items.size(); ++i) {
       if ((items[i].revents & ZMQ_POLLIN) == 0) continue;
       Watched& watched = watched_[i - 1];

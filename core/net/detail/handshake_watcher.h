@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/net/wake_signal.h"
+
 namespace aiacc::net {
 class Context;
 }
@@ -50,7 +52,7 @@ class HandshakeWatcher {
   std::uint64_t adopted_count_ = 0;
   bool stop_ = false;
   std::vector<Watched> watched_;  // owned by the thread
-  int wake_fd_ = -1;              // eventfd: watch() and the destructor wake the thread
+  WakeSignal wake_;  // watch() and the destructor wake the thread
   std::thread thread_;
 };
 
