@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -33,7 +34,7 @@ struct CommunicatorOptions {
   net::ChannelOptions channel;
   // Not configured: set by the trainer when the ring runs plain TCP in a job with a token
   // (net::MeshSpec::hello_key), so the mesh handshake proves the token.
-  std::string hello_key;
+  std::optional<net::CurveKey> hello_key;
 
   template <class V>
   void visit(V& v) {

@@ -73,11 +73,9 @@ detail::Hello receive_hello(Socket& socket) {
 
 // The proof a hello or accept carries in a mesh with a hello key: a MAC over every field the
 // receiver checks and the binder's nonce, so a proof is valid for one link of one mesh only.
-std::string hello_proof(const std::string& key, detail::Hello::Kind kind, int from, int to,
+std::string hello_proof(const CurveKey& key, detail::Hello::Kind kind, int from, int to,
                         int stream, const std::string& job, const std::string& nonce) {
-  CurveKey k{};
-  std::copy(key.begin(), key.end(), reinterpret_cast<char*>(k.data()));
-  return keyed_hash(k, fmt::format("{}|{}|{}|{}|{}|{}", static_cast<int>(kind), from, to, stream,
+  return keyed_hash(key, fmt::format("{}|{}|{}|{}|{}|{}", static_cast<int>(kind), from, to, stream,
                                    job, nonce));
 }
 
@@ -106,10 +104,7 @@ MeshListener::MeshListener(std::shared_ptr<Context> context, MeshSpec spec)
       accepting_.emplace(std::make_pair(peer, stream), std::move(socket));
     }
   }
-  if (!spec_.hello_key.empty()) {
-    if (spec_.hello_key.size() != 32) {
-      throw InternalError(fmt::format("mesh: hello key of {} bytes (expected 32)", spec_.hello_key.size()));
-    }
+  if (spec_.hello_key) {
     nonce_ = generate_job_token();  // 32 random bytes in hex
     addresses_.push_back("nonce=" + nonce_);
   }
@@ -159,7 +154,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       Socket socket = Channel::make_socket(listener.context_, spec.channel);
       socket.connect(endpoint);
       links.push_back({peer, stream, false, true, false, std::move(socket)});
-      if (!spec.hello_key.empty() && !peer_nonces.count(peer)) {
+      if (spec.hello_key && !peer_nonces.count(peer)) {
         for (const auto& entry : table[peer]) {
           if (entry.rfind("nonce=", 0) == 0) peer_nonces[peer] = entry.substr(6);
         }
@@ -206,8 +201,8 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       if (link.must_send) {
         detail::Hello hello{link.binds ? detail::Hello::kAccept : detail::Hello::kHello, rank_,
                             link.peer, link.stream, spec.job, "", ""};
-        if (!spec.hello_key.empty()) {
-          hello.proof = hello_proof(spec.hello_key, hello.kind, rank_, link.peer, link.stream,
+        if (spec.hello_key) {
+          hello.proof = hello_proof(*spec.hello_key, hello.kind, rank_, link.peer, link.stream,
                                     spec.job, nonce_of(link));
         }
         if (!try_send(link.socket, detail::encode_hello(hello))) continue;
@@ -221,8 +216,8 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       const detail::Hello hello = receive_hello(link.socket);
       const bool matches = hello.from_rank == link.peer && hello.to_rank == rank_ &&
                            hello.stream == link.stream && hello.job == spec.job;
-      if (!spec.hello_key.empty() && hello.kind != detail::Hello::kReject &&
-          !same_mac(hello.proof, hello_proof(spec.hello_key, hello.kind, hello.from_rank,
+      if (spec.hello_key && hello.kind != detail::Hello::kReject &&
+          !same_mac(hello.proof, hello_proof(*spec.hello_key, hello.kind, hello.from_rank,
                                              hello.to_rank, hello.stream, hello.job,
                                              nonce_of(link)))) {
         // Not one of the job's processes (or a replayed handshake): refuse, say so, and count it.

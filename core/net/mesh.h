@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "core/net/channel_options.h"
 #include "core/net/context.h"
 #include "core/net/deadline.h"
+#include "core/net/security.h"
 
 namespace aiacc::net {
 
@@ -39,8 +41,8 @@ struct MeshSpec {
   // (CurveKeys::hello_key). Every listener then publishes a fresh random nonce with its
   // addresses (through the rendezvous store, itself under CURVE), and each hello and accept
   // carries a MAC of its fields and that nonce: a process without the token cannot join, and a
-  // captured hello is worth nothing in another mesh. Empty: no proofs (CURVE or trusted).
-  std::string hello_key;
+  // captured hello is worth nothing in another mesh. Unset: no proofs (CURVE or trusted).
+  std::optional<CurveKey> hello_key;
 };
 
 // Phase 1: validates the spec and binds this rank's accepting sockets. Move-only.

@@ -110,8 +110,7 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
   ring::CommunicatorOptions dense_options = cluster.ring.comm;
   if (context_->curve() && !cluster.security.encrypt_ring) {
     dense_context = net::Context::create(1);
-    const auto& key = context_->curve()->hello_key;
-    dense_options.hello_key.assign(reinterpret_cast<const char*>(key.data()), key.size());
+    dense_options.hello_key = context_->curve()->hello_key;
     if (role.rank == 0) {
       log->info("the dense ring runs unencrypted TCP (cluster.security.encrypt_ring: false); its "
                 "handshakes prove the job token");

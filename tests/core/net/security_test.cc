@@ -261,10 +261,7 @@ TEST(PlainMesh, IntrudersOnAnEstablishedChannelDoNotBreakIt) { expect_intruders_
 
 // Plain TCP meshes whose handshakes prove the token (MeshSpec::hello_key), as the dense ring
 // runs with cluster.security.encrypt_ring off.
-std::string hello_key_of(const std::string& token) {
-  const auto key = CurveKeys::from_token(token).hello_key;
-  return std::string(reinterpret_cast<const char*>(key.data()), key.size());
-}
+CurveKey hello_key_of(const std::string& token) { return CurveKeys::from_token(token).hello_key; }
 
 TEST(ProvenMesh, RanksWithTheTokenConnectOverPlainTcp) {
   constexpr int kWorld = 3;
@@ -290,14 +287,14 @@ TEST(ProvenMesh, RanksWithTheTokenConnectOverPlainTcp) {
   });
 }
 
-void expect_proven_mesh_refuses(const std::string& intruder_key) {
+void expect_proven_mesh_refuses(const std::optional<CurveKey>& intruder_key) {
   LocalExchange exchange(2);
   std::string rank0_error;
   std::uint64_t refused_by_rank0 = 0;
   run_ranks(2, [&](int rank) {
     auto context = Context::create();
     auto spec = spec_for(rank, 2);
-    spec.hello_key = rank == 0 ? hello_key_of(kToken) : intruder_key;
+    spec.hello_key = rank == 0 ? std::optional(hello_key_of(kToken)) : intruder_key;
     MeshListener listener(context, spec);
     auto table = exchange.exchange(rank, listener.addresses());
     try {
@@ -314,7 +311,7 @@ void expect_proven_mesh_refuses(const std::string& intruder_key) {
 
 TEST(ProvenMesh, APeerWithAnotherTokenCannotJoin) { expect_proven_mesh_refuses(hello_key_of(kOtherToken)); }
 
-TEST(ProvenMesh, APeerWithoutProofsCannotJoin) { expect_proven_mesh_refuses(""); }
+TEST(ProvenMesh, APeerWithoutProofsCannotJoin) { expect_proven_mesh_refuses(std::nullopt); }
 
 TEST(SecuredRendezvous, OnlyProcessesWithTheTokenCanRegister) {
   auto server_context = context_with(kToken);
