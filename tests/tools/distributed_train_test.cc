@@ -99,6 +99,15 @@ struct Run {
 // Outer launchers (torchrun-style variables, mpirun) pass the job token in the environment.
 constexpr const char* kTokenEnv = "AIACC_JOB_TOKEN=distributed-train-test-token-0123456789";
 
+// The torchrun-style variables of a loopback job of `world` ranks (prefix each rank's command
+// with RANK=r and these), with this job's token unless `token` is false. `salt` gives each test
+// its own port, so tests that run back to back never meet a store still closing.
+std::string external_env(int world, int salt, bool token = true) {
+  const int port = 20000 + (::getpid() + salt) % 20000;
+  return fmt::format("{} WORLD_SIZE={} MASTER_ADDR=127.0.0.1 MASTER_PORT={}", token ? kTokenEnv : "",
+                     world, port);
+}
+
 Run train(const std::string& name, const std::string& yaml, const std::string& env = "",
           const std::string& launcher = "", const std::string& args = "") {
   const fs::path config = scratch() / (name + ".yaml");
@@ -377,8 +386,7 @@ TEST(DistributedTrain, WithoutASupervisorADeadShardStopsTheWorkersNamingIt) {
       "deadshard", 32,
       "  workers: 2\n  servers: 1\n  launcher: external\n  placement: [{match: 'wide.*', place: ps}]\n"
       "  ps: {timeout_s: 120, reconnect_grace_s: 2}\n");
-  const int port = 20000 + (::getpid() + 23) % 20000;
-  const std::string env = fmt::format("{} WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const std::string env = external_env(3, 23);
   const auto start = std::chrono::steady_clock::now();
   auto r = aiacc::testing::run_command(fmt::format(
       "(RANK=2 AIACC_TEST_KILL_AT=2:5 {env} {prog} {cfg} > {out}.2 2>&1 &); "
@@ -397,8 +405,7 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   // Two processes joined through torchrun-style variables, one with a different learning rate.
   const fs::path config = scratch() / "mismatch.yaml";
   std::ofstream(config) << mlp_job("mismatch", 32, "  workers: 2\n  launcher: external\n");
-  const int port = 20000 + (::getpid() + 7) % 20000;
-  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const std::string env = external_env(2, 7);
   auto r = aiacc::testing::run_command(fmt::format(
       "(RANK=1 {env} {prog} {cfg} --set optimizer.lr=0.07 > {out}.1 2>&1 &); "
       "RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
@@ -419,8 +426,7 @@ TEST(DistributedTrain, WithoutASupervisorAWorkerDeathEndsEveryProcessIncludingTh
       "orphanshard", 32,
       "  workers: 2\n  servers: 1\n  launcher: external\n  placement: [{match: 'wide.*', place: ps}]\n"
       "  ps: {timeout_s: 120, reconnect_grace_s: 2}\n");
-  const int port = 20000 + (::getpid() + 31) % 20000;
-  const std::string env = fmt::format("{} WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const std::string env = external_env(3, 31);
   const auto start = std::chrono::steady_clock::now();
   auto r = aiacc::testing::run_command(fmt::format(
       "(RANK=2 {env} {prog} {cfg} > {out}.2 2>&1; echo status $? >> {out}.2) & "
@@ -447,8 +453,8 @@ TEST(DistributedTrain, RanksOnDifferentInterfacesAgreeAndAnUnencryptedRingTrains
   // handshakes (cluster.security.encrypt_ring: false): the same bits either way.
   const fs::path config = scratch() / "interfaces.yaml";
   std::ofstream(config) << mlp_job("interfaces", 32, "  workers: 2\n  launcher: external\n  ring: {hierarchical: false}\n");
-  auto run = [&](const std::string& name, const std::string& args, int port) {
-    const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  auto run = [&](const std::string& name, const std::string& args, int salt) {
+    const std::string env = external_env(2, salt);
     return aiacc::testing::run_command(fmt::format(
         "(RANK=1 {env} {prog} {cfg} {args} --set cluster.ring.interface=127.0.0.2 > {out}.1 2>&1; "
         "echo status $? >> {out}.1) & "
@@ -459,7 +465,7 @@ TEST(DistributedTrain, RanksOnDifferentInterfacesAgreeAndAnUnencryptedRingTrains
   };
   for (const auto& [name, args] : {std::pair<std::string, std::string>{"interfaces", ""},
                                    {"interfaces_plain", "--set cluster.security.encrypt_ring=false"}}) {
-    auto r = run(name, args, 20000 + (::getpid() + 29 + static_cast<int>(name.size())) % 20000);
+    auto r = run(name, args, 29 + static_cast<int>(name.size()));
     EXPECT_THAT(r.output, ::testing::Not(HasSubstr("start-up check failed"))) << r.output;
     EXPECT_THAT(r.output, ::testing::Not(::testing::ContainsRegex("status [1-9]"))) << r.output;
     EXPECT_THAT(r.output, HasSubstr("done: 20 steps"));
@@ -475,8 +481,7 @@ TEST(DistributedTrain, WithoutASupervisorASurvivorFailsSoonNamingTheDeadPeer) {
   // must fail (not hang) well within cluster.ring.timeout_s, naming rank 1.
   const fs::path config = scratch() / "orphan.yaml";
   std::ofstream(config) << mlp_job("orphan", 32, "  workers: 2\n  launcher: external\n  ring: {timeout_s: 20}\n");
-  const int port = 20000 + (::getpid() + 13) % 20000;
-  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const std::string env = external_env(2, 13);
   const auto start = std::chrono::steady_clock::now();
   auto r = aiacc::testing::run_command(fmt::format(
       "(RANK=1 AIACC_TEST_KILL_AT=1:5 {env} {prog} {cfg} > {out}.1 2>&1 &); "
@@ -495,8 +500,7 @@ TEST(DistributedTrain, ASilentPeerGivesATimeoutNamingIt) {
   const fs::path config = scratch() / "frozen.yaml";
   // Not hierarchical: the TCP ring, whose connections a frozen process keeps open.
   std::ofstream(config) << mlp_job("frozen", 32, "  workers: 2\n  launcher: external\n  ring: {timeout_s: 4, hierarchical: false}\n");
-  const int port = 20000 + (::getpid() + 17) % 20000;
-  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", kTokenEnv, port);
+  const std::string env = external_env(2, 17);
   const auto start = std::chrono::steady_clock::now();
   auto r = aiacc::testing::run_command(fmt::format(
       "RANK=1 AIACC_TEST_KILL_AT=1:5:stop {env} {prog} {cfg} > {out}.1 2>&1 & frozen=$!; "
@@ -513,8 +517,7 @@ TEST(DistributedTrain, ASilentPeerGivesATimeoutNamingIt) {
 TEST(DistributedTrain, OnlyProcessesWithTheJobTokenAreAdmitted) {
   const fs::path config = scratch() / "tokens.yaml";
   std::ofstream(config) << mlp_job("tokens", 32, "  workers: 2\n  launcher: external\n  start_timeout_s: 4\n");
-  const int port = 20000 + (::getpid() + 19) % 20000;
-  const std::string env = fmt::format("WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", port);
+  const std::string env = external_env(2, 19, /*token=*/false);
   // No token under an outer launcher: a configuration error that says how to give one.
   auto none = aiacc::testing::run_command(
       fmt::format("RANK=0 {} {} {} 2>&1; echo status $?", env, g_program, config.string()));

@@ -12,24 +12,8 @@ set -euo pipefail
 netemu=$1
 program=$2
 
-skip() {
-  echo "SKIP: $*"
-  exit 77
-}
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-((EUID == 0)) || skip "needs root (network namespaces and qdiscs)"
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  skip "needs iproute2 (ip, tc)"
-fi
-probe="aiacc-probe-$$"
-if ! err=$(ip netns add "$probe" 2>&1); then
-  skip "cannot create a network namespace (no CAP_SYS_ADMIN?): $err"
-fi
-ip netns del "$probe"
+# shellcheck source=tests/tools/netemu_preconditions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/netemu_preconditions.sh"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

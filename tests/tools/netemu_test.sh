@@ -9,25 +9,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 tool=${1:-$here/../../tools/netemu/aiacc-netemu}
 subnet=10.231.77 # not the default, so the option is exercised
 
-skip() {
-  echo "SKIP: $*"
-  exit 77
-}
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-((EUID == 0)) || skip "needs root (network namespaces and qdiscs)"
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  skip "needs iproute2 (ip, tc)"
-fi
+# shellcheck source=tests/tools/netemu_preconditions.sh
+source "$here/netemu_preconditions.sh"
 [[ -x $tool ]] || fail "tool not found or not executable: $tool"
-probe="aiacc-probe-$$"
-if ! err=$(ip netns add "$probe" 2>&1); then
-  skip "cannot create a network namespace (no CAP_SYS_ADMIN?): $err"
-fi
-ip netns del "$probe"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
