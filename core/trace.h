@@ -9,8 +9,9 @@
 //
 // Cost: when recording is off, a Span or instant() is one relaxed atomic load (plus building
 // the name string, so guard names built with fmt::format by `if (trace::enabled())` on hot
-// paths). When on, each event takes a mutex and appends ~150 bytes to memory; nothing is
-// written until stop(). Timestamps come from std::chrono::steady_clock, whose origin on Linux
+// paths). When on, each event takes a mutex and appends ~100 bytes plus its name to memory
+// the recorder maps for itself (never malloc's heap, which training's tensors churn: see
+// EventLog in trace.cc); nothing is written until stop(). Timestamps come from std::chrono::steady_clock, whose origin on Linux
 // is the machine's boot, shared by every process on the host, so ranks on one machine line up
 // exactly in a merged file (ranks on different machines are each consistent, not aligned).
 #pragma once
