@@ -111,8 +111,8 @@ void LocalEmbeddingStore::init_row(std::int64_t id, float* row) const {
 }
 
 template <class Visit>
-void LocalEmbeddingStore::for_each_position(std::span<const std::int64_t> ids, std::size_t row_floats,
-                                            Visit&& visit) {
+void LocalEmbeddingStore::for_each_row(std::span<const std::int64_t> ids, std::size_t row_floats,
+                                       Visit&& visit) {
   const int num_parts = num_partitions();
   const std::size_t n = ids.size();
   // Counting sort of positions by partition; a partition sees its positions in request order.
@@ -130,19 +130,30 @@ void LocalEmbeddingStore::for_each_position(std::span<const std::int64_t> ids, s
       order[fill[static_cast<std::size_t>(embedding::detail::partition_of_hash(hashes[i], num_parts))]++] = i;
     }
   }
+  std::vector<float*> rows(n);
   auto run = [&](int p) {
-    if (start[p] == start[p + 1]) return;
+    const std::size_t begin = start[p], end = start[p + 1];
+    if (begin == end) return;
     Partition& part = *partitions_[static_cast<std::size_t>(p)];
     std::lock_guard lock(part.mutex);
-    const std::size_t end = start[p + 1];
-    for (std::size_t k = start[p]; k < end; ++k) {
+    // First every position's row (created when missing), probes prefetched ahead; rows never
+    // move once allocated (the arena only adds blocks), so the pointers stay valid.
+    for (std::size_t k = begin; k < end; ++k) {
       if (k + kPrefetchDistance < end) part.table.prefetch(hashes[order[k + kPrefetchDistance]]);
-      if (k + kRowPrefetchDistance < end) {
-        const std::size_t ahead = order[k + kRowPrefetchDistance];
-        part.table.prefetch_row(ids[ahead], hashes[ahead], row_floats);
-      }
       const std::size_t i = order[k];
-      visit(part.table, i, hashes[i]);
+      bool created = false;
+      float* row = part.table.find_or_insert(ids[i], hashes[i], created);
+      if (created) init_row(ids[i], row);
+      rows[k] = row;
+    }
+    // Then the visits, each row prefetched a few ahead: its address is known now, where a
+    // single pass had to probe the table a second time to find it.
+    for (std::size_t k = begin; k < end; ++k) {
+      if (k + kRowPrefetchDistance < end) {
+        const float* ahead = rows[k + kRowPrefetchDistance];
+        for (std::size_t f = 0; f < row_floats; f += 16) __builtin_prefetch(ahead + f, 1);
+      }
+      visit(order[k], rows[k]);
     }
   };
   const bool parallel = num_parts > 1 && static_cast<std::int64_t>(n) * (dim_ + state_floats_) >=
@@ -170,11 +181,7 @@ void LocalEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
   if (ids.empty()) return;
   AIACC_CHECK(rows != nullptr, "embedding table {}: pull into a null buffer", spec_.name);
   const std::size_t row_bytes = static_cast<std::size_t>(dim_) * sizeof(float);
-  for_each_position(ids, static_cast<std::size_t>(dim_),
-                    [&](embedding::detail::RowTable& table, std::size_t i, std::uint64_t hash) {
-    bool created = false;
-    float* row = table.find_or_insert(ids[i], hash, created);
-    if (created) init_row(ids[i], row);
+  for_each_row(ids, static_cast<std::size_t>(dim_), [&](std::size_t i, const float* row) {
     std::memcpy(rows + i * static_cast<std::size_t>(dim_), row, row_bytes);
   });
 }
@@ -182,11 +189,7 @@ void LocalEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
 void LocalEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
   if (ids.empty()) return;
   AIACC_CHECK(grads != nullptr, "embedding table {}: push of a null gradient", spec_.name);
-  for_each_position(ids, static_cast<std::size_t>(dim_ + state_floats_),
-                    [&](embedding::detail::RowTable& table, std::size_t i, std::uint64_t hash) {
-    bool created = false;
-    float* row = table.find_or_insert(ids[i], hash, created);
-    if (created) init_row(ids[i], row);
+  for_each_row(ids, static_cast<std::size_t>(dim_ + state_floats_), [&](std::size_t i, float* row) {
     optimizer_.update_row(row, row + dim_, grads + i * static_cast<std::size_t>(dim_), dim_, lr);
   });
 }

@@ -98,11 +98,12 @@ class LocalEmbeddingStore final : public EmbeddingStore {
     embedding::detail::RowTable table;
   };
 
-  // Groups request positions by partition and runs visit(table, position, hash) for each, one
-  // partition per task, positions of a partition in request order (hence deterministic).
+  // Groups request positions by partition and runs visit(position, row) for each with the row
+  // of ids[position] (created when missing), one partition per task, positions of a partition
+  // in request order (hence deterministic). `row_floats`: how much of each row the visit
+  // touches (prefetched ahead).
   template <class Visit>
-  // `row_floats`: how much of each row the visit touches (prefetched ahead).
-  void for_each_position(std::span<const std::int64_t> ids, std::size_t row_floats, Visit&& visit);
+  void for_each_row(std::span<const std::int64_t> ids, std::size_t row_floats, Visit&& visit);
   void init_row(std::int64_t id, float* row) const;
   embedding::detail::RowTable make_table() const;
 

@@ -5,16 +5,20 @@
 // each is registered for 1 thread and for all cores.
 //   row_bytes: bytes of rows moved per second (forward: P rows read + N written; backward:
 //              P gradient rows read + U written), unique: mean unique rows per field.
-//   aiacc-bench-kernels --benchmark_filter='EmbeddingBag|Dedup'
+// Then the embedding store's per-row path (LocalEmbeddingStore pull and push with adagrad) on
+// the request sizes a worker's replicated table or a parameter-server shard sees.
+//   aiacc-bench-kernels --benchmark_filter='EmbeddingBag|Dedup|Store'
 #include <benchmark/benchmark.h>
 
 #include "tools/bench/bench_threads.h"
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "core/embedding/local_embedding_store.h"
 #include "core/kernels/dedup.h"
 #include "core/kernels/embedding_bag.h"
 #include "core/util/random.h"
@@ -142,5 +146,69 @@ void BM_Dedup(benchmark::State& state) {
 BENCHMARK(BM_Dedup)->ArgNames({"N", "ids", "F", "D", "threads"})->Apply([](auto* b) {
   add_thread_counts(b, {{512, 1, 26, 0}, {512, 20, 26, 0}, {8192, 20, 26, 0}}, benchmark::kMicrosecond);
 });
+
+// A table of R rows (all created up front) and requests of U distinct ids drawn from it.
+// Args: rows R, ids per request U, dim D.
+struct StoreFixture {
+  aiacc::LocalEmbeddingStore store;
+  std::vector<std::vector<std::int64_t>> requests;
+  std::vector<float> rows;
+
+  static aiacc::optim::OptimizerOptions adagrad() {
+    aiacc::optim::OptimizerOptions o;
+    o.type = "adagrad";
+    o.lr = 0.05;
+    return o;
+  }
+  explicit StoreFixture(const benchmark::State& state)
+      : store({"bench", state.range(2), 0.05, 1}, adagrad()) {
+    const std::int64_t table_rows = state.range(0), unique = state.range(1), dim = state.range(2);
+    std::vector<std::int64_t> all(static_cast<std::size_t>(table_rows));
+    for (std::int64_t i = 0; i < table_rows; ++i) all[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(aiacc::mix64(static_cast<std::uint64_t>(i)) >> 1);
+    rows.resize(static_cast<std::size_t>(std::max(table_rows, unique) * dim), 0.01f);
+    store.pull(all, rows.data());
+    aiacc::Rng rng(7, 0);
+    for (int r = 0; r < 16; ++r) {
+      // A partial Fisher-Yates shuffle: U distinct ids of the table.
+      for (std::int64_t i = 0; i < unique; ++i) {
+        const auto j = i + static_cast<std::int64_t>(rng.uniform(0.0, 1.0) * static_cast<double>(table_rows - i));
+        std::swap(all[static_cast<std::size_t>(i)], all[static_cast<std::size_t>(std::min(j, table_rows - 1))]);
+      }
+      requests.emplace_back(all.begin(), all.begin() + unique);
+    }
+  }
+};
+
+void BM_StorePull(benchmark::State& state) {
+  omp_set_num_threads(1);
+  StoreFixture f(state);
+  std::size_t r = 0;
+  for (auto _ : state) {
+    f.store.pull(f.requests[r++ % f.requests.size()], f.rows.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["rows"] = benchmark::Counter(static_cast<double>(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
+}
+void BM_StorePush(benchmark::State& state) {
+  omp_set_num_threads(1);
+  StoreFixture f(state);
+  std::size_t r = 0;
+  for (auto _ : state) {
+    f.store.push(f.requests[r++ % f.requests.size()], f.rows.data(), 0.05);
+    benchmark::ClobberMemory();
+  }
+  state.counters["rows"] = benchmark::Counter(static_cast<double>(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
+}
+// The flights tables (3387 rows, ~800 touched a step at batch 1024, dims 1 and 16) and a shard's
+// large requests of small rows.
+const auto store_shapes = [](auto* b) {
+  b->ArgNames({"R", "U", "D"})->Unit(benchmark::kMicrosecond);
+  for (const auto& [r, u, d] : std::vector<std::array<std::int64_t, 3>>{
+           {3387, 800, 1}, {3387, 800, 16}, {200000, 50000, 8}, {200000, 50000, 16}}) {
+    b->Args({r, u, d});
+  }
+};
+BENCHMARK(BM_StorePull)->Apply(store_shapes);
+BENCHMARK(BM_StorePush)->Apply(store_shapes);
 
 }  // namespace

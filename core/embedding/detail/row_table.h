@@ -47,14 +47,6 @@ class RowTable {
   // Hints the cache to load the first slot `hash` probes (the store runs this a few positions
   // ahead: a large table's lookups are otherwise one cache miss after another).
   void prefetch(std::uint64_t hash) const { __builtin_prefetch(&slots_[home_slot(hash)]); }
-  // Hints the cache to load the first `floats` floats of the row of `id`, when present (run
-  // after prefetch(hash) had time to bring the slot in: rows sit at random arena addresses, so
-  // an update of a large table otherwise waits on memory for every row).
-  void prefetch_row(std::int64_t id, std::uint64_t hash, std::size_t floats) const {
-    if (const float* row = find(id, hash)) {
-      for (std::size_t f = 0; f < floats; f += 16) __builtin_prefetch(row + f, 1);
-    }
-  }
 
   // Grows the slot table (and arena) so that `rows` rows fit without another rehash.
   void reserve(std::int64_t rows);
