@@ -144,7 +144,7 @@ void BM_Dedup(benchmark::State& state) {
   state.counters["unique"] = mean_unique(fields);
 }
 BENCHMARK(BM_Dedup)->ArgNames({"N", "ids", "F", "D", "threads"})->Apply([](auto* b) {
-  add_thread_counts(b, {{512, 1, 26, 0}, {512, 20, 26, 0}, {8192, 20, 26, 0}}, benchmark::kMicrosecond);
+  add_thread_counts(b, {{512, 1, 26, 0}, {512, 20, 26, 0}, {8192, 20, 26, 0}, {131072, 1, 1, 0}}, benchmark::kMicrosecond);
 });
 
 // A table of R rows (all created up front) and requests of U distinct ids drawn from it.
