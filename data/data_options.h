@@ -48,8 +48,9 @@ struct DataOptions {
     v.field("shuffle", shuffle, "reshuffle the training set every epoch (from the seed and epoch)");
     v.field("drop_last", drop_last, "training skips the incomplete last batch so every worker "
             "runs the same number of steps");
-    v.field("prefetch_batches", prefetch_batches, "batches read ahead in the background per loader",
-            config::in_range<std::int64_t>(1, 1024));
+    v.field("prefetch_batches", prefetch_batches, "batches read ahead in the background per loader "
+            "(0: no background thread, each batch is read by the training thread when it needs it)",
+            config::in_range<std::int64_t>(0, 1024));
     v.field("timeout_s", timeout_s, "seconds to wait for a batch before failing (stalled storage)",
             config::greater_than(0.0));
     v.field("train", train, "the training split's dataset");

@@ -31,7 +31,7 @@ ShardOptions shard_options(const Dataset& dataset, const LoaderOptions& options,
 
 Loader::Loader(Dataset& dataset, const LoaderOptions& options, int rank, int world_size)
     : dataset_(dataset), options_(options), sampler_(shard_options(dataset, options, rank, world_size)) {
-  AIACC_CHECK_GE(options.prefetch_batches, 1);
+  AIACC_CHECK_GE(options.prefetch_batches, 0);
   AIACC_CHECK_GT(options.timeout_s, 0.0);
   if (options.augment.enabled()) {
     const Shape example = dataset.spec().example_shape;
@@ -73,26 +73,35 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
     started_ = true;
     position_ = {epoch, first_batch};
   }
+  if (options_.prefetch_batches == 0) {
+    epoch_indices_ = sampler_.epoch_indices(epoch);
+    return;
+  }
   producer_ = std::thread([this, epoch, first_batch] { produce(epoch, first_batch); });
+}
+
+Batch Loader::read_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch, std::int64_t b) {
+  const auto count = static_cast<std::int64_t>(indices.size());
+  const std::int64_t begin = b * options_.batch_size;
+  const std::int64_t end = std::min(begin + options_.batch_size, count);
+  std::span<const std::int64_t> ids(indices.data() + begin, static_cast<std::size_t>(end - begin));
+  Batch batch;
+  dataset_.read(ids, batch);
+  AIACC_CHECK_EQ(batch.size(), end - begin, "examples returned by Dataset::read");
+  augment_batch(batch.inputs, ids, options_.augment, options_.seed, epoch);
+  return batch;
 }
 
 void Loader::produce(std::int64_t epoch, std::int64_t first_batch) {
   try {
     const std::vector<std::int64_t> indices = sampler_.epoch_indices(epoch);
-    const auto count = static_cast<std::int64_t>(indices.size());
     for (std::int64_t b = first_batch; b < batches_per_epoch(); ++b) {
       {
         std::lock_guard lock(mutex_);
         if (stop_) return;
       }
-      const std::int64_t begin = b * options_.batch_size;
-      const std::int64_t end = std::min(begin + options_.batch_size, count);
-      std::span<const std::int64_t> ids(indices.data() + begin, static_cast<std::size_t>(end - begin));
       // Read outside the lock so the consumer keeps taking batches meanwhile.
-      Batch batch;
-      dataset_.read(ids, batch);
-      AIACC_CHECK_EQ(batch.size(), end - begin, "examples returned by Dataset::read");
-      augment_batch(batch.inputs, ids, options_.augment, options_.seed, epoch);
+      Batch batch = read_batch(indices, epoch, b);
 
       std::unique_lock lock(mutex_);
       not_full_.wait(lock, [&] {
@@ -117,6 +126,23 @@ void Loader::produce(std::int64_t epoch, std::int64_t first_batch) {
 std::optional<Batch> Loader::next() {
   std::unique_lock lock(mutex_);
   AIACC_CHECK(started_, "Loader::next() called before start_epoch()");
+  if (options_.prefetch_batches == 0) {
+    // On this thread. position_ stays under the lock for position(); the read runs outside it.
+    if (error_) std::rethrow_exception(error_);
+    const LoaderPosition at = position_;
+    if (at.batch >= batches_per_epoch()) return std::nullopt;
+    lock.unlock();
+    try {
+      Batch batch = read_batch(epoch_indices_, at.epoch, at.batch);
+      lock.lock();
+      ++position_.batch;
+      return batch;
+    } catch (...) {
+      if (!lock.owns_lock()) lock.lock();
+      error_ = std::current_exception();
+      throw;
+    }
+  }
   const auto timeout = std::chrono::duration<double>(options_.timeout_s);
   if (!not_empty_.wait_for(lock, timeout, [&] { return !queue_.empty() || done_; })) {
     throw TimeoutError(fmt::format("data loader: no batch within {} s (epoch {}, batch {}); is the "

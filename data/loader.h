@@ -22,10 +22,14 @@ struct LoaderOptions {
   std::int64_t batch_size = 64;       // examples per batch on this rank
   bool shuffle = true;                // a new order every epoch (from seed and epoch)
   bool drop_last = true;              // equal full batches on every rank (see ShardSampler)
-  std::int64_t prefetch_batches = 4;  // queue depth: batches read ahead of the consumer
+  // Queue depth: batches read ahead of the consumer by a background thread. 0: no thread;
+  // next() reads each batch on the calling thread (when a worker has one core, reading there
+  // costs the same CPU and happens at the same point of every step, where a background thread
+  // preempts the step at random moments).
+  std::int64_t prefetch_batches = 4;
   std::uint64_t seed = 0;             // shuffling and augmentation; the same on every rank
   AugmentOptions augment;             // image batches only; leave off for evaluation
-  double timeout_s = 600;             // next() gives up (TimeoutError) after this long
+  double timeout_s = 600;             // next() gives up (TimeoutError) after this long (background reading)
 };
 
 // Where the consumer stands: the next batch next() returns is `batch` of `epoch`. A checkpoint
@@ -39,7 +43,7 @@ struct LoaderPosition {
 class Loader {
  public:
   // `dataset` must outlive the loader. Nothing is read until start_epoch(). Throws
-  // InternalError for bad options (batch_size, prefetch_batches or timeout_s not positive, rank
+  // InternalError for bad options (batch_size or timeout_s not positive, prefetch_batches negative, rank
   // outside [0, world_size)) and ConfigError when augmentation is asked for non-image data.
   Loader(Dataset& dataset, const LoaderOptions& options, int rank, int world_size);
 
@@ -56,7 +60,7 @@ class Loader {
   void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
 
   // The next batch of the current epoch, or nullopt once the epoch is exhausted. Blocks until
-  // the background thread has one. An exception thrown while reading (a DataError, ...) is
+  // the background thread has one (with prefetch_batches 0: reads it now). An exception thrown while reading (a DataError, ...) is
   // rethrown here, after the batches read before it, and again on every later call until
   // start_epoch(). Throws TimeoutError when no batch arrives within timeout_s, InternalError
   // before the first start_epoch(). Call from one thread.
@@ -70,6 +74,8 @@ class Loader {
 
  private:
   void produce(std::int64_t epoch, std::int64_t first_batch);
+  // Batch `b` of an epoch whose example order is `indices`, read and augmented.
+  Batch read_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch, std::int64_t b);
   void stop_producer() noexcept;
 
   Dataset& dataset_;
@@ -86,6 +92,7 @@ class Loader {
   bool started_ = false;
   LoaderPosition position_;
   std::thread producer_;
+  std::vector<std::int64_t> epoch_indices_;  // prefetch_batches == 0: the current epoch's order
 };
 
 }  // namespace aiacc::data

@@ -195,6 +195,45 @@ TEST(Loader, DatasetExceptionSurfacesFromNextAfterEarlierBatches) {
   EXPECT_EQ(drain(loader).size(), 5u);
 }
 
+// prefetch_batches 0: no background thread, the same batches in the same order, each read by
+// next() itself (the dataset sees no read before the call), the same resume and error rules.
+TEST(Loader, WithoutPrefetchNextReadsTheSameBatchesOnItsOwnThread) {
+  IndexDataset dataset(30);
+  Loader background(dataset, options(4, true), 1, 2);
+  background.start_epoch(5);
+  const auto expected = drain(background);
+
+  auto inline_options = options(4, true);
+  inline_options.prefetch_batches = 0;
+  Loader loader(dataset, inline_options, 1, 2);
+  dataset.reads = 0;
+  loader.start_epoch(5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(dataset.reads.load(), 0) << "nothing is read ahead";
+  ASSERT_TRUE(loader.next().has_value());
+  EXPECT_EQ(dataset.reads.load(), 1);
+  EXPECT_EQ(loader.position().batch, 1);
+  loader.start_epoch(5, 0);
+  EXPECT_EQ(drain(loader), expected);
+  EXPECT_FALSE(loader.next().has_value());
+  loader.start_epoch(5, 2);
+  EXPECT_EQ(drain(loader), std::vector<std::vector<std::int64_t>>(expected.begin() + 2, expected.end()));
+
+  IndexDataset broken(10);
+  broken.fail_at = 5;
+  auto in_order = options(2, false, /*shuffle=*/false);
+  in_order.prefetch_batches = 0;
+  Loader failing(broken, in_order, 0, 1);
+  failing.start_epoch(0);
+  ASSERT_TRUE(failing.next().has_value());
+  ASSERT_TRUE(failing.next().has_value());
+  EXPECT_THROW(failing.next(), DataError);
+  EXPECT_THROW(failing.next(), DataError) << "the error stays until start_epoch()";
+  broken.fail_at = -1;
+  failing.start_epoch(1);
+  EXPECT_EQ(drain(failing).size(), 5u);
+}
+
 TEST(Loader, PrefetchIsBounded) {
   IndexDataset dataset(100);
   Loader loader(dataset, options(1, true), 0, 1);
@@ -252,9 +291,9 @@ TEST(Loader, MisuseIsReported) {
   Loader loader(dataset, options(2, true), 0, 1);
   EXPECT_THROW(loader.next(), InternalError);
   EXPECT_THROW(Loader(dataset, options(2, true), 2, 2), InternalError);
-  auto no_queue = options(2, true);
-  no_queue.prefetch_batches = 0;
-  EXPECT_THROW(Loader(dataset, no_queue, 0, 1), InternalError);
+  auto negative_queue = options(2, true);
+  negative_queue.prefetch_batches = -1;
+  EXPECT_THROW(Loader(dataset, negative_queue, 0, 1), InternalError);
 
   class Flat : public IndexDataset {
    public:
