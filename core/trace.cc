@@ -84,13 +84,28 @@ class MappedBlock {
 // page faults a step, and tracing made training 1.6x slower than not tracing.
 class EventLog {
  public:
+  EventLog() = default;
+  // A moved-from log is empty (counters included), ready to record again.
+  EventLog(EventLog&& other) noexcept { take(other); }
+  EventLog& operator=(EventLog&& other) noexcept {
+    if (this != &other) take(other);
+    return *this;
+  }
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
   std::size_t size() const { return size_; }
 
+  // Strong guarantee: when mapping memory fails (std::bad_alloc) nothing was recorded and the
+  // log stays consistent (the name is copied before any block for the event is added).
   void append(const Event& event) {
-    if (size_ % kEventsPerBlock == 0) event_blocks_.emplace_back(kEventsPerBlock * sizeof(Event));
+    const std::string_view name = keep(event.name);
+    if (size_ == event_blocks_.size() * kEventsPerBlock) {
+      event_blocks_.emplace_back(kEventsPerBlock * sizeof(Event));
+    }
     Event* slot = reinterpret_cast<Event*>(event_blocks_.back().data()) + size_ % kEventsPerBlock;
     new (slot) Event(event);
-    slot->name = keep(event.name);
+    slot->name = name;
     ++size_;
   }
 
@@ -98,7 +113,8 @@ class EventLog {
   template <class Fn>
   void for_each(Fn&& fn) const {
     for (std::size_t i = 0; i < size_; ++i) {
-      fn(reinterpret_cast<const Event*>(event_blocks_[i / kEventsPerBlock].data())[i % kEventsPerBlock]);
+      const auto* block = reinterpret_cast<const Event*>(event_blocks_[i / kEventsPerBlock].data());
+      fn(block[i % kEventsPerBlock]);
     }
   }
 
@@ -119,6 +135,15 @@ class EventLog {
     return {at, text.size()};
   }
 
+  void take(EventLog& other) noexcept {
+    event_blocks_ = std::move(other.event_blocks_);
+    text_blocks_ = std::move(other.text_blocks_);
+    size_ = std::exchange(other.size_, 0);
+    text_used_ = std::exchange(other.text_used_, 0);
+    other.event_blocks_.clear();
+    other.text_blocks_.clear();
+  }
+
   std::vector<MappedBlock> event_blocks_;
   std::vector<MappedBlock> text_blocks_;
   std::size_t size_ = 0;
@@ -133,6 +158,7 @@ struct Recorder {
   std::string process_name;
   std::size_t max_events = 0;
   bool truncated = false;
+  std::size_t dropped = 0;  // events lost because memory could not be mapped
   EventLog events;
   std::map<int, std::string> thread_names;  // by tid; kept across start/stop
 };
@@ -157,13 +183,18 @@ void record(Event event) {
     // Checked again under the lock: stop() may have run since the caller looked.
     if (!detail::recording.load(std::memory_order_relaxed)) return;
     if (r.events.size() < r.max_events) {
-      r.events.append(event);
+      try {
+        r.events.append(event);
+      } catch (const std::bad_alloc&) {
+        ++r.dropped;  // said at stop(): in the file and the log
+      }
       return;
     }
     if (r.truncated) return;
     r.truncated = true;
     cap = r.max_events;
-    const std::string note = fmt::format("trace truncated: later events dropped (limit {} events)", cap);
+    const std::string note =
+        fmt::format("trace truncated: later events dropped (limit {} events)", cap);
     event.phase = 'i';
     event.category = "trace";
     event.name = note;
@@ -383,6 +414,7 @@ void start(const std::string& path, int pid, const std::string& process_name,
   r.process_name = process_name;
   r.max_events = max_events;
   r.truncated = false;
+  r.dropped = 0;
   r.events = EventLog();
   detail::recording.store(true, std::memory_order_relaxed);
 }
@@ -392,6 +424,7 @@ void stop() {
   std::string path, process_name;
   int pid = 0;
   EventLog events;
+  std::size_t dropped = 0;
   std::map<int, std::string> thread_names;
   {
     std::lock_guard lock(r.mutex);
@@ -400,7 +433,8 @@ void stop() {
     path = std::move(r.path);
     process_name = std::move(r.process_name);
     pid = r.pid;
-    std::swap(events, r.events);
+    events = std::exchange(r.events, EventLog());
+    dropped = std::exchange(r.dropped, 0);
     thread_names = r.thread_names;
   }
   std::vector<std::string> lines;
@@ -419,6 +453,19 @@ void stop() {
     append_event(line, event, pid);
     lines.push_back(std::move(line));
   });
+  if (dropped > 0) {
+    // At the time of the last event kept, on the track of the thread that stops the trace.
+    const std::string note =
+        fmt::format("trace incomplete: {} events dropped (out of memory)", dropped);
+    Event marker{'i', "trace", note, 0, 0, thread_id(), {}};
+    events.for_each([&](const Event& event) {
+      marker.start_ns = std::max(marker.start_ns, event.start_ns);
+    });
+    std::string line;
+    append_event(line, marker, pid);
+    lines.push_back(std::move(line));
+    log::get("trace")->warn("{} trace events could not be recorded: memory ran out", dropped);
+  }
   io::write_file_atomically(path, render(lines));
   log::get("trace")->info("wrote {} trace events to {}", events.size(), path);
 }

@@ -9,11 +9,12 @@
 //
 // Cost: when recording is off, a Span or instant() is one relaxed atomic load (plus building
 // the name string, so guard names built with fmt::format by `if (trace::enabled())` on hot
-// paths). When on, each event takes a mutex and appends ~100 bytes plus its name to memory
-// the recorder maps for itself (never malloc's heap, which training's tensors churn: see
-// EventLog in trace.cc); nothing is written until stop(). Timestamps come from std::chrono::steady_clock, whose origin on Linux
-// is the machine's boot, shared by every process on the host, so ranks on one machine line up
-// exactly in a merged file (ranks on different machines are each consistent, not aligned).
+// paths). When on, each event takes a mutex and appends 128 bytes plus its name to memory
+// the recorder maps for itself, not to malloc's heap, which training's tensors churn (see
+// EventLog in trace.cc); nothing is written until stop(). Timestamps come from
+// std::chrono::steady_clock, whose origin on Linux is the machine's boot, shared by every
+// process on the host, so ranks on one machine line up exactly in a merged file (ranks on
+// different machines are each consistent, not aligned).
 #pragma once
 
 #include <atomic>
@@ -28,7 +29,8 @@
 namespace aiacc::trace {
 
 // Recorded events beyond this are dropped (one "trace truncated" instant event marks the spot):
-// about 150 MB of memory at the cap, hours of training at tens of events per step.
+// about 160 MB of memory at the cap (128 bytes and a name per event), hours of training at tens
+// of events per step.
 inline constexpr std::size_t kDefaultMaxEvents = 1'000'000;
 // Numeric arguments per event (e.g. bytes, bucket index); further ones are ignored.
 inline constexpr std::size_t kMaxArgs = 4;

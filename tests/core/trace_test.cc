@@ -6,9 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -238,7 +241,52 @@ TEST(Trace, RecordedEventsStayOffTheHeap) {
   json trace = load(dir / "heap.json");
   EXPECT_EQ(count_phase(trace, "X"), 20'000);
   find_event(trace, "a name longer than the small-string buffer 19999");
-  EXPECT_EQ(find_event(trace, long_name, "i").at("name").get<std::string>().size(), long_name.size());
+  EXPECT_EQ(find_event(trace, long_name, "i").at("name").get<std::string>().size(),
+            long_name.size());
+}
+
+// The bytes of address space this process has mapped (VmSize).
+std::size_t mapped_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Child process of the test below: records with the address space limited, then exits 0 when
+// the file holds the events that fit and one note counting the others.
+[[noreturn]] void record_while_memory_runs_out(const std::filesystem::path& path) {
+  start(path.string(), 0, "worker 0");
+  { Span first("compute", "first"); }  // maps the first event and name blocks
+  rlimit limit{};
+  getrlimit(RLIMIT_AS, &limit);
+  const rlim_t unlimited = limit.rlim_cur;
+  limit.rlim_cur = mapped_bytes() + (256u << 10);  // less than one more 1 MiB block
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(3);
+  // The first block holds 8192 events; the last 10000 - 8191 find no block.
+  for (int i = 0; i < 10'000; ++i) Span span("compute", "s");
+  limit.rlim_cur = unlimited;
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(4);
+  stop();
+  const json trace = load(path);
+  int complete = 0;
+  int notes = 0;
+  for (const json& event : trace.at("traceEvents")) {
+    complete += event.at("ph") == "X" ? 1 : 0;
+    notes += event.at("name") == "trace incomplete: 1809 events dropped (out of memory)" ? 1 : 0;
+  }
+  std::_Exit(complete == 8192 && notes == 1 ? 0 : 1);
+}
+
+// When memory for events cannot be mapped (here: an address-space limit), the events already
+// recorded are kept, the rest are dropped without disturbing the caller, and stop() writes a
+// valid file that says how many were lost.
+TEST(Trace, EventsThatFindNoMemoryAreCountedAndTheRestWritten) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "an address-space limit and ASan's shadow memory do not mix";
+#endif
+  TempDir dir;
+  EXPECT_EXIT(record_while_memory_runs_out(dir / "oom.json"), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(Trace, MergeKeepsEveryRank) {
