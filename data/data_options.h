@@ -51,7 +51,8 @@ struct DataOptions {
     v.field("prefetch_batches", prefetch_batches, "batches read ahead in the background per loader "
             "(0: no background thread, each batch is read by the training thread when it needs it)",
             config::in_range<std::int64_t>(0, 1024));
-    v.field("timeout_s", timeout_s, "seconds to wait for a batch before failing (stalled storage)",
+    v.field("timeout_s", timeout_s, "seconds to wait for the background reader's next batch before "
+            "failing (stalled storage; not applied with prefetch_batches 0)",
             config::greater_than(0.0));
     v.field("train", train, "the training split's dataset");
     v.field("test", test, "the evaluation split's dataset");

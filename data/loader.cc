@@ -1,6 +1,7 @@
-// Loader: one producer thread per epoch feeding a bounded queue. Restarting the thread at each
-// start_epoch() (instead of re-targeting a long-lived one) keeps the state machine small: an
-// epoch's thread only ever sees its own epoch, and stopping it is a flag plus a join.
+// Loader: one producer thread per epoch feeding a bounded queue (or, with prefetch_batches 0,
+// none: next() reads). Restarting the thread at each start_epoch() (instead of re-targeting a
+// long-lived one) keeps the state machine small: an epoch's thread only ever sees its own epoch,
+// and stopping it is a flag plus a join.
 #include "data/loader.h"
 
 #include <fmt/format.h>
@@ -63,6 +64,10 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   AIACC_CHECK_GE(epoch, 0);
   AIACC_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(), "first batch {} of {}",
               first_batch, batches_per_epoch());
+  // Without a producer thread the epoch's order is computed here, before any state changes, so
+  // a failure leaves the loader as it was.
+  std::vector<std::int64_t> indices;
+  if (options_.prefetch_batches == 0) indices = sampler_.epoch_indices(epoch);
   stop_producer();
   {
     std::lock_guard lock(mutex_);
@@ -74,13 +79,14 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
     position_ = {epoch, first_batch};
   }
   if (options_.prefetch_batches == 0) {
-    epoch_indices_ = sampler_.epoch_indices(epoch);
+    epoch_indices_ = std::move(indices);
     return;
   }
   producer_ = std::thread([this, epoch, first_batch] { produce(epoch, first_batch); });
 }
 
-Batch Loader::read_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch, std::int64_t b) {
+Batch Loader::read_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch,
+                         std::int64_t b) {
   const auto count = static_cast<std::int64_t>(indices.size());
   const std::int64_t begin = b * options_.batch_size;
   const std::int64_t end = std::min(begin + options_.batch_size, count);

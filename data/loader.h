@@ -1,6 +1,7 @@
 // The prefetching data loader: a background thread reads this rank's batches of an epoch from a
 // Dataset (shuffled and sharded by ShardSampler, augmented when asked) into a bounded queue;
-// the training loop takes them with next().
+// the training loop takes them with next(). With prefetch_batches 0 there is no thread and
+// next() reads each batch itself.
 #pragma once
 
 #include <condition_variable>
@@ -29,7 +30,7 @@ struct LoaderOptions {
   std::int64_t prefetch_batches = 4;
   std::uint64_t seed = 0;             // shuffling and augmentation; the same on every rank
   AugmentOptions augment;             // image batches only; leave off for evaluation
-  double timeout_s = 600;             // next() gives up (TimeoutError) after this long (background reading)
+  double timeout_s = 600;             // next() gives up (TimeoutError) after this long (background)
 };
 
 // Where the consumer stands: the next batch next() returns is `batch` of `epoch`. A checkpoint
@@ -43,8 +44,9 @@ struct LoaderPosition {
 class Loader {
  public:
   // `dataset` must outlive the loader. Nothing is read until start_epoch(). Throws
-  // InternalError for bad options (batch_size or timeout_s not positive, prefetch_batches negative, rank
-  // outside [0, world_size)) and ConfigError when augmentation is asked for non-image data.
+  // InternalError for bad options (batch_size or timeout_s not positive, prefetch_batches
+  // negative, rank outside [0, world_size)) and ConfigError when augmentation is asked for
+  // non-image data.
   Loader(Dataset& dataset, const LoaderOptions& options, int rank, int world_size);
 
   // Stops the background thread and joins it. Never throws; waits at most for the one
@@ -56,14 +58,17 @@ class Loader {
 
   // Begins reading `epoch` from batch `first_batch` (0: the start; up to batches_per_epoch()),
   // abandoning whatever remains of the previous epoch. Returns at once; reading happens in the
-  // background. Throws InternalError for a negative epoch or first_batch out of range.
+  // background (with prefetch_batches 0: in next()). Throws InternalError for a negative epoch
+  // or first_batch out of range.
   void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
 
   // The next batch of the current epoch, or nullopt once the epoch is exhausted. Blocks until
-  // the background thread has one (with prefetch_batches 0: reads it now). An exception thrown while reading (a DataError, ...) is
-  // rethrown here, after the batches read before it, and again on every later call until
-  // start_epoch(). Throws TimeoutError when no batch arrives within timeout_s, InternalError
-  // before the first start_epoch(). Call from one thread.
+  // the background thread has one (with prefetch_batches 0: reads it now). An exception thrown
+  // while reading (a DataError, ...) is rethrown here, after the batches read before it, and
+  // again on every later call until start_epoch(). Throws TimeoutError when no batch arrives
+  // within timeout_s (background reading only: with prefetch_batches 0 the read runs on this
+  // thread and is not timed; every dataset here reads from memory), InternalError before the
+  // first start_epoch(). Call from one thread.
   std::optional<Batch> next();
 
   // Batches next() yields per epoch on this rank (equal on every rank with drop_last).

@@ -234,6 +234,28 @@ TEST(Loader, WithoutPrefetchNextReadsTheSameBatchesOnItsOwnThread) {
   EXPECT_EQ(drain(failing).size(), 5u);
 }
 
+// With prefetch_batches 0 the read runs outside the loader's lock: position() answers from
+// another thread while next() waits on a stalled read, and moves on once the read returns.
+TEST(Loader, WithoutPrefetchPositionAnswersWhileNextReads) {
+  IndexDataset dataset(20);
+  auto inline_options = options(2, true);
+  inline_options.prefetch_batches = 0;
+  Loader loader(dataset, inline_options, 0, 1);
+  loader.start_epoch(0);
+  {
+    std::lock_guard lock(dataset.gate_mutex);
+    dataset.gate_open = false;
+  }
+  std::thread reader([&] { EXPECT_TRUE(loader.next().has_value()); });
+  while (dataset.reads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto asked = std::chrono::steady_clock::now();
+  EXPECT_EQ(loader.position().batch, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(1));
+  dataset.open_gate();
+  reader.join();
+  EXPECT_EQ(loader.position().batch, 1);
+}
+
 TEST(Loader, PrefetchIsBounded) {
   IndexDataset dataset(100);
   Loader loader(dataset, options(1, true), 0, 1);
