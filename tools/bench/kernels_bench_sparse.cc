@@ -1,21 +1,24 @@
 // Sparse kernel benchmarks: embedding-bag forward and backward over a CTR-like batch (F fields,
 // each one embedding-bag call), and id de-duplication. Ids are drawn log-uniformly from a
 // hashed vocabulary of 10^6, so a few hot ids repeat a lot and the tail is mostly unique, as
-// with hashed Criteo features. The last argument of every benchmark is the OpenMP thread count;
+// with hashed Criteo features. The last argument of these benchmarks is the OpenMP thread count;
 // each is registered for 1 thread and for all cores.
 //   row_bytes: bytes of rows moved per second (forward: P rows read + N written; backward:
 //              P gradient rows read + U written), unique: mean unique rows per field.
-// Then the embedding store's per-row path (LocalEmbeddingStore pull and push with adagrad) on
-// the request sizes a worker's replicated table or a parameter-server shard sees.
+// Then the embedding store's per-row path (LocalEmbeddingStore pull and push with adagrad, one
+// thread) on the request sizes a worker's replicated table or a parameter-server shard sees;
+// StorePushCold evicts the caches before each push, as a training step's dense work does.
 //   aiacc-bench-kernels --benchmark_filter='EmbeddingBag|Dedup|Store'
 #include <benchmark/benchmark.h>
 
 #include "tools/bench/bench_threads.h"
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/embedding/local_embedding_store.h"
@@ -199,6 +202,22 @@ void BM_StorePush(benchmark::State& state) {
   }
   state.counters["rows"] = benchmark::Counter(static_cast<double>(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_StorePushCold(benchmark::State& state) {
+  omp_set_num_threads(1);
+  StoreFixture f(state);
+  std::vector<float> evict(std::size_t{4} << 20, 1.0f);
+  std::size_t r = 0;
+  float sink = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (std::size_t i = 0; i < evict.size(); i += 16) { evict[i] += 1.0f; sink += evict[i]; }
+    state.ResumeTiming();
+    f.store.push(f.requests[r++ % f.requests.size()], f.rows.data(), 0.05);
+    benchmark::ClobberMemory();
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["rows"] = benchmark::Counter(static_cast<double>(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
+}
 // The flights tables (3387 rows, ~800 touched a step at batch 1024, dims 1 and 16) and a shard's
 // large requests of small rows.
 const auto store_shapes = [](auto* b) {
@@ -210,5 +229,6 @@ const auto store_shapes = [](auto* b) {
 };
 BENCHMARK(BM_StorePull)->Apply(store_shapes);
 BENCHMARK(BM_StorePush)->Apply(store_shapes);
+BENCHMARK(BM_StorePushCold)->Apply(store_shapes);
 
 }  // namespace
