@@ -193,14 +193,18 @@ void record(Event event) {
     if (r.truncated) return;
     r.truncated = true;
     cap = r.max_events;
-    const std::string note =
-        fmt::format("trace truncated: later events dropped (limit {} events)", cap);
-    event.phase = 'i';
-    event.category = "trace";
-    event.name = note;
-    event.duration_ns = 0;
-    event.args = {};
-    r.events.append(event);
+    try {
+      const std::string note =
+          fmt::format("trace truncated: later events dropped (limit {} events)", cap);
+      event.phase = 'i';
+      event.category = "trace";
+      event.name = note;
+      event.duration_ns = 0;
+      event.args = {};
+      r.events.append(event);
+    } catch (const std::bad_alloc&) {
+      ++r.dropped;
+    }
   }
   log::get("trace")->warn("trace limit of {} events reached; later events are not recorded", cap);
 }
@@ -454,12 +458,13 @@ void stop() {
     lines.push_back(std::move(line));
   });
   if (dropped > 0) {
-    // At the time of the last event kept, on the track of the thread that stops the trace.
+    // At the time and on the track of the last event kept (a track the file names), or now.
     const std::string note =
         fmt::format("trace incomplete: {} events dropped (out of memory)", dropped);
-    Event marker{'i', "trace", note, 0, 0, thread_id(), {}};
+    Event marker{'i', "trace", note, now_ns(), 0, thread_id(), {}};
     events.for_each([&](const Event& event) {
-      marker.start_ns = std::max(marker.start_ns, event.start_ns);
+      marker.start_ns = event.start_ns;
+      marker.tid = event.tid;
     });
     std::string line;
     append_event(line, marker, pid);

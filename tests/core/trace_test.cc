@@ -282,8 +282,12 @@ std::size_t mapped_bytes() {
 // recorded are kept, the rest are dropped without disturbing the caller, and stop() writes a
 // valid file that says how many were lost.
 TEST(Trace, EventsThatFindNoMemoryAreCountedAndTheRestWritten) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "an address-space limit and ASan's shadow memory do not mix";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "an address-space limit and a sanitizer's shadow memory do not mix";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+  GTEST_SKIP() << "an address-space limit and a sanitizer's shadow memory do not mix";
+#endif
 #endif
   TempDir dir;
   EXPECT_EXIT(record_while_memory_runs_out(dir / "oom.json"), ::testing::ExitedWithCode(0), "");

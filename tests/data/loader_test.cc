@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -247,12 +248,22 @@ TEST(Loader, WithoutPrefetchPositionAnswersWhileNextReads) {
     dataset.gate_open = false;
   }
   std::thread reader([&] { EXPECT_TRUE(loader.next().has_value()); });
-  while (dataset.reads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const auto asked = std::chrono::steady_clock::now();
-  EXPECT_EQ(loader.position().batch, 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(1));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (dataset.reads.load() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(dataset.reads.load(), 1) << "next() did not start reading";
+  // Asked from a third thread, so a position() that waited for the read fails here instead of
+  // hanging the test (the gate opens either way).
+  auto position = std::async(std::launch::async, [&] { return loader.position().batch; });
+  const bool answered = position.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
   dataset.open_gate();
   reader.join();
+  const auto batch_during_read = position.get();
+  EXPECT_TRUE(answered) << "position() waited for the read";
+  if (answered) {
+    EXPECT_EQ(batch_during_read, 0);
+  }
   EXPECT_EQ(loader.position().batch, 1);
 }
 

@@ -229,10 +229,10 @@ TEST(DistributedTrain, TwoRingWorkersEqualOneWorkerWithTwiceTheBatch) {
 // the 1-worker vs 2-worker difference, which starts as the order of fp32 sums, grows the same
 // way), so a 20-step comparison from initialisation would measure the model's chaos, not the
 // framework. Past the first steps it calms down: from a checkpoint after kResNetWarmSteps steps
-// the same ulp change moves the parameters by under 2e-7 in 20 steps. So one worker trains
-// kResNetWarmSteps steps, and the comparison runs 20 more from that checkpoint, once on one
-// worker with batch 16 and once on two with batch 8 (resuming a 1-worker checkpoint on two
-// workers is itself part of what is tested).
+// (lr 0.05) the same ulp change moves the parameters by under 2e-7 in 20 steps at lr 0.005. So
+// one worker trains kResNetWarmSteps steps at lr 0.05, and the comparison runs 20 more at lr
+// 0.005 from that checkpoint, once on one worker with batch 16 and once on two with batch 8
+// (resuming a 1-worker checkpoint on two workers is itself part of what is tested).
 constexpr int kResNetWarmSteps = 150;
 std::string resnet_job(const std::string& name, int batch, int steps, double lr, const std::string& cluster) {
   return fmt::format(R"(job: {{name: {}, run_dir: {}, seed: 7}}
@@ -251,17 +251,21 @@ cluster:
 }
 
 TEST(DistributedTrain, ResNetOnTwoWorkersWithSyncBatchNormEqualsOneWorkerWithTwiceTheBatch) {
+  fs::remove_all(scratch() / "resnet_warm");  // a repeated test starts from scratch too
   auto warm = train("resnet_warm", resnet_job("resnet_warm", 16, kResNetWarmSteps, 0.05, kOneWorker));
   ASSERT_EQ(warm.status, 0) << warm.output;
   for (const char* name : {"resnet_1w", "resnet_2w", "resnet_2w_local"}) {
+    fs::remove_all(scratch() / name);
     fs::copy(scratch() / "resnet_warm", scratch() / name, fs::copy_options::recursive);
   }
+  const std::string resumed = fmt::format("(step {}", kResNetWarmSteps);
   const int end = kResNetWarmSteps + kSteps;
   auto one = train("resnet_1w", resnet_job("resnet_1w", 16, end, 0.005, kOneWorker));
   ASSERT_EQ(one.status, 0) << one.output;
-  EXPECT_THAT(one.output, HasSubstr(fmt::format("(step {}", kResNetWarmSteps)));
+  EXPECT_THAT(one.output, HasSubstr(resumed));
   auto two = train("resnet_2w", resnet_job("resnet_2w", 8, end, 0.005, "  workers: 2\n  sync_batch_norm: true\n"));
   ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_THAT(two.output, HasSubstr(resumed));
   // The momentum buffers are running sums of gradients whose near-cancelling entries keep the
   // rounding of the split batch (measured up to 2e-4 relative at other warm-up lengths); the
   // parameters they move stay within 1e-5.
@@ -269,6 +273,7 @@ TEST(DistributedTrain, ResNetOnTwoWorkersWithSyncBatchNormEqualsOneWorkerWithTwi
   // Without synchronised statistics the two differ (the comparison can fail).
   auto local_bn = train("resnet_2w_local", resnet_job("resnet_2w_local", 8, end, 0.005, "  workers: 2\n"));
   ASSERT_EQ(local_bn.status, 0) << local_bn.output;
+  EXPECT_THAT(local_bn.output, HasSubstr(resumed));
   const auto a = final_checkpoint("resnet_1w", end), b = final_checkpoint("resnet_2w_local", end);
   const auto& x = a.at("model/layer3.0.bn2.bias");
   const auto& y = b.at("model/layer3.0.bn2.bias");
