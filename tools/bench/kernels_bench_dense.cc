@@ -77,6 +77,11 @@ void conv_shapes(benchmark::internal::Benchmark* b) {
                            {128, 64, 28, 28, 128, 3, 2, 1},  // downsampling 3x3, stride 2
                            {128, 64, 28, 28, 256, 1, 1, 0},  // pointwise expansion (no im2col)
                            {1, 64, 28, 28, 64, 3, 1, 1},     // batch 1 (GEMM-parallel plan)
+                           // ResNet-20 on Fashion-MNIST (configs/resnet_fashion_mnist.yaml):
+                           {128, 16, 28, 28, 16, 3, 1, 1},   // stage 1
+                           {128, 32, 14, 14, 32, 3, 1, 1},   // stage 2
+                           {128, 64, 7, 7, 64, 3, 1, 1},     // stage 3
+                           {128, 16, 28, 28, 32, 3, 2, 1},   // into stage 2, stride 2
                        }, benchmark::kMillisecond);
 }
 

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
+#include "core/kernels/conv2d_direct.h"
 #include "tests/core/kernels/dense_reference.h"
 #include "tests/testing/gradient_check.h"
 
@@ -50,6 +53,12 @@ const Conv2dGeometry kGeometries[] = {
     geometry(6, 8, 12, 10, 16, 3, 3, 1, 1, 1, 1),
     geometry(5, 8, 17, 15, 12, 3, 3, 2, 2, 1, 1),
     geometry(4, 32, 10, 10, 24, 1, 1, 1, 1, 0, 0),
+    // Same/stride-1 shapes for the direct kernel (conv2d_direct.h): channel counts that leave
+    // a partial register tile in both directions, rows of several tiles plus a narrower one,
+    // a one-row image, a 5x3 kernel, and the CIFAR ResNet's last stage (7x7: GEMM path).
+    geometry(3, 5, 9, 37, 20, 5, 3, 1, 1, 2, 1),
+    geometry(2, 9, 1, 3, 9, 3, 3, 1, 1, 1, 1),
+    geometry(4, 16, 7, 7, 64, 3, 3, 1, 1, 1, 1),
 };
 
 class DenseConv2d : public ::testing::TestWithParam<Conv2dGeometry> {};
@@ -87,6 +96,32 @@ TEST_P(DenseConv2d, MatchesNaiveReference) {
     SCOPED_TRACE("double");
     expect_kernels_match_reference<double>(g, 1e-11);
   }
+}
+
+// The direct kernel on its own, whatever conv2d_forward would choose for the geometry, so odd
+// shapes (partial channel tiles, one-row images, non-square kernels) are covered.
+TEST_P(DenseConv2d, DirectKernelMatchesNaiveReference) {
+  const Conv2dGeometry g = GetParam();
+  if (!detail::DirectConv2d::applies(g)) GTEST_SKIP() << "not a same/stride-1 convolution";
+  const auto x = random_vector<float>(g.input_numel(), 1);
+  const auto w = random_vector<float>(g.weight_numel(), 2);
+  const auto b = random_vector<float>(g.out_channels, 3);
+  const auto dy = random_vector<float>(g.output_numel(), 4);
+  const detail::DirectConv2d forward(g, w.data(), /*transposed=*/false);
+  const detail::DirectConv2d backward(g, w.data(), /*transposed=*/true);
+  // Scratch full of NaN: any padding the kernel forgot to clear would reach the results.
+  std::vector<float> scratch(
+      static_cast<std::size_t>(std::max(forward.scratch_floats(), backward.scratch_floats())),
+      std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> y(g.output_numel(), 9.0F), dx(g.input_numel(), 9.0F);
+  const std::int64_t in_image = g.in_channels * g.height * g.width;
+  const std::int64_t out_image = g.out_channels * g.out_height() * g.out_width();
+  for (std::int64_t n = 0; n < g.batch; ++n) {
+    forward.run(x.data() + n * in_image, b.data(), y.data() + n * out_image, scratch.data());
+    backward.run(dy.data() + n * out_image, nullptr, dx.data() + n * in_image, scratch.data());
+  }
+  EXPECT_TRUE(ref::all_close(y, ref::conv2d_forward(g, x.data(), w.data(), b.data()), 1e-4, 1e-4));
+  EXPECT_TRUE(ref::all_close(dx, ref::conv2d_backward_data(g, w.data(), dy.data()), 1e-4, 1e-4));
 }
 
 TEST_P(DenseConv2d, MatchesNaiveReferenceOnOneToThreeThreads) {
