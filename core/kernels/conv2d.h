@@ -3,9 +3,12 @@
 // Legend: N = batch, C = in_channels, H x W = input height x width, O = out_channels,
 //         KH x KW = kernel, OH x OW = output height x width, K = C*KH*KW, P = OH*OW.
 // Shapes: x [N, C, H, W], w [O, C, KH, KW], b [O], y [N, O, OH, OW].
-// Algorithm: im2col + GEMM per image (1x1 stride-1 unpadded convolutions skip im2col). With at
-// least as many images as threads the batch is split across OpenMP threads (each GEMM then runs
-// single-threaded); smaller batches run image by image with Eigen's multi-threaded GEMM.
+// Algorithm: im2col + GEMM per image (1x1 stride-1 unpadded convolutions skip im2col), except
+// float stride-1 "same" convolutions with few channels, where direct kernels that read the taps
+// from a zero-padded image are faster (conv2d_direct.h; the choice is in conv2d.cc). With at
+// least as many images as threads the batch is split across OpenMP threads in chunks (each GEMM
+// then runs single-threaded); smaller batches run image by image with Eigen's multi-threaded
+// GEMM.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +51,7 @@ template <class T>
 void conv2d_backward_data(const Conv2dGeometry& g, const T* w, const T* dy, T* dx);
 
 // dw [O, C, KH, KW] = dL/dw given x and dy, summed over the batch. dw is overwritten.
-// Per-thread partial sums are combined in a fixed order, so results are deterministic for a
+// Per-chunk partial sums are combined in a fixed order, so results are deterministic for a
 // given thread count.
 template <class T>
 void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* dy, T* dw);

@@ -59,6 +59,7 @@ const Conv2dGeometry kGeometries[] = {
     geometry(3, 5, 9, 37, 20, 5, 3, 1, 1, 2, 1),
     geometry(2, 9, 1, 3, 9, 3, 3, 1, 1, 1, 1),
     geometry(4, 16, 7, 7, 64, 3, 3, 1, 1, 1, 1),
+    geometry(11, 3, 6, 5, 5, 3, 3, 1, 1, 1, 1),  // more images than one weight-gradient pass
 };
 
 class DenseConv2d : public ::testing::TestWithParam<Conv2dGeometry> {};
@@ -122,6 +123,16 @@ TEST_P(DenseConv2d, DirectKernelMatchesNaiveReference) {
   }
   EXPECT_TRUE(ref::all_close(y, ref::conv2d_forward(g, x.data(), w.data(), b.data()), 1e-4, 1e-4));
   EXPECT_TRUE(ref::all_close(dx, ref::conv2d_backward_data(g, w.data(), dy.data()), 1e-4, 1e-4));
+
+  // The weight gradient adds to dw, over passes of several images each.
+  const detail::DirectConv2dWeightGrad weight_grad(g);
+  std::vector<float> grad_scratch(static_cast<std::size_t>(weight_grad.scratch_floats()),
+                                  std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> dw(g.weight_numel(), 0.5F);
+  weight_grad.accumulate(x.data(), dy.data(), g.batch, dw.data(), grad_scratch.data());
+  auto expected_dw = ref::conv2d_backward_weight(g, x.data(), dy.data());
+  for (auto& value : expected_dw) value += 0.5F;
+  EXPECT_TRUE(ref::all_close(dw, expected_dw, 1e-4, 1e-4));
 }
 
 TEST_P(DenseConv2d, MatchesNaiveReferenceOnOneToThreeThreads) {
