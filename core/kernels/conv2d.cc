@@ -265,13 +265,21 @@ constexpr std::int64_t kMinDirectOutputs = 8;
 constexpr std::int64_t kMaxDirectWeightGradDepth = 288;
 constexpr std::int64_t kChunksPerThread = 8;
 
-BatchPlan plan_batch(const Conv2dGeometry& g) {
+// The weight gradient keeps one partial sum per chunk: fewer chunks where they would pass this.
+constexpr std::int64_t kMaxPartialBytes = std::int64_t{64} << 20;
+
+// `partial_bytes`: the size of one chunk's partial result, or 0 when chunks keep none.
+BatchPlan plan_batch(const Conv2dGeometry& g, std::int64_t partial_bytes = 0) {
   const int threads = omp_get_max_threads();
   const double macs = static_cast<double>(g.output_numel()) * static_cast<double>(g.in_channels) *
                       static_cast<double>(g.kernel_h * g.kernel_w);
   const bool parallel = threads > 1 && g.batch >= threads && macs >= kMinParallelMacs;
   if (!parallel) return {false, 1, 1};
-  return {true, threads, std::min<std::int64_t>(g.batch, kChunksPerThread * threads)};
+  std::int64_t chunks = std::min<std::int64_t>(g.batch, kChunksPerThread * threads);
+  if (partial_bytes > 0) {
+    chunks = std::clamp<std::int64_t>(kMaxPartialBytes / partial_bytes, threads, chunks);
+  }
+  return {true, threads, chunks};
 }
 
 // Calls fn(begin, end, slot, chunk) for every chunk [begin, end) of the batch; calls with the
@@ -302,7 +310,7 @@ void for_each_image(const BatchPlan& plan, std::int64_t batch, const Fn& fn) {
                  });
 }
 
-// Uninitialised scratch memory (per call, never per image): im2col overwrites every element.
+// Uninitialised scratch memory (per call, never per image): its users write before they read.
 template <class T>
 std::unique_ptr<T[]> workspace(std::int64_t count) {
   return std::make_unique_for_overwrite<T[]>(
@@ -312,17 +320,26 @@ std::unique_ptr<T[]> workspace(std::int64_t count) {
 }  // namespace
 
 // True where the direct kernel beats im2col + GEMM (measured with aiacc-bench-kernels, float,
-// 2 threads): stride 1 with same padding, each output fed by at least 64 multiply-adds, at
-// least one full tile of 8 outputs, and planes of 64 pixels or more. It wins by 15-35% on
-// 16- to 64-channel 3x3 convolutions at 14x14 to 56x56 and stays within 5% at 256 channels;
-// on 7x7 planes a quarter of its lanes compute padding (GEMM 6% ahead at 64 channels, 30% at
-// 512), and with 3 input or output channels (an RGB stem) it is 25-60% slower.
+// 2 threads, AVX-512): stride 1 with same padding, each output fed by at least 64
+// multiply-adds, at least one full tile of 8 outputs, and planes of 64 pixels or more. It wins
+// by 15-35% on 16- to 64-channel 3x3 convolutions at 14x14 to 56x56 and stays within 5% at 256
+// channels; on 7x7 planes a quarter of its lanes compute padding (GEMM 6% ahead at 64 channels,
+// 30% at 512), and with 3 input or output channels (an RGB stem) it is 25-60% slower.
+// Elsewhere GEMM stays: without AVX-512 a 16-float vector takes two registers and the tiles
+// would spill, and when the batch is not split over threads (fewer images than threads) the
+// direct kernel would run on one thread where Eigen's GEMM uses them all.
 // `inputs` and `outputs` are the channels read and written: (C, O) forward, (O, C) for
 // backward data.
 bool use_direct(const Conv2dGeometry& g, std::int64_t inputs, std::int64_t outputs) {
+#if defined(__AVX512F__)
   return detail::DirectConv2d::applies(g) && !g.is_pointwise() &&
          g.height * g.width >= kMinDirectPlane &&
-         inputs * g.kernel_h * g.kernel_w >= kMinDirectDepth && outputs >= kMinDirectOutputs;
+         inputs * g.kernel_h * g.kernel_w >= kMinDirectDepth && outputs >= kMinDirectOutputs &&
+         (plan_batch(g).parallel || omp_get_max_threads() == 1);
+#else
+  (void)g, (void)inputs, (void)outputs;
+  return false;
+#endif
 }
 
 // Runs a prepared direct convolution over the batch: in [N, inputs, H, W] -> out.
@@ -412,12 +429,12 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* dy, T*
   const std::int64_t in_image = g.in_channels * g.height * g.width, out_image = g.out_channels * p;
   const std::int64_t weights = g.out_channels * k;
   const bool pointwise = g.is_pointwise();
-  const BatchPlan plan = plan_batch(g);
-  // Each chunk sums its images into its own partial (no races, no atomics); the partials are
-  // reduced below in chunk order, so the result does not depend on which thread took a chunk.
+  const BatchPlan plan = plan_batch(g, weights * static_cast<std::int64_t>(sizeof(T)));
+  // Each chunk sums its images into its own partial (no races, no atomics), zeroed by the
+  // thread that fills it; the partials are reduced below in chunk order, so the result does
+  // not depend on which thread took a chunk.
   auto partials = workspace<T>(plan.parallel ? plan.chunks * weights : 0);
   T* sums = plan.parallel ? partials.get() : dw;
-  std::fill_n(sums, plan.chunks * weights, T(0));
   bool direct = false;
   if constexpr (std::is_same_v<T, float>) {
     direct = use_direct(g, g.in_channels, g.out_channels) &&
@@ -427,25 +444,31 @@ void conv2d_backward_weight(const Conv2dGeometry& g, const T* x, const T* dy, T*
       auto scratch = workspace<float>(plan.slots * grad.scratch_floats());
       for_each_chunk(plan, g.batch,
                      [&](std::int64_t begin, std::int64_t end, int slot, std::int64_t chunk) {
+                       float* sum = sums + chunk * weights;
+                       std::fill_n(sum, weights, 0.0F);
                        grad.accumulate(x + begin * in_image, dy + begin * out_image, end - begin,
-                                       sums + chunk * weights,
-                                       scratch.get() + slot * grad.scratch_floats());
+                                       sum, scratch.get() + slot * grad.scratch_floats());
                      });
     }
   }
   if (!direct) {
     auto cols = workspace<T>(pointwise ? 0 : plan.slots * k * p);
-    for_each_image(plan, g.batch, [&](std::int64_t n, int slot, std::int64_t chunk) {
-      const T* x_n = x + n * in_image;
-      const T* col = x_n;
-      if (!pointwise) {
-        T* own = cols.get() + slot * k * p;
-        im2col(g, x_n, own);
-        col = own;
+    for_each_chunk(plan, g.batch, [&](std::int64_t begin, std::int64_t end, int slot,
+                                      std::int64_t chunk) {
+      T* sum = sums + chunk * weights;
+      if (begin == end) std::fill_n(sum, weights, T(0));
+      for (std::int64_t n = begin; n < end; ++n) {
+        const T* x_n = x + n * in_image;
+        const T* col = x_n;
+        if (!pointwise) {
+          T* own = cols.get() + slot * k * p;
+          im2col(g, x_n, own);
+          col = own;
+        }
+        // sum [O, K] (+)= dy_n [O, P] * col^T [P, K]; the chunk's first image overwrites.
+        gemm<T>(Trans::no, Trans::yes, g.out_channels, k, p, T(1), dy + n * out_image, col,
+                n == begin ? T(0) : T(1), sum);
       }
-      // sums[chunk] [O, K] += dy_n [O, P] * col^T [P, K]
-      gemm<T>(Trans::no, Trans::yes, g.out_channels, k, p, T(1), dy + n * out_image, col, T(1),
-              sums + chunk * weights);
     });
   }
   if (!plan.parallel) return;

@@ -4,8 +4,9 @@
 //         KH x KW = kernel, OH x OW = output height x width, K = C*KH*KW, P = OH*OW.
 // Shapes: x [N, C, H, W], w [O, C, KH, KW], b [O], y [N, O, OH, OW].
 // Algorithm: im2col + GEMM per image (1x1 stride-1 unpadded convolutions skip im2col), except
-// float stride-1 "same" convolutions with few channels, where direct kernels that read the taps
-// from a zero-padded image are faster (conv2d_direct.h; the choice is in conv2d.cc). With at
+// float stride-1 "same" convolutions on planes of 64+ pixels on AVX-512 machines, where direct
+// kernels that read the taps from a zero-padded image are faster (conv2d_direct.h; the choice,
+// by channel counts and plane size, is in conv2d.cc). With at
 // least as many images as threads the batch is split across OpenMP threads in chunks (each GEMM
 // then runs single-threaded); smaller batches run image by image with Eigen's multi-threaded
 // GEMM.

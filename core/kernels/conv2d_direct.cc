@@ -6,11 +6,16 @@
 
 #include "core/check.h"
 
+// The helpers below pass 64-byte vectors by value; GCC warns that their ABI differs without
+// AVX-512. They are internal to this file, so no caller compiled differently can see them.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace aiacc::kernels::detail {
 namespace {
 
 // GCC/Clang vector extension: one AVX-512 register where the target has it, split into
-// narrower registers by the compiler elsewhere, so the kernel stays portable.
+// narrower registers by the compiler elsewhere, so the kernel stays correct everywhere (it is
+// only chosen on AVX-512: see use_direct in conv2d.cc).
 constexpr std::int64_t kLanes = 16;
 using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
 
@@ -54,11 +59,11 @@ PaddedLayout::PaddedLayout(const Conv2dGeometry& g, std::int64_t channels)
       padded_plane((g.height + 2 * g.pad_h) * (g.width + 2 * g.pad_w)),
       lead(round_up(g.pad_w, kLanes)),
       positions(round_up(g.height * (g.width + 2 * g.pad_w), kLanes)) {
-  // The last vector of the last channel reads up to pad_h rows and pad_w columns past its
-  // plane's interior, and `positions` past its first output: all of it is allocated, and zero.
-  floats = std::max(lead + (channels - 1) * padded_plane + 2 * pad_h * padded_width + pad_w +
-                        positions + kLanes,
-                    lead + channels * padded_plane);
+  // The last vector of the last channel starts at most `positions` - kLanes past its first
+  // output and reads up to pad_h rows and pad_w columns further: everything up to there is
+  // allocated (with kLanes floats to spare), and zero outside the image.
+  floats = lead + (channels - 1) * padded_plane + 2 * pad_h * padded_width + pad_w + positions +
+           kLanes;
   for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
     for (std::int64_t kj = 0; kj < g.kernel_w; ++kj) {
       tap_offsets.push_back((ki - pad_h) * padded_width + (kj - pad_w));
@@ -253,7 +258,9 @@ void DirectConv2dWeightGrad::accumulate(const float* x, const float* dy, std::in
     for (std::int64_t i = 0; i < count; ++i) {
       layout_.pad(x + (first + i) * in_image, padded_x + i * layout_.floats);
       // dy in the positions' layout, zero in the padding columns and past the last row, so
-      // that the products there (with whatever the shifted input holds) add nothing.
+      // that the products there (with whatever the shifted input holds) add nothing. (An
+      // infinite input there makes 0 * inf = NaN: where x holds an Inf, dw may read NaN
+      // instead of +-Inf. The step is non-finite either way.)
       float* rows = dy_rows + i * row_floats;
       std::fill(rows, rows + row_floats, 0.0F);
       const float* source = dy + (first + i) * out_image;
@@ -274,7 +281,8 @@ void DirectConv2dWeightGrad::pass(const float* scratch, std::int64_t images, flo
   const std::int64_t vectors = layout_.positions / kLanes;
   const std::int64_t row_floats = out_channels_ * layout_.positions;
   const std::int64_t sources = static_cast<std::int64_t>(sources_.size());
-  // The zero row stands in for the tiles' rows past the last output or source.
+  // The zero row stands in for the tiles' rows past the last output or source; their sums are
+  // never stored, but reading defined memory keeps them harmless (and sanitizers quiet).
   const float* zero = scratch + zero_row_;
   for (std::int64_t o0 = 0; o0 < padded_outputs_; o0 += kGradOutputs) {
     for (std::int64_t k0 = 0; k0 < sources; k0 += kGradSources) {

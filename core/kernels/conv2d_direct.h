@@ -88,7 +88,7 @@ class DirectConv2dWeightGrad {
   std::int64_t images_per_pass_;       // laid out together in scratch, summed in registers
   std::int64_t weights_per_output_;    // C * KH * KW
   std::int64_t padded_outputs_;        // out_channels rounded to the tile, extra rows zero
-  std::vector<std::int64_t> sources_;  // per (c, tap), then zero rows: offset from origin(0)
+  std::vector<std::int64_t> sources_;  // per (c, tap): offset of its row from origin(0)
   std::int64_t zero_row_;              // offset in scratch of positions zero floats
 };
 

@@ -60,6 +60,11 @@ const Conv2dGeometry kGeometries[] = {
     geometry(2, 9, 1, 3, 9, 3, 3, 1, 1, 1, 1),
     geometry(4, 16, 7, 7, 64, 3, 3, 1, 1, 1, 1),
     geometry(11, 3, 6, 5, 5, 3, 3, 1, 1, 1, 1),  // more images than one weight-gradient pass
+    geometry(3, 4, 2, 10, 9, 3, 3, 1, 1, 1, 1),  // rows end in a 2-vector tile
+    geometry(2, 6, 4, 11, 8, 3, 3, 1, 1, 1, 1),  // a full tile, then a 1-vector tile
+    geometry(2, 75, 40, 40, 1, 3, 3, 1, 1, 1, 1),  // one image per weight-gradient pass
+    // ResNet-20's first stage on Fashion-MNIST, where training uses the direct kernels.
+    geometry(6, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1),
 };
 
 class DenseConv2d : public ::testing::TestWithParam<Conv2dGeometry> {};
@@ -110,24 +115,29 @@ TEST_P(DenseConv2d, DirectKernelMatchesNaiveReference) {
   const auto dy = random_vector<float>(g.output_numel(), 4);
   const detail::DirectConv2d forward(g, w.data(), /*transposed=*/false);
   const detail::DirectConv2d backward(g, w.data(), /*transposed=*/true);
-  // Scratch full of NaN: any padding the kernel forgot to clear would reach the results.
-  std::vector<float> scratch(
-      static_cast<std::size_t>(std::max(forward.scratch_floats(), backward.scratch_floats())),
-      std::numeric_limits<float>::quiet_NaN());
+  // Exact-size scratch (so AddressSanitizer sees any overrun), refilled with NaN before every
+  // image: any padding a kernel forgot to clear would reach the results.
+  auto nan_scratch = [](std::int64_t floats) {
+    return std::vector<float>(static_cast<std::size_t>(floats),
+                              std::numeric_limits<float>::quiet_NaN());
+  };
   std::vector<float> y(g.output_numel(), 9.0F), dx(g.input_numel(), 9.0F);
   const std::int64_t in_image = g.in_channels * g.height * g.width;
   const std::int64_t out_image = g.out_channels * g.out_height() * g.out_width();
   for (std::int64_t n = 0; n < g.batch; ++n) {
-    forward.run(x.data() + n * in_image, b.data(), y.data() + n * out_image, scratch.data());
-    backward.run(dy.data() + n * out_image, nullptr, dx.data() + n * in_image, scratch.data());
+    auto forward_scratch = nan_scratch(forward.scratch_floats());
+    auto backward_scratch = nan_scratch(backward.scratch_floats());
+    forward.run(x.data() + n * in_image, b.data(), y.data() + n * out_image,
+                forward_scratch.data());
+    backward.run(dy.data() + n * out_image, nullptr, dx.data() + n * in_image,
+                 backward_scratch.data());
   }
   EXPECT_TRUE(ref::all_close(y, ref::conv2d_forward(g, x.data(), w.data(), b.data()), 1e-4, 1e-4));
   EXPECT_TRUE(ref::all_close(dx, ref::conv2d_backward_data(g, w.data(), dy.data()), 1e-4, 1e-4));
 
   // The weight gradient adds to dw, over passes of several images each.
   const detail::DirectConv2dWeightGrad weight_grad(g);
-  std::vector<float> grad_scratch(static_cast<std::size_t>(weight_grad.scratch_floats()),
-                                  std::numeric_limits<float>::quiet_NaN());
+  auto grad_scratch = nan_scratch(weight_grad.scratch_floats());
   std::vector<float> dw(g.weight_numel(), 0.5F);
   weight_grad.accumulate(x.data(), dy.data(), g.batch, dw.data(), grad_scratch.data());
   auto expected_dw = ref::conv2d_backward_weight(g, x.data(), dy.data());
@@ -143,6 +153,28 @@ TEST_P(DenseConv2d, MatchesNaiveReferenceOnOneToThreeThreads) {
     SCOPED_TRACE(::testing::Message() << threads << " threads");
     omp_set_num_threads(threads);
     expect_kernels_match_reference<double>(GetParam(), 1e-11);
+    expect_kernels_match_reference<float>(GetParam(), 1e-4);  // the direct kernels are float
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_P(DenseConv2d, WeightGradientIsTheSameBitForBitWhenRepeated) {
+  // Threads take chunks of the batch in whatever order they finish; the chunks' partial sums
+  // must still be added in one fixed order.
+  const Conv2dGeometry g = GetParam();
+  const auto x = random_vector<float>(g.input_numel(), 1);
+  const auto dy = random_vector<float>(g.output_numel(), 4);
+  const int saved = omp_get_max_threads();
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    omp_set_num_threads(threads);
+    std::vector<float> first(g.weight_numel());
+    conv2d_backward_weight<float>(g, x.data(), dy.data(), first.data());
+    for (int repeat = 0; repeat < 5; ++repeat) {
+      std::vector<float> again(g.weight_numel());
+      conv2d_backward_weight<float>(g, x.data(), dy.data(), again.data());
+      ASSERT_EQ(again, first);
+    }
   }
   omp_set_num_threads(saved);
 }
