@@ -36,6 +36,9 @@ PRESETS = {
         "hint": "run tools/flights/fetch_flights.sh first",
         "log_every": 50,
         "steps": 200,
+        # One process with the twin's batch and threads (the config runs 2 workers x 256; two
+        # processes given job.threads each would oversubscribe the cores).
+        "overrides": ["cluster.workers=1", "data.batch_size=512"],
         "torch": ["tools/bench/pytorch/wide_deep.py", "--train", "data-cache/flights/train.tsv",
                   "--num-integer", "5", "--num-categorical", "3", "--names", "origin,dest,route",
                   "--cross", "origin_x_dest", "--embedding-dim", "16", "--hidden", "256,128",
