@@ -249,7 +249,8 @@ void col2im(const Conv2dGeometry& g, T* col, T* dx) {
 // waking a team costs more than they do (and much more on an oversubscribed machine).
 // The batch is cut into `chunks` runs of consecutive images that threads take as they finish,
 // so a thread slowed by the machine (another process, an interrupt) does not hold the others
-// at the closing barrier; the cut depends only on the batch and the thread count.
+// at the closing barrier; the cut depends only on the batch, the thread count and (for the
+// weight gradient, whose chunks each keep a partial sum) the weights' size.
 struct BatchPlan {
   bool parallel;
   int slots;
