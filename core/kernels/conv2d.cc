@@ -7,12 +7,17 @@
 #include <algorithm>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "core/check.h"
 #include "core/kernels/conv2d_direct.h"
 #include "core/kernels/gemm.h"
 
 namespace aiacc::kernels {
+
+bool Conv2dGeometry::is_same_stride1() const {
+  return stride_h == 1 && stride_w == 1 && out_height() == height && out_width() == width;
+}
 
 bool Conv2dGeometry::is_pointwise() const {
   return kernel_h == 1 && kernel_w == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 &&
@@ -49,16 +54,13 @@ ColumnRange valid_columns(const Conv2dGeometry& g, std::int64_t kj) {
   return {lo, std::max(lo, hi)};
 }
 
+
 // A stride-1 "same" convolution (out_w == width, e.g. 3x3 with padding 1): for a kernel tap
 // (ki, kj) the valid part of a column row is ONE contiguous run of the input plane shifted by
 // (ki - ph) * W + (kj - pw). Copying that run in one go, then fixing the few entries that
 // wrapped around a row edge (they belong to the padding), replaces many short per-row copies,
 // which dominate for the 7- to 28-wide planes of small networks.
-bool is_same_stride1(const Conv2dGeometry& g) {
-  return g.stride_h == 1 && g.stride_w == 1 && g.out_width() == g.width &&
-         g.out_height() == g.height;
-}
-
+//
 // For tap (ki, kj) of a same/stride-1 convolution: valid output rows [row_lo, row_hi), valid
 // columns [lo, hi) within each row, and the offset from an output position to its input.
 struct TapRange {
@@ -86,36 +88,25 @@ void clear_border_columns(const Conv2dGeometry& g, const TapRange& t, T* row) {
 }
 
 // The ranges of every tap, in (ki, kj) order: they do not depend on the channel.
-class TapRanges {
- public:
-  explicit TapRanges(const Conv2dGeometry& g) : count_(g.kernel_h * g.kernel_w) {
-    if (count_ > kInline) heap_ = std::make_unique<TapRange[]>(static_cast<std::size_t>(count_));
-    TapRange* out = data();
-    for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
-      for (std::int64_t kj = 0; kj < g.kernel_w; ++kj) *out++ = tap_range(g, ki, kj);
-    }
+std::vector<TapRange> tap_ranges(const Conv2dGeometry& g) {
+  std::vector<TapRange> taps;
+  taps.reserve(static_cast<std::size_t>(g.kernel_h * g.kernel_w));
+  for (std::int64_t ki = 0; ki < g.kernel_h; ++ki) {
+    for (std::int64_t kj = 0; kj < g.kernel_w; ++kj) taps.push_back(tap_range(g, ki, kj));
   }
-  const TapRange& operator[](std::int64_t tap) const { return data()[tap]; }
-  std::int64_t size() const { return count_; }
-
- private:
-  static constexpr std::int64_t kInline = 49;  // up to 7x7 kernels without an allocation
-  TapRange* data() { return heap_ ? heap_.get() : inline_; }
-  const TapRange* data() const { return heap_ ? heap_.get() : inline_; }
-  std::int64_t count_;
-  TapRange inline_[kInline];
-  std::unique_ptr<TapRange[]> heap_;
-};
+  return taps;
+}
 
 template <class T>
 void im2col_same_stride1(const Conv2dGeometry& g, const T* x, T* col) {
   const std::int64_t w = g.width, plane = g.height * g.width;
-  const TapRanges taps(g);
+  const std::vector<TapRange> taps = tap_ranges(g);
+  const auto tap_count = static_cast<std::int64_t>(taps.size());
   for (std::int64_t c = 0; c < g.in_channels; ++c) {
     const T* x_c = x + c * plane;
-    for (std::int64_t tap = 0; tap < taps.size(); ++tap) {
-      T* out = col + (c * taps.size() + tap) * plane;
-      const TapRange& t = taps[tap];
+    for (std::int64_t tap = 0; tap < tap_count; ++tap) {
+      T* out = col + (c * tap_count + tap) * plane;
+      const TapRange& t = taps[static_cast<std::size_t>(tap)];
       std::fill(out, out + t.row_lo * w, T(0));
       std::fill(out + t.row_hi * w, out + plane, T(0));
       if (t.row_lo >= t.row_hi || t.lo >= t.hi) {
@@ -137,24 +128,25 @@ void im2col_same_stride1(const Conv2dGeometry& g, const T* x, T* col) {
 template <class T>
 void col2im_same_stride1(const Conv2dGeometry& g, T* col, T* dx) {
   const std::int64_t w = g.width, h = g.height, plane = h * w;
-  const TapRanges taps(g);
+  const std::vector<TapRange> taps = tap_ranges(g);
+  const auto tap_count = static_cast<std::int64_t>(taps.size());
   std::int64_t whole = -1;
-  for (std::int64_t tap = 0; tap < taps.size() && whole < 0; ++tap) {
-    const TapRange& t = taps[tap];
+  for (std::int64_t tap = 0; tap < tap_count && whole < 0; ++tap) {
+    const TapRange& t = taps[static_cast<std::size_t>(tap)];
     if (t.shift == 0 && t.row_lo == 0 && t.row_hi == h && t.lo == 0 && t.hi == w) whole = tap;
   }
   for (std::int64_t c = 0; c < g.in_channels; ++c) {
     T* dx_c = dx + c * plane;
-    const T* col_c = col + c * taps.size() * plane;
+    const T* col_c = col + c * tap_count * plane;
     if (whole >= 0) {
       std::copy(col_c + whole * plane, col_c + (whole + 1) * plane, dx_c);
     } else {
       std::fill(dx_c, dx_c + plane, T(0));
     }
-    for (std::int64_t tap = 0; tap < taps.size(); ++tap) {
-      const TapRange& t = taps[tap];
+    for (std::int64_t tap = 0; tap < tap_count; ++tap) {
+      const TapRange& t = taps[static_cast<std::size_t>(tap)];
       if (tap == whole || t.row_lo >= t.row_hi || t.lo >= t.hi) continue;
-      T* in = col + (c * taps.size() + tap) * plane;
+      T* in = col + (c * tap_count + tap) * plane;
       clear_border_columns(g, t, in);
       const std::int64_t first = t.row_lo * w + t.lo, last = (t.row_hi - 1) * w + t.hi;
       T* dst = dx_c + first + t.shift;
@@ -225,7 +217,7 @@ void col2im_general(const Conv2dGeometry& g, const T* col, T* dx) {
 
 template <class T>
 void im2col(const Conv2dGeometry& g, const T* x, T* col) {
-  if (is_same_stride1(g)) {
+  if (g.is_same_stride1()) {
     im2col_same_stride1(g, x, col);
   } else {
     im2col_general(g, x, col);
@@ -235,7 +227,7 @@ void im2col(const Conv2dGeometry& g, const T* x, T* col) {
 // col is scratch: the fast path overwrites its padding entries.
 template <class T>
 void col2im(const Conv2dGeometry& g, T* col, T* dx) {
-  if (is_same_stride1(g)) {
+  if (g.is_same_stride1()) {
     col2im_same_stride1(g, col, dx);
   } else {
     col2im_general(g, col, dx);
@@ -333,7 +325,7 @@ std::unique_ptr<T[]> workspace(std::int64_t count) {
 // backward data.
 bool use_direct(const Conv2dGeometry& g, std::int64_t inputs, std::int64_t outputs) {
 #if defined(__AVX512F__)
-  return detail::DirectConv2d::applies(g) && !g.is_pointwise() &&
+  return g.is_same_stride1() && !g.is_pointwise() &&
          g.height * g.width >= kMinDirectPlane &&
          inputs * g.kernel_h * g.kernel_w >= kMinDirectDepth && outputs >= kMinDirectOutputs &&
          (plan_batch(g).parallel || omp_get_max_threads() == 1);

@@ -37,6 +37,9 @@ struct Conv2dGeometry {
   std::int64_t weight_numel() const { return out_channels * in_channels * kernel_h * kernel_w; }
   // True when the convolution is a plain per-pixel matrix product (no im2col needed).
   bool is_pointwise() const;
+  // True for stride 1 with "same" padding: the output is as large as the input (which takes
+  // an odd kernel padded by half its size on each side).
+  bool is_same_stride1() const;
   // Throws InternalError unless dimensions are positive, padding is non-negative and the
   // padded input is at least as large as the kernel.
   void validate() const;

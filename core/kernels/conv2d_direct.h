@@ -23,7 +23,8 @@
 
 namespace aiacc::kernels::detail {
 
-// Where a zero-padded image and the rows of positions computed from it lie in memory.
+// Where a zero-padded image and the rows of positions computed from it lie in memory. Only for
+// g.is_same_stride1() (InternalError otherwise), like the kernels below that use it.
 struct PaddedLayout {
   PaddedLayout(const Conv2dGeometry& g, std::int64_t channels);
 
@@ -45,10 +46,6 @@ struct PaddedLayout {
 
 class DirectConv2d {
  public:
-  // True for stride 1 with "same" padding (an odd kernel padded by half its size), where the
-  // direct kernels apply.
-  static bool applies(const Conv2dGeometry& g);
-
   // Prepares a convolution of `g` (forward), or its backward-data pass when `transposed`: then
   // the kernel maps g.out_channels inputs (dy) to g.in_channels outputs (dx).
   DirectConv2d(const Conv2dGeometry& g, const float* w, bool transposed);
