@@ -182,42 +182,35 @@ struct StoreFixture {
   }
 };
 
-void BM_StorePull(benchmark::State& state) {
+// Times pull or push of the fixture's requests in turn; `cold` evicts the caches (untimed)
+// before each call.
+enum class StoreOp { pull, push };
+void run_store(benchmark::State& state, StoreOp op, bool cold) {
   omp_set_num_threads(1);
   StoreFixture f(state);
-  std::size_t r = 0;
-  for (auto _ : state) {
-    f.store.pull(f.requests[r++ % f.requests.size()], f.rows.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["rows"] = benchmark::Counter(static_cast<double>(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
-}
-void BM_StorePush(benchmark::State& state) {
-  omp_set_num_threads(1);
-  StoreFixture f(state);
-  std::size_t r = 0;
-  for (auto _ : state) {
-    f.store.push(f.requests[r++ % f.requests.size()], f.rows.data(), 0.05);
-    benchmark::ClobberMemory();
-  }
-  state.counters["rows"] = benchmark::Counter(static_cast<double>(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
-}
-void BM_StorePushCold(benchmark::State& state) {
-  omp_set_num_threads(1);
-  StoreFixture f(state);
-  std::vector<float> evict(std::size_t{4} << 20, 1.0f);
+  std::vector<float> evict(cold ? std::size_t{4} << 20 : 0, 1.0f);
   std::size_t r = 0;
   float sink = 0;
   for (auto _ : state) {
-    state.PauseTiming();
-    for (std::size_t i = 0; i < evict.size(); i += 16) { evict[i] += 1.0f; sink += evict[i]; }
-    state.ResumeTiming();
-    f.store.push(f.requests[r++ % f.requests.size()], f.rows.data(), 0.05);
+    if (cold) {
+      state.PauseTiming();
+      for (std::size_t i = 0; i < evict.size(); i += 16) { evict[i] += 1.0f; sink += evict[i]; }
+      state.ResumeTiming();
+    }
+    const auto& ids = f.requests[r++ % f.requests.size()];
+    if (op == StoreOp::pull) {
+      f.store.pull(ids, f.rows.data());
+    } else {
+      f.store.push(ids, f.rows.data(), 0.05);
+    }
     benchmark::ClobberMemory();
   }
   benchmark::DoNotOptimize(sink);
   state.counters["rows"] = benchmark::Counter(static_cast<double>(state.range(1)), benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_StorePull(benchmark::State& state) { run_store(state, StoreOp::pull, false); }
+void BM_StorePush(benchmark::State& state) { run_store(state, StoreOp::push, false); }
+void BM_StorePushCold(benchmark::State& state) { run_store(state, StoreOp::push, true); }
 // The flights tables (3387 rows, ~800 touched a step at batch 1024, dims 1 and 16) and a shard's
 // large requests of small rows.
 const auto store_shapes = [](auto* b) {
