@@ -20,7 +20,6 @@ GradientFuser::GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Par
     }
     total += p->grad().numel();
   }
-  flat_.assign(static_cast<std::size_t>(total), 0.0f);
   tensor_ready_.assign(parameters_.size(), 0);
 
   std::vector<TuningCandidate> candidates;
@@ -39,7 +38,17 @@ GradientFuser::GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Par
 
   // Every rank must derive the same layout; checked once with the tensors alone (bucket size
   // 0), since tuning may change the bucket boundaries later (identically on every rank).
-  verify_plan(comm_, BucketPlan(listing(), 0), "gradient fusion");
+  const BucketPlan layout(listing(), 0);
+  verify_plan(comm_, layout, "gradient fusion");
+  // The gradients become views of one flat buffer, in ready order (offsets do not depend on the
+  // bucket size): backward writes straight into the buckets and reads the reduced values back
+  // from them, with no copy on either side.
+  flat_ = Tensor::zeros(Shape{total}, DType::f32);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const PlannedTensor& slot = layout.tensors()[i];
+    Tensor& grad = parameters_[i]->grad();
+    grad.rebind(flat_.rows(slot.offset, slot.offset + slot.count).reshape(grad.shape()));
+  }
   if (comm_->streams() > 1 && tuner_->current().streams != comm_->active_streams()) {
     comm_->set_active_streams(tuner_->current().streams);
   }
@@ -70,7 +79,7 @@ void GradientFuser::build(std::int64_t bucket_bytes) {
   allreduces_.clear();
   for (const PlannedBucket& bucket : plan_->buckets()) {
     allreduces_.push_back(std::make_unique<Allreduce>(
-        comm_, Buffer{flat_.data() + bucket.offset, bucket.count, DType::f32}, options_.spec, options_.tuning));
+        comm_, Buffer{flat_.data<float>() + bucket.offset, bucket.count, DType::f32}, options_.spec, options_.tuning));
   }
   bucket_pending_.assign(plan_->buckets().size(), 0);
   log::get("ring")->debug("gradient fusion plan: {}", plan_->summary());
@@ -92,17 +101,12 @@ void GradientFuser::begin_step() {
 }
 
 void GradientFuser::on_ready(int tensor) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!in_step_ || tensor_ready_[static_cast<std::size_t>(tensor)]) return;
-  }
-  // Only this (backward) thread writes the slot, and the communication thread reads it only
-  // after the count below reaches zero under the mutex.
-  const PlannedTensor& slot = plan_->tensors()[static_cast<std::size_t>(tensor)];
-  std::memcpy(flat_.data() + slot.offset, parameters_[static_cast<std::size_t>(tensor)]->grad().data<float>(),
-              static_cast<std::size_t>(slot.count) * sizeof(float));
+  // The gradient already lies in its bucket (a view): backward wrote it there, and the
+  // communication thread reads it only after the bucket's count reaches zero under the mutex.
   std::lock_guard lock(mutex_);
+  if (!in_step_ || tensor_ready_[static_cast<std::size_t>(tensor)]) return;
   tensor_ready_[static_cast<std::size_t>(tensor)] = 1;
+  const PlannedTensor& slot = plan_->tensors()[static_cast<std::size_t>(tensor)];
   if (--bucket_pending_[static_cast<std::size_t>(slot.bucket)] == 0) changed_.notify_all();
 }
 
@@ -138,11 +142,6 @@ void GradientFuser::communicate() {
           communication_seconds_ += run_seconds;
         }
         if (balancer_ && allreduce.ring()) balancer_->record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
-        for (int t : plan_->buckets()[b].tensors) {
-          const PlannedTensor& slot = plan_->tensors()[static_cast<std::size_t>(t)];
-          std::memcpy(parameters_[static_cast<std::size_t>(t)]->grad().data<float>(), flat_.data() + slot.offset,
-                      static_cast<std::size_t>(slot.count) * sizeof(float));
-        }
       } catch (...) {
         std::lock_guard lock(mutex_);
         error_ = std::current_exception();

@@ -1,8 +1,8 @@
 // GradientFuser: overlaps dense-gradient allreduce with the backward pass (AIACC's gradient
-// fusion). Gradients are copied, as each becomes final (the parameter's grad-ready hook), into
-// one flat buffer laid out in ready order; a bucket is all-reduced by a communication thread as
-// soon as its last gradient arrives, while backward continues; finish_step() waits for the rest
-// and copies the reduced values back into the parameters' gradients.
+// fusion). The parameters' gradients are rebound, at construction, to views of one flat buffer
+// laid out in ready order, so backward writes them straight into the buckets; a bucket is
+// all-reduced in place by a communication thread as soon as its last gradient is final (the
+// parameter's grad-ready hook), while backward continues; finish_step() waits for the rest.
 //
 // Buckets are always launched in plan order (a bucket that completes early waits for the ones
 // before it), so every rank issues the same collectives in the same order even if hooks fire in
@@ -47,7 +47,8 @@ class GradientFuser {
  public:
   // `parameters`: the dense parameters in gradient-ready order (reverse of forward), f32,
   // alive and at fixed addresses for the fuser's lifetime (it registers grad-ready hooks that
-  // point back to it). Collective: verifies the bucket plan across ranks (ConfigError on a
+  // point back to it). Their gradients become views of the fuser's flat buffer (values kept;
+  // the storage is shared, so it outlives the fuser). Collective: verifies the bucket plan across ranks (ConfigError on a
   // mismatch) and starts the communication thread.
   GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Parameter*> parameters, FusionOptions options);
   ~GradientFuser();  // stops the communication thread (after abandoning an unfinished step)
@@ -56,7 +57,7 @@ class GradientFuser {
 
   // Starts a step: no gradient is ready yet. Call before backward.
   void begin_step();
-  // Blocks until every bucket is reduced and copied back into the parameters' gradients.
+  // Blocks until every bucket is reduced (in place: the parameters' gradients are its views).
   // Parameters whose hook did not fire this step (unused in the graph) contribute their current
   // gradient. Rethrows a communication failure (CommError/TimeoutError naming the peer).
   void finish_step();
@@ -79,7 +80,7 @@ class GradientFuser {
   std::shared_ptr<Communicator> comm_;
   std::vector<Parameter*> parameters_;
   FusionOptions options_;
-  std::vector<float> flat_;
+  Tensor flat_;  // every parameter's gradient is a view of it (ready order)
   std::optional<BucketPlan> plan_;
   std::vector<std::unique_ptr<Allreduce>> allreduces_;  // one per bucket
   std::optional<AutoTuner> tuner_;

@@ -106,6 +106,32 @@ TEST(GradientFuser, EarlyBucketsAreReducedWhileBackwardContinues) {
   });
 }
 
+// Backward writes gradients straight into the buckets: each gradient is a view of one flat
+// buffer in ready order, keeps the values it had before the fuser, and outlives the fuser.
+TEST(GradientFuser, GradientsBecomeViewsOfTheBucketsAndKeepTheirValues) {
+  run_world(2, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    auto params = make_parameters();
+    for (std::size_t t = 0; t < params.size(); ++t) fill_grad(*params[t], comm->rank(), static_cast<int>(t), 7);
+    {
+      GradientFuser fuser(comm, pointers(params), sum_options(64 * 1024));
+      for (std::size_t t = 0; t + 1 < params.size(); ++t) {
+        EXPECT_EQ(params[t]->grad().data<float>() + params[t]->grad().numel(), params[t + 1]->grad().data<float>())
+            << params[t]->name();
+      }
+      for (std::size_t t = 0; t < params.size(); ++t) {
+        const float* g = params[t]->grad().data<float>();
+        for (std::int64_t i = 0; i < params[t]->grad().numel(); ++i) {
+          ASSERT_EQ(g[i], static_cast<float>(input_value(comm->rank() + 7, i + 101 * static_cast<std::int64_t>(t))));
+        }
+      }
+      // Hooks that never fire: the values already in the buckets are reduced.
+      fuser.begin_step();
+      fuser.finish_step();
+    }
+    expect_sums(params, 2, 7);
+  });
+}
+
 TEST(GradientFuser, UnusedParametersAndRankDependentHookOrder) {
   run_world(3, ring_options(), [&](std::shared_ptr<Communicator> comm) {
     auto params = make_parameters();
