@@ -27,6 +27,9 @@ using Counter = std::atomic<std::uint64_t>;
 static_assert(Counter::is_always_lock_free, "shared-memory counters must be lock-free (address-free)");
 constexpr std::size_t kLine = 64;      // one counter per cache line: no false sharing
 constexpr std::size_t kAlign = 4096;   // data regions start on pages
+// With more than two ranks on a host, each summing every slot itself pays only while all the
+// chunks of one step fit in a core's cache.
+constexpr std::int64_t kDirectHostBytes = 256 << 10;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -66,8 +69,18 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   const int leader = local_ranks_.front();
   const std::uint64_t sequence = comm_->next_sequence();
   control_bytes_ = round_up(2 * kLine * static_cast<std::size_t>(local_size + 1), kAlign);
-  slot_bytes_ = round_up(std::max<std::size_t>(buffer.bytes(), 1), kAlign);
-  const std::size_t total = control_bytes_ + slot_bytes_ * static_cast<std::size_t>(local_size + 1);
+  chunk_elements_ = std::max<std::int64_t>(1, spec.chunk_bytes / static_cast<std::int64_t>(buffer.element_bytes()));
+  // One host, two ranks (or a few ranks and small chunks): every rank sums all the slots of a
+  // chunk itself, straight into its buffer. That takes one barrier per chunk instead of two and
+  // no copy back, for reads that grow with the number of ranks (L chunks each instead of 2).
+  const std::int64_t chunk_bytes = std::min(buffer.count, chunk_elements_) * static_cast<std::int64_t>(buffer.element_bytes());
+  direct_ = local_size > 1 && comm_->host_leaders().size() == 1 &&
+            (local_size == 2 || chunk_bytes * local_size <= kDirectHostBytes);
+  // Direct: two sets of L chunk-sized slots, used alternately (see run()). Otherwise L slots of
+  // the whole buffer plus the result.
+  slot_bytes_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(direct_ ? chunk_bytes : buffer.bytes(), 1)), kAlign);
+  const std::size_t slots = direct_ ? 2 * static_cast<std::size_t>(local_size) : static_cast<std::size_t>(local_size + 1);
+  const std::size_t total = control_bytes_ + slot_bytes_ * slots;
   const auto deadline = comm_->deadline();
 
   if (local_size > 1) {
@@ -104,6 +117,11 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
 
 std::byte* HierarchicalAllreduce::slot(int local) const {
   return memory_->data() + control_bytes_ + slot_bytes_ * static_cast<std::size_t>(local + 1);
+}
+
+std::byte* HierarchicalAllreduce::direct_slot(std::uint64_t generation, int local) const {
+  const auto set = static_cast<std::size_t>(generation & 1);
+  return memory_->data() + control_bytes_ + slot_bytes_ * (set * local_ranks_.size() + static_cast<std::size_t>(local));
 }
 
 void HierarchicalAllreduce::wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline) {
@@ -182,6 +200,24 @@ void HierarchicalAllreduce::run() {
   const auto deadline = comm_->deadline();
   const int local_size = static_cast<int>(local_ranks_.size());
   const std::size_t element = buffer_.element_bytes();
+  if (direct_) {
+    // A chunk's slots are written again two chunks later, by which time every rank has passed
+    // the barrier of the chunk in between, so has finished reading them.
+    const detail::WireFormat format{buffer_.dtype, WireType::kNative};
+    auto* data = static_cast<std::byte*>(buffer_.data);
+    for (std::int64_t begin = 0; begin < buffer_.count; begin += chunk_elements_) {
+      const auto size = static_cast<std::size_t>(std::min(chunk_elements_, buffer_.count - begin));
+      std::byte* chunk = data + static_cast<std::size_t>(begin) * element;
+      const std::uint64_t generation = ++generation_;
+      std::memcpy(direct_slot(generation, local_index_), chunk, size * element);
+      wait_all(generation, "inputs written", deadline);
+      // The same sum, in local-rank order, on every rank: the results are bitwise equal.
+      if (local_index_ != 0) std::memcpy(chunk, direct_slot(generation, 0), size * element);
+      for (int l = 1; l < local_size; ++l) detail::accumulate(format, chunk, direct_slot(generation, l), size);
+      if (spec_.op == ReduceOp::kAverage) detail::scale(buffer_.dtype, chunk, size, 1.0 / comm_->world_size());
+    }
+    return;
+  }
   if (local_size > 1 && !leaders_ring_ && comm_->host_leaders().size() == 1) {
     // One host: nothing crosses the network, so the buffer is reduced in chunks that stay in
     // cache between being written, summed and read back (L + 1 copies of a chunk in flight).

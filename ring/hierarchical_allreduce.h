@@ -3,6 +3,8 @@
 // Within a host nothing crosses TCP: each rank writes its input into its slot of a shared
 // segment, reduces one 1/L slice across all L slots, and after the leaders' exchange copies the
 // whole result back. Result is bitwise equal on every rank (one copy of the sums is shared).
+// On a single host with two ranks (or small chunks), each rank instead sums all L slots of a
+// chunk into its own buffer, in the same order as every other rank: one barrier per chunk.
 //
 // Synchronisation inside the host is by per-rank arrival counters in the segment (spinning
 // briefly, then yielding the core); a local rank that dies is noticed within ~100 ms (its
@@ -35,6 +37,8 @@ class HierarchicalAllreduce {
   // Waits until every local rank has passed barrier number `generation`.
   void wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline);
   std::byte* slot(int local) const;
+  // The direct path's slot of `local` for the chunk of barrier `generation` (two sets, by parity).
+  std::byte* direct_slot(std::uint64_t generation, int local) const;
   // result[offset, +count elements) = the sum of every local slot there, in local-rank order
   // (`offset` in bytes).
   void sum_slots(std::size_t offset, std::size_t count);
@@ -46,6 +50,8 @@ class HierarchicalAllreduce {
   int local_index_ = 0;
   std::optional<SharedMemory> memory_;
   std::size_t control_bytes_ = 0, slot_bytes_ = 0;
+  std::int64_t chunk_elements_ = 1;
+  bool direct_ = false;  // one host: every rank sums the chunk's slots itself (see the constructor)
   std::byte* result_ = nullptr;
   std::optional<RingAllreduce> leaders_ring_;  // on leaders, when there are several hosts
   std::uint64_t generation_ = 0;

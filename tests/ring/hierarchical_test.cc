@@ -28,6 +28,9 @@ class Hierarchical : public ::testing::TestWithParam<Layout> {};
 TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
   const auto hosts = GetParam().hosts;
   const int world = static_cast<int>(hosts.size());
+  // Small chunks take the single-host direct path (every rank sums all slots); 1 MiB chunks of
+  // the large buffer on 4 ranks of one host take the reduce-then-copy-back path.
+  for (std::int64_t chunk_bytes : {std::int64_t{8192}, std::int64_t{1} << 20})
   for (std::int64_t count : {std::int64_t{1}, std::int64_t{7}, std::int64_t{100003}}) {
     run_world(world, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
       comm->set_hosts(hosts);
@@ -35,7 +38,7 @@ TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
       for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i));
       flat = data;
       AllreduceSpec spec;
-      spec.chunk_bytes = 8192;
+      spec.chunk_bytes = chunk_bytes;
       HierarchicalAllreduce hierarchical(comm, Buffer{data.data(), count, DType::f32}, spec);
       for (int repeat = 0; repeat < 2; ++repeat) {
         if (repeat == 1) {
@@ -55,6 +58,36 @@ TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
 INSTANTIATE_TEST_SUITE_P(Layouts, Hierarchical,
                          ::testing::Values(Layout{{0, 0}}, Layout{{0, 0, 0, 0}}, Layout{{0, 0, 0, 1, 1, 2}},
                                            Layout{{0, 1, 0, 1, 0}}, Layout{{0, 1, 2}}));
+
+// The direct path reuses a chunk's slots two chunks later. Many back-to-back runs of a
+// multi-chunk buffer, with inputs that change every run and ranks drifting apart (3 ranks on
+// fewer cores, random pauses), would read a peer's next input if a slot came back too early.
+TEST(HierarchicalDirect, BackToBackRunsReadOnlyTheirOwnInputs) {
+  for (const std::vector<int>& hosts : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0}}) {
+    const int world = static_cast<int>(hosts.size());
+    run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+      comm->set_hosts(hosts);
+      constexpr std::int64_t kCount = 3000;  // 3 chunks of 4 KiB
+      std::vector<float> data(kCount);
+      AllreduceSpec spec;
+      spec.chunk_bytes = 4096;
+      HierarchicalAllreduce allreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec);
+      std::uint64_t pause = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(comm->rank() + 1);
+      for (int run = 0; run < 60; ++run) {
+        for (std::int64_t i = 0; i < kCount; ++i) {
+          data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i) + 100 * run);
+        }
+        pause = pause * 6364136223846793005ull + 1442695040888963407ull;
+        if ((pause >> 60) < 4) std::this_thread::sleep_for(std::chrono::microseconds((pause >> 40) % 300));
+        allreduce.run();
+        for (std::int64_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(data[static_cast<std::size_t>(i)], expected_sum(world, i) + 100.0 * run * world)
+              << "rank " << comm->rank() << " of " << world << ", run " << run << ", element " << i;
+        }
+      }
+    });
+  }
+}
 
 TEST(HierarchicalFacade, ChosenForSharedHostsAndAveragesExactly) {
   run_world(4, ring_options(), [&](std::shared_ptr<Communicator> comm) {
