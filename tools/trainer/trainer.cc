@@ -628,15 +628,6 @@ TrainResult Trainer::run(const RunControl& control) {
           }
         }
       }
-      // Replicated tables are exchanged on the control communicator while the fusion thread
-      // may still be all-reducing the last dense buckets on the dense one.
-      if (!s.replicated.empty()) {
-        phase = "exchanging replicated table rows";
-        trace::Span span("wait", "replicated tables");
-        const auto sync_start = Clock::now();
-        ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
-        s.comm_wait_seconds += seconds_since(sync_start);
-      }
       if (s.fuser) {
         phase = "all-reducing gradients";
         trace::Span span("wait", "wait for all-reduce");
@@ -644,6 +635,16 @@ TrainResult Trainer::run(const RunControl& control) {
         s.comm_wait_seconds += s.fuser->last_exposed_seconds();
         s.run_allreduce_seconds += s.fuser->last_communication_seconds();
         s.run_allreduce_exposed_seconds += s.fuser->last_exposed_seconds();
+      }
+      // Replicated tables are exchanged after the dense buckets, not beside them: run at once,
+      // the two exchanges' threads took turns spinning on a worker's core (Wide&Deep on flights,
+      // one core per worker: E 0.78 -> 0.83 with this order, interleaved runs).
+      if (!s.replicated.empty()) {
+        phase = "exchanging replicated table rows";
+        trace::Span span("wait", "replicated tables");
+        const auto sync_start = Clock::now();
+        ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
+        s.comm_wait_seconds += seconds_since(sync_start);
       }
       // Non-finite gradients: the reduced dense gradients are identical on every worker, so
       // every worker takes the same decision.
