@@ -19,7 +19,7 @@
 #include "ring/buffer.h"
 #include "ring/communicator.h"
 #include "ring/ring_allreduce.h"
-#include "ring/shared_memory.h"
+#include "ring/detail/host_segment.h"
 
 namespace aiacc::ring {
 
@@ -34,8 +34,6 @@ class HierarchicalAllreduce {
   void run();
 
  private:
-  // Waits until every local rank has passed barrier number `generation`.
-  void wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline);
   std::byte* slot(int local) const;
   // The direct path's slot of `local` for the chunk of barrier `generation` (two sets, by parity).
   std::byte* direct_slot(std::uint64_t generation, int local) const;
@@ -48,8 +46,8 @@ class HierarchicalAllreduce {
   AllreduceSpec spec_;
   std::vector<int> local_ranks_;
   int local_index_ = 0;
-  std::optional<SharedMemory> memory_;
-  std::size_t control_bytes_ = 0, slot_bytes_ = 0;
+  std::optional<detail::HostSegment> segment_;  // when several ranks share this host
+  std::size_t slot_bytes_ = 0;
   std::int64_t chunk_elements_ = 1;
   bool direct_ = false;  // one host: every rank sums the chunk's slots itself (see the constructor)
   std::byte* result_ = nullptr;

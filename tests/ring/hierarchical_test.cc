@@ -1,14 +1,18 @@
 // Hierarchical allreduce (shared memory within a host, ring between host leaders): exact sums
 // equal to the flat ring for emulated host layouts, averages, the facade's choice, and a silent
-// local rank reported by name instead of hanging.
+// local rank reported by name instead of hanging. The single-host all-gather of byte messages:
+// exact messages of any size in rank order, views that survive peers running ahead, growth.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "ring/allreduce.h"
 #include "ring/hierarchical_allreduce.h"
+#include "ring/host_allgather.h"
 #include "tests/ring/ring_fixture.h"
 
 namespace aiacc::ring {
@@ -125,6 +129,72 @@ TEST(HierarchicalFailures, SilentLocalRankTimesOutNamingIt) {
   });
   EXPECT_NE(errors[0].find("local rank(s) 1"), std::string::npos) << errors[0];
   EXPECT_NE(errors[2].find("local rank(s) 1"), std::string::npos) << errors[2];
+}
+
+// Rank r's message in round k: (r * 37 + k * 11) % 300 bytes (empty ones included), plus 5000
+// bytes from rank 1 in round 4 (past the 64-byte first capacity: every rank grows alike).
+std::vector<std::byte> gather_message(int rank, int round) {
+  std::size_t size = static_cast<std::size_t>((rank * 37 + round * 11) % 300);
+  if (rank == 1 && round == 4) size = 5000;
+  std::vector<std::byte> bytes(size);
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 31 + static_cast<std::size_t>(rank) * 7 + static_cast<std::size_t>(round)) & 0xff);
+  return bytes;
+}
+
+TEST(HostAllgather, EveryMessageInRankOrderAndViewsSurvivePeersRunningAhead) {
+  for (int world : {1, 2, 3, 4}) {
+    run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+      comm->set_hosts(std::vector<int>(static_cast<std::size_t>(world), 0));
+      ASSERT_TRUE(HostAllgather::applies(*comm));
+      HostAllgather allgather(comm, 64);
+      std::uint64_t pause = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(comm->rank() + 1);
+      for (int round = 0; round < 40; ++round) {
+        const auto mine = gather_message(comm->rank(), round);
+        const auto all = allgather.run(mine);
+        // Peers may be writing their next messages meanwhile: these views must not change.
+        pause = pause * 6364136223846793005ull + 1442695040888963407ull;
+        if ((pause >> 60) < 4) std::this_thread::sleep_for(std::chrono::microseconds((pause >> 40) % 300));
+        ASSERT_EQ(all.size(), static_cast<std::size_t>(world));
+        for (int r = 0; r < world; ++r) {
+          const auto expected = gather_message(r, round);
+          ASSERT_TRUE(std::equal(all[static_cast<std::size_t>(r)].begin(), all[static_cast<std::size_t>(r)].end(),
+                                 expected.begin(), expected.end()))
+              << "rank " << comm->rank() << " of " << world << ", round " << round << ", message of rank " << r;
+        }
+      }
+      if (world > 1) {
+        EXPECT_GE(allgather.capacity_bytes(), 5000u) << "rank " << comm->rank();
+      }
+    });
+  }
+}
+
+TEST(HostAllgather, ServesOneHostOnlyAndNamesASilentRank) {
+  run_world(2, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+    comm->set_hosts({0, 1});
+    EXPECT_FALSE(HostAllgather::applies(*comm));
+    EXPECT_THROW(HostAllgather(comm, 64), ConfigError);
+  });
+  std::vector<std::string> errors(3);
+  run_world(3, ring_options(1, 1.0), [&](std::shared_ptr<Communicator> comm) {
+    comm->set_hosts({0, 0, 0});
+    HostAllgather allgather(comm, 64);
+    if (comm->rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;
+    }
+    const std::vector<std::byte> mine(10);
+    try {
+      allgather.run(mine);
+    } catch (const TimeoutError& e) {
+      errors[static_cast<std::size_t>(comm->rank())] = e.what();
+    }
+  });
+  for (int r : {0, 1}) {
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("host all-gather (messages written): timed out waiting for local rank(s) 2"),
+              std::string::npos)
+        << errors[static_cast<std::size_t>(r)];
+  }
 }
 
 }  // namespace

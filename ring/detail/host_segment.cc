@@ -1,0 +1,158 @@
+#include "ring/detail/host_segment.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/error.h"
+
+namespace aiacc::ring::detail {
+namespace {
+
+using Counter = std::atomic<std::uint64_t>;
+static_assert(Counter::is_always_lock_free, "shared-memory counters must be lock-free (address-free)");
+constexpr std::size_t kLine = 64;      // one counter per cache line: no false sharing
+constexpr std::size_t kAlign = 4096;   // the data region starts on a page
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// Control block: per local rank, its arrival counter (line 2l) and its process id (line 2l+1).
+Counter& arrivals(std::byte* control, int local) { return *reinterpret_cast<Counter*>(control + 2 * kLine * static_cast<std::size_t>(local)); }
+Counter& pid_of(std::byte* control, int local) { return *reinterpret_cast<Counter*>(control + (2 * static_cast<std::size_t>(local) + 1) * kLine); }
+
+// After the per-rank lines: a 32-bit futex word bumped by every arrival, and the number of
+// ranks sleeping on it (so arrivals skip the wake-up syscall when nobody sleeps).
+using Word = std::atomic<std::uint32_t>;
+static_assert(Word::is_always_lock_free && sizeof(Word) == 4, "futex words are 32-bit lock-free atomics");
+Word& epoch(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(control + 2 * kLine * static_cast<std::size_t>(local_size)); }
+Word& sleepers(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(control + (2 * static_cast<std::size_t>(local_size) + 1) * kLine); }
+
+// Sleeps while `word` holds `seen`, at most `timeout_ns` (a shared, not private, futex: the
+// word lives in memory mapped by several processes).
+void futex_wait(Word& word, std::uint32_t seen, long timeout_ns) {
+  timespec timeout{0, timeout_ns};
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
+void futex_wake_all(Word& word) {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+std::atomic<std::uint64_t> segment_counter{0};
+
+std::size_t control_bytes_for(std::size_t local_size) { return round_up(2 * kLine * (local_size + 1), kAlign); }
+
+// The leader creates the segment and hands its name to the other local ranks; once every one
+// has mapped it, the name goes (nothing outlives the job).
+SharedMemory map_segment(Communicator& comm, const std::vector<int>& local_ranks, std::size_t total,
+                         std::uint64_t tag, std::string_view what) {
+  const auto deadline = comm.deadline();
+  const int leader = local_ranks.front();
+  if (comm.rank() == leader) {
+    const std::string name = fmt::format("/aiacc-{}-{}-{}", getpid(), tag, segment_counter++);
+    SharedMemory memory = SharedMemory::create(name, total);
+    for (std::size_t i = 1; i < local_ranks.size(); ++i) {
+      comm.to(local_ranks[i], 0).send({reinterpret_cast<const std::byte*>(name.data()), name.size()}, deadline,
+                                      fmt::format("{}: segment name", what));
+    }
+    for (std::size_t i = 1; i < local_ranks.size(); ++i) {
+      comm.from(local_ranks[i], 0).recv(deadline, fmt::format("{}: segment mapped", what));
+    }
+    memory.unlink();
+    return memory;
+  }
+  net::Message message = comm.from(leader, 0).recv(deadline, fmt::format("{}: segment name", what));
+  const std::string name(reinterpret_cast<const char*>(message.bytes().data()), message.size());
+  SharedMemory memory = SharedMemory::open(name, total);
+  comm.to(leader, 0).send({}, deadline, fmt::format("{}: segment mapped", what));
+  return memory;
+}
+
+}  // namespace
+
+HostSegment::HostSegment(Communicator& comm, const std::vector<int>& local_ranks, std::size_t data_bytes,
+                         std::uint64_t tag, std::string owner)
+    : owner_(std::move(owner)),
+      local_ranks_(local_ranks),
+      local_index_(static_cast<int>(std::find(local_ranks.begin(), local_ranks.end(), comm.rank()) - local_ranks.begin())),
+      control_bytes_(control_bytes_for(local_ranks.size())),
+      memory_(map_segment(comm, local_ranks, control_bytes_ + round_up(std::max<std::size_t>(data_bytes, 1), kAlign), tag, owner_)) {
+  pid_of(memory_.data(), local_index_).store(static_cast<std::uint64_t>(getpid()));
+}
+
+void HostSegment::wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline) {
+  std::byte* control = memory_.data();
+  const int size = local_size();
+  Word& changed = epoch(control, size);
+  Word& sleeping = sleepers(control, size);
+  arrivals(control, local_index_).store(generation, std::memory_order_seq_cst);
+  changed.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_seq_cst) > 0) futex_wake_all(changed);
+  auto all_arrived = [&] {
+    for (int l = 0; l < size; ++l) {
+      if (arrivals(control, l).load(std::memory_order_acquire) < generation) return false;
+    }
+    return true;
+  };
+  // Spin briefly (peers on free cores arrive within microseconds), then sleep on the futex:
+  // with more ranks than cores, spinning would keep the very peer we wait for off the CPU.
+  for (int spin = 0; spin < 200; ++spin) {
+    if (all_arrived()) return;
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+  }
+  // Then yield the core for up to ~2 ms (a runnable peer on this core gets it at once; an idle
+  // vCPU would have to be woken, which costs tens of microseconds in a VM), then sleep.
+  const auto yield_until = net::Clock::now() + std::chrono::microseconds(2000);
+  for (int i = 0;; ++i) {
+    if (all_arrived()) return;
+    sched_yield();
+    if ((i & 63) == 63 && net::Clock::now() > yield_until) break;
+  }
+  auto next_liveness_check = net::Clock::now() + std::chrono::milliseconds(100);
+  for (;;) {
+    const std::uint32_t seen = changed.load(std::memory_order_seq_cst);
+    if (all_arrived()) return;
+    sleeping.fetch_add(1, std::memory_order_seq_cst);
+    // Re-check after announcing ourselves: an arrival between the check and the sleep either
+    // saw us sleeping (and wakes us) or changed the word (and the wait returns at once).
+    if (!all_arrived()) futex_wait(changed, seen, 20'000'000);  // 20 ms: liveness and deadline checks
+    sleeping.fetch_sub(1, std::memory_order_seq_cst);
+    if (all_arrived()) return;
+    const auto now = net::Clock::now();
+    if (now < next_liveness_check && now < deadline) continue;
+    next_liveness_check = now + std::chrono::milliseconds(100);
+    std::vector<int> missing, dead;
+    for (int l = 0; l < size; ++l) {
+      if (arrivals(control, l).load() >= generation) continue;
+      const int rank = local_ranks_[static_cast<std::size_t>(l)];
+      missing.push_back(rank);
+      const auto pid = static_cast<pid_t>(pid_of(control, l).load());
+      if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) dead.push_back(rank);
+    }
+    if (!dead.empty()) {
+      throw CommError(fmt::format("{} ({}): local rank(s) {} died (process gone)", owner_, what, fmt::join(dead, ", ")));
+    }
+    if (now >= deadline) {
+      throw TimeoutError(fmt::format("{} ({}): timed out waiting for local rank(s) {}", owner_, what, fmt::join(missing, ", ")));
+    }
+  }
+}
+
+}  // namespace aiacc::ring::detail

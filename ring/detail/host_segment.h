@@ -1,0 +1,47 @@
+// HostSegment: one shared-memory segment that the ranks of one host map together, with a
+// barrier over per-rank arrival counters kept in the segment. Internal to ring/: the
+// single-host collectives (HierarchicalAllreduce, HostAllgather) lay their slots out in data().
+//
+// The barrier spins briefly, then yields the core, then sleeps on a futex; a local rank that
+// dies is noticed within ~100 ms (its process is gone: CommError naming it), a silent one at the
+// deadline (TimeoutError naming it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/net/deadline.h"
+#include "ring/communicator.h"
+#include "ring/shared_memory.h"
+
+namespace aiacc::ring::detail {
+
+class HostSegment {
+ public:
+  // Collective among `local_ranks` (this rank among them; the first creates the segment and
+  // passes its name to the others over their stream-0 channels). `tag` makes the name unique
+  // (the same value on every local rank); `owner` names the collective in errors.
+  HostSegment(Communicator& comm, const std::vector<int>& local_ranks, std::size_t data_bytes,
+              std::uint64_t tag, std::string owner);
+
+  // The data region: page aligned, zero-filled at creation, `data_bytes` long.
+  std::byte* data() const { return memory_.data() + control_bytes_; }
+  int local_index() const { return local_index_; }
+  int local_size() const { return static_cast<int>(local_ranks_.size()); }
+
+  // Marks this rank as past barrier `generation` (numbers grow by one per barrier, the same on
+  // every local rank) and waits until every local rank is. Errors read "OWNER (WHAT): ...".
+  void wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline);
+
+ private:
+  std::string owner_;
+  std::vector<int> local_ranks_;
+  int local_index_ = 0;
+  std::size_t control_bytes_ = 0;
+  SharedMemory memory_;
+};
+
+}  // namespace aiacc::ring::detail
