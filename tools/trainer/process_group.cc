@@ -230,13 +230,19 @@ void ProcessGroup::sum(std::span<double> values) {
   std::memcpy(values.data(), cached.words.data(), values.size_bytes());
 }
 
-std::vector<std::vector<std::byte>> ProcessGroup::allgather(std::span<const std::byte> mine) {
+std::vector<std::span<const std::byte>> ProcessGroup::allgather(std::span<const std::byte> mine) {
   const int n = cluster_.workers;
-  if (n == 1) return {std::vector<std::byte>(mine.begin(), mine.end())};
-  // An all-gather as integer sums over zero-filled blocks (exact for any bytes), so it takes
-  // the shared-memory path within a host. Each block is [size in bytes][data], in a capacity
-  // every worker agrees on: usually one collective; when some block did not fit, every worker
-  // sees that size, grows the capacity alike and runs it again.
+  if (n == 1) return {mine};
+  if (cluster_.ring.hierarchical && ring::HostAllgather::applies(*control_)) {
+    // Every worker on this host: through shared memory, read in place (built on first use,
+    // which every worker reaches at the same collective).
+    if (!host_allgather_) host_allgather_ = std::make_unique<ring::HostAllgather>(control_);
+    return host_allgather_->run(mine);
+  }
+  // Across hosts: an all-gather as integer sums over zero-filled blocks (exact for any bytes),
+  // so it takes the shared-memory path within each host. Each block is [size in bytes][data],
+  // in a capacity every worker agrees on: usually one collective; when some block did not fit,
+  // every worker sees that size, grows the capacity alike and runs it again.
   const auto own_bytes = static_cast<std::int64_t>(mine.size());
   for (;;) {
     const std::int64_t words = allgather_words_;
@@ -252,11 +258,10 @@ std::vector<std::vector<std::byte>> ProcessGroup::allgather(std::span<const std:
       while (allgather_words_ * 8 < largest) allgather_words_ *= 2;
       continue;
     }
-    std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(n));
+    std::vector<std::span<const std::byte>> out(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
       const std::int64_t* block = blocks.words.data() + (words + 1) * r;
-      const auto* begin = reinterpret_cast<const std::byte*>(block + 1);
-      out[static_cast<std::size_t>(r)].assign(begin, begin + block[0]);
+      out[static_cast<std::size_t>(r)] = {reinterpret_cast<const std::byte*>(block + 1), static_cast<std::size_t>(block[0])};
     }
     return out;
   }

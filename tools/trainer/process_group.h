@@ -21,6 +21,7 @@
 #include "ps/client.h"
 #include "ring/allreduce.h"
 #include "ring/communicator.h"
+#include "ring/host_allgather.h"
 #include "tools/trainer/cluster_options.h"
 #include "tools/trainer/launch.h"
 
@@ -63,8 +64,9 @@ class ProcessGroup {
   // Collectives on the control communicator (workers only, same order on every worker):
   // element-wise sum of `values` over workers (f64, exact enough for counters and metrics).
   void sum(std::span<double> values);
-  // Every worker's bytes, in worker order (sizes may differ).
-  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine);
+  // Every worker's bytes, in worker order (sizes may differ). The views stay valid until the
+  // next allgather().
+  std::vector<std::span<const std::byte>> allgather(std::span<const std::byte> mine);
   // Copies worker `root`'s `tensor` to every worker.
   void broadcast(Tensor& tensor, int root);
   // Returns once every worker has called it.
@@ -93,7 +95,8 @@ class ProcessGroup {
   std::shared_ptr<ring::Communicator> control_;
   std::shared_ptr<ps::PsClient> ps_client_;
   std::map<std::pair<int, std::int64_t>, CachedSum> sums_;  // by (dtype, words)
-  std::int64_t allgather_words_ = 16;  // per-worker block capacity of allgather(), grows
+  std::int64_t allgather_words_ = 16;  // per-worker block capacity of allgather() across hosts, grows
+  std::unique_ptr<ring::HostAllgather> host_allgather_;  // allgather() when every worker shares a host
   int checks_ = 0;
 };
 

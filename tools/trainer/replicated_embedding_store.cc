@@ -1,11 +1,18 @@
 #include "tools/trainer/replicated_embedding_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/trace.h"
 
 namespace aiacc::trainer {
+namespace {
+
+// One table's part of a message, padded to 8 bytes so the next part's 64-bit fields stay aligned.
+std::size_t part_bytes(std::size_t rows, std::size_t dim) { return (16 + rows * 8 + rows * dim * 4 + 7) / 8 * 8; }
+
+}  // namespace
 
 ReplicatedEmbeddingStore::ReplicatedEmbeddingStore(const EmbeddingTableSpec& spec,
                                                    const optim::OptimizerOptions& optimizer,
@@ -22,7 +29,7 @@ void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const flo
 void ReplicatedEmbeddingStore::take_pending(std::vector<std::byte>& message) {
   const std::size_t at = message.size();
   const auto count = static_cast<std::int64_t>(ids_.size());
-  message.resize(at + 16 + ids_.size() * 8 + grads_.size() * 4);
+  message.resize(at + part_bytes(ids_.size(), static_cast<std::size_t>(spec().dim)));
   std::byte* p = message.data() + at;
   std::memcpy(p, &count, 8);
   std::memcpy(p + 8, &lr_, 8);
@@ -32,12 +39,14 @@ void ReplicatedEmbeddingStore::take_pending(std::vector<std::byte>& message) {
   grads_.clear();
 }
 
-void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& messages,
+void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte>>& messages,
                                      std::vector<std::size_t>& offsets) {
   const auto dim = static_cast<std::size_t>(spec().dim);
   // Row counts come from other workers: each is checked against the bytes its message holds
-  // before anything is sized from it.
+  // before anything is sized from it, and every worker must have pushed at the same rate.
   std::size_t total = 0;
+  double lr = 0;
+  bool any = false;
   for (std::size_t w = 0; w < messages.size(); ++w) {
     if (messages[w].size() < offsets[w] + 16) {
       throw CommError(fmt::format("replicated table '{}': short message from worker {}", spec().name, w));
@@ -50,65 +59,66 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::vector<std::byte>>& 
                                   "for {}", spec().name, w, n, room));
     }
     total += static_cast<std::size_t>(n);
+    double worker_lr = 0;
+    std::memcpy(&worker_lr, messages[w].data() + offsets[w] + 8, 8);
+    if (n > 0 && any && worker_lr != lr) {
+      throw InternalError(fmt::format("replicated table '{}': workers pushed at different learning "
+                                      "rates ({} vs {})", spec().name, lr, worker_lr));
+    }
+    if (n > 0) {
+      lr = worker_lr;
+      any = true;
+    }
   }
-  std::vector<std::int64_t> merged_ids;
-  std::vector<float> merged;
-  merged_ids.reserve(total);
-  merged.reserve(total * dim);
+  if (!any) {
+    for (std::size_t w = 0; w < messages.size(); ++w) offsets[w] += part_bytes(0, dim);
+    return;
+  }
   // Open addressing over a power-of-two table at most half full: id -> merged index (+1; 0 is
   // empty). Several times faster than std::unordered_map for the few thousand ids of a step.
-  std::size_t capacity = 16;
+  // The scratch is kept between steps; only the slots this step used are cleared afterwards.
+  std::size_t capacity = std::max<std::size_t>(slot_index_.size(), 16);
   while (capacity < 2 * total) capacity *= 2;
-  std::vector<std::int64_t> keys(capacity);
-  std::vector<std::uint32_t> index(capacity, 0);
-  auto find_or_add = [&](std::int64_t id, std::size_t next) -> std::pair<std::size_t, bool> {
-    std::size_t h = static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
-    for (;; h = (h + 1) & (capacity - 1)) {
-      if (index[h] == 0) {
-        keys[h] = id;
-        index[h] = static_cast<std::uint32_t>(next + 1);
-        return {next, true};
-      }
-      if (keys[h] == id) return {index[h] - 1, false};
-    }
-  };
-  double lr = 0;
-  bool any = false;
+  if (capacity != slot_index_.size()) {
+    slot_keys_.assign(capacity, 0);
+    slot_index_.assign(capacity, 0);
+  }
+  merged_ids_.clear();
+  merged_.resize(total * dim);
+  used_slots_.clear();
   for (std::size_t w = 0; w < messages.size(); ++w) {
     const auto& message = messages[w];
     std::size_t& offset = offsets[w];
     std::int64_t n = 0;  // checked against the message size above
-    double worker_lr = 0;
     std::memcpy(&n, message.data() + offset, 8);
-    std::memcpy(&worker_lr, message.data() + offset + 8, 8);
-    const std::size_t bytes = 16 + static_cast<std::size_t>(n) * (8 + 4 * dim);
     const auto* ids = reinterpret_cast<const std::int64_t*>(message.data() + offset + 16);
     const auto* grads = reinterpret_cast<const float*>(message.data() + offset + 16 + static_cast<std::size_t>(n) * 8);
-    offset += bytes;
-    if (n == 0) continue;
-    if (any && worker_lr != lr) {
-      throw InternalError(fmt::format("replicated table '{}': workers pushed at different learning "
-                                      "rates ({} vs {})", spec().name, lr, worker_lr));
-    }
-    lr = worker_lr;
-    any = true;
+    offset += part_bytes(static_cast<std::size_t>(n), dim);
     for (std::int64_t i = 0; i < n; ++i) {
-      const auto [at, fresh] = find_or_add(ids[i], merged_ids.size());
+      const std::int64_t id = ids[i];
       const float* g = grads + static_cast<std::size_t>(i) * dim;
-      if (fresh) {
-        merged_ids.push_back(ids[i]);
-        merged.insert(merged.end(), g, g + dim);
+      std::size_t h = static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
+      while (slot_index_[h] != 0 && slot_keys_[h] != id) h = (h + 1) & (capacity - 1);
+      if (slot_index_[h] == 0) {
+        // A new id: its row is this worker's gradient (scaled once it is complete, below).
+        slot_keys_[h] = id;
+        slot_index_[h] = static_cast<std::uint32_t>(merged_ids_.size() + 1);
+        used_slots_.push_back(static_cast<std::uint32_t>(h));
+        std::memcpy(merged_.data() + merged_ids_.size() * dim, g, dim * sizeof(float));
+        merged_ids_.push_back(id);
       } else {
-        float* row = merged.data() + at * dim;
+        float* row = merged_.data() + (slot_index_[h] - 1) * dim;
         for (std::size_t j = 0; j < dim; ++j) row[j] += g[j];
       }
     }
   }
-  if (!any) return;
+  for (std::uint32_t h : used_slots_) slot_index_[h] = 0;
   const float scale = 1.0f / static_cast<float>(messages.size());
-  for (float& g : merged) g *= scale;
-  trace::Span span("compute", "sparse optimizer " + spec().name, {{"rows", merged_ids.size()}});
-  replica_.push(merged_ids, merged.data(), lr);
+  const std::size_t merged_floats = merged_ids_.size() * dim;
+  for (std::size_t j = 0; j < merged_floats; ++j) merged_[j] *= scale;
+  trace::Span span("compute", trace::enabled() ? "sparse optimizer " + spec().name : std::string(),
+                   {{"rows", merged_ids_.size()}});
+  replica_.push(merged_ids_, merged_.data(), lr);
 }
 
 void ReplicatedEmbeddingStore::synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables,
@@ -116,7 +126,7 @@ void ReplicatedEmbeddingStore::synchronize(const std::vector<ReplicatedEmbedding
   if (tables.empty()) return;
   std::vector<std::byte> message;
   for (auto* table : tables) table->take_pending(message);
-  std::vector<std::vector<std::byte>> messages;
+  std::vector<std::span<const std::byte>> messages;  // read in place: valid until the next allgather
   {
     trace::Span span("allgather", "replicated rows", {{"bytes", message.size()}});
     messages = group.allgather(message);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/embedding/local_embedding_store.h"
@@ -32,16 +33,24 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override { replica_.load_rows(rows); }
 
  private:
-  // This step's rows as [count i64][lr f64][ids i64 x count][grads f32 x count x dim].
+  // This step's rows as [count i64][lr f64][ids i64 x count][grads f32 x count x dim], padded
+  // to 8 bytes.
   void take_pending(std::vector<std::byte>& message);
   // Applies the merged rows of every worker's message part for this table; advances `offsets`.
-  void apply(const std::vector<std::vector<std::byte>>& messages, std::vector<std::size_t>& offsets);
+  void apply(const std::vector<std::span<const std::byte>>& messages, std::vector<std::size_t>& offsets);
 
   LocalEmbeddingStore replica_;
   ProcessGroup& group_;
   std::vector<std::int64_t> ids_;
   std::vector<float> grads_;
   double lr_ = 0;
+  // apply()'s scratch, kept between steps: the merged rows, and an open-addressing table from
+  // id to merged row (index + 1; 0 is empty) whose used slots are cleared after each step.
+  std::vector<std::int64_t> merged_ids_;
+  std::vector<float> merged_;
+  std::vector<std::int64_t> slot_keys_;
+  std::vector<std::uint32_t> slot_index_;
+  std::vector<std::uint32_t> used_slots_;
 };
 
 }  // namespace aiacc::trainer
