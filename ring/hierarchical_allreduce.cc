@@ -40,6 +40,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   // and L slots, each of the whole buffer.
   slot_bytes_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(direct_ ? chunk_bytes : buffer.bytes(), 1)), kAlign);
   const std::size_t slots = direct_ ? 2 * static_cast<std::size_t>(local_size) : static_cast<std::size_t>(local_size + 1);
+  if (direct_) direct_inputs_.resize(static_cast<std::size_t>(local_size));
   if (local_size > 1) {
     segment_.emplace(*comm_, local_ranks_, slot_bytes_ * slots, sequence, "hierarchical allreduce");
     result_ = segment_->data();
@@ -81,8 +82,8 @@ void HierarchicalAllreduce::run() {
   if (direct_) {
     // A chunk's slots are written again two chunks later, by which time every rank has passed
     // the barrier of the chunk in between, so has finished reading them.
-    const detail::WireFormat format{buffer_.dtype, WireType::kNative};
     auto* data = static_cast<std::byte*>(buffer_.data);
+    const double factor = spec_.op == ReduceOp::kAverage ? 1.0 / comm_->world_size() : 1.0;
     for (std::int64_t begin = 0; begin < buffer_.count; begin += chunk_elements_) {
       const auto size = static_cast<std::size_t>(std::min(chunk_elements_, buffer_.count - begin));
       std::byte* chunk = data + static_cast<std::size_t>(begin) * element;
@@ -90,9 +91,8 @@ void HierarchicalAllreduce::run() {
       std::memcpy(direct_slot(generation, local_index_), chunk, size * element);
       segment_->wait_all(generation, "inputs written", deadline);
       // The same sum, in local-rank order, on every rank: the results are bitwise equal.
-      if (local_index_ != 0) std::memcpy(chunk, direct_slot(generation, 0), size * element);
-      for (int l = 1; l < local_size; ++l) detail::accumulate(format, chunk, direct_slot(generation, l), size);
-      if (spec_.op == ReduceOp::kAverage) detail::scale(buffer_.dtype, chunk, size, 1.0 / comm_->world_size());
+      for (int l = 0; l < local_size; ++l) direct_inputs_[static_cast<std::size_t>(l)] = direct_slot(generation, l);
+      detail::sum_scaled(buffer_.dtype, chunk, direct_inputs_.data(), local_size, size, factor);
     }
     return;
   }

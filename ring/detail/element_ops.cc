@@ -192,6 +192,26 @@ bool encode(const WireFormat& format, const void* buffer, std::byte* wire, std::
   return true;
 }
 
+template <class T>
+void sum_two_scaled(T* buffer, const std::byte* first, const std::byte* second, std::size_t count, double factor) {
+  const auto f = static_cast<T>(factor);
+  if (factor == 1.0) {
+    for (std::size_t i = 0; i < count; ++i) buffer[i] = load<T>(first + i * sizeof(T)) + load<T>(second + i * sizeof(T));
+  } else {
+    for (std::size_t i = 0; i < count; ++i) buffer[i] = (load<T>(first + i * sizeof(T)) + load<T>(second + i * sizeof(T))) * f;
+  }
+}
+
+void sum_scaled(DType dtype, void* buffer, const std::byte* const* inputs, int num_inputs, std::size_t count,
+                double factor) {
+  if (num_inputs == 2 && dtype == DType::f32) return sum_two_scaled(static_cast<float*>(buffer), inputs[0], inputs[1], count, factor);
+  if (num_inputs == 2 && dtype == DType::f64) return sum_two_scaled(static_cast<double*>(buffer), inputs[0], inputs[1], count, factor);
+  const WireFormat format{dtype, WireType::kNative};
+  if (num_inputs > 0 && static_cast<const void*>(inputs[0]) != buffer) decode(format, buffer, inputs[0], count);
+  for (int k = 1; k < num_inputs; ++k) accumulate(format, buffer, inputs[k], count);
+  if (factor != 1.0) scale(dtype, buffer, count, factor);
+}
+
 void scale(DType dtype, void* buffer, std::size_t count, double factor) {
   switch (dtype) {
     case DType::f32: return scale_typed(static_cast<float*>(buffer), count, factor);

@@ -34,6 +34,12 @@ void accumulate(const WireFormat& format, void* buffer, const std::byte* wire, s
 void decode(const WireFormat& format, void* buffer, const std::byte* wire, std::size_t count);
 // wire[i] = buffer[i]; returns false if a finite value became non-finite (overflow).
 bool encode(const WireFormat& format, const void* buffer, std::byte* wire, std::size_t count);
+// buffer[i] = inputs[0][i] + inputs[1][i] + ... (native `dtype`, in input order), then scaled
+// by `factor` unless it is 1: the same result as decode, accumulate and scale one after the
+// other, in one pass over two f32/f64 inputs. `buffer` may be one of the inputs' memory only
+// if it is inputs[0].
+void sum_scaled(DType dtype, void* buffer, const std::byte* const* inputs, int num_inputs, std::size_t count,
+                double factor);
 // buffer[i] *= factor (integers: truncating division when factor = 1/n).
 void scale(DType dtype, void* buffer, std::size_t count, double factor);
 // True if any element is inf or NaN (always false for integer types).

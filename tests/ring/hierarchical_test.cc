@@ -93,6 +93,36 @@ TEST(HierarchicalDirect, BackToBackRunsReadOnlyTheirOwnInputs) {
   }
 }
 
+// The direct path's one-pass sums (two ranks, f32/f64) and its general form (three ranks, any
+// type) against the flat ring, sums and averages.
+TEST(HierarchicalDirect, EveryTypeSumsAndAveragesLikeTheFlatRing) {
+  for (int world : {2, 3}) {
+    for (DType dtype : {DType::f32, DType::f64, DType::i64, DType::i32, DType::f16}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+        if (op == ReduceOp::kAverage && dtype != DType::f32 && dtype != DType::f64) continue;
+        run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+          comm->set_hosts(std::vector<int>(static_cast<std::size_t>(world), 0));
+          constexpr std::int64_t kCount = 2500;
+          Tensor data = Tensor::empty(Shape{kCount}, DType::f64);
+          for (std::int64_t i = 0; i < kCount; ++i) data.data<double>()[i] = input_value(comm->rank(), i);
+          Tensor mine = data.to(dtype), flat = data.to(dtype);
+          AllreduceSpec spec;
+          spec.op = op;
+          spec.chunk_bytes = 4096;
+          HierarchicalAllreduce(comm, Buffer::of(mine), spec).run();
+          RingAllreduce(comm, Buffer::of(flat), spec).run();
+          const Tensor got = mine.to(DType::f64), want = flat.to(DType::f64);
+          for (std::int64_t i = 0; i < kCount; ++i) {
+            ASSERT_EQ(got.data<double>()[i], want.data<double>()[i])
+                << dtype_name(dtype) << (op == ReduceOp::kSum ? " sum" : " average") << " on " << world
+                << " ranks, element " << i;
+          }
+        });
+      }
+    }
+  }
+}
+
 TEST(HierarchicalFacade, ChosenForSharedHostsAndAveragesExactly) {
   run_world(4, ring_options(), [&](std::shared_ptr<Communicator> comm) {
     comm->set_hosts({0, 0, 1, 1});
