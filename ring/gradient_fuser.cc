@@ -110,6 +110,17 @@ void GradientFuser::on_ready(int tensor) {
   if (--bucket_pending_[static_cast<std::size_t>(slot.bucket)] == 0) changed_.notify_all();
 }
 
+void GradientFuser::run_bucket(std::size_t b) {
+  Allreduce& allreduce = *allreduces_[b];
+  trace::Span span("allreduce", fmt::format("bucket {}", b), {{"bytes", allreduce.buffer().bytes()}, {"step", step_}});
+  const auto run_start = net::Clock::now();
+  allreduce.run();
+  const double run_seconds = net::seconds_since(run_start);
+  std::lock_guard lock(mutex_);
+  communication_seconds_ += run_seconds;
+  if (balancer_ && allreduce.ring()) balancer_->record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
+}
+
 void GradientFuser::communicate() {
   trace::set_thread_name("gradient all-reduce");
   std::uint64_t seen = 0;
@@ -117,31 +128,22 @@ void GradientFuser::communicate() {
     std::size_t buckets = 0;
     {
       std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || (in_step_ && step_ != seen); });
+      // A plan of one bucket leaves this thread asleep: finish_step() runs that bucket.
+      changed_.wait(lock, [&] { return stopping_ || (in_step_ && step_ != seen && allreduces_.size() > 1); });
       if (stopping_) return;
       seen = step_;
       // Read once: after the last bucket of a step, finish_step may rebuild the plan (tuning)
       // while this thread goes back to waiting.
       buckets = allreduces_.size();
     }
-    for (std::size_t b = 0; b < buckets; ++b) {
+    for (std::size_t b = 0; b + 1 < buckets; ++b) {
       {
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [&] { return stopping_ || bucket_pending_[b] == 0; });
         if (stopping_) return;
       }
       try {
-        Allreduce& allreduce = *allreduces_[b];
-        trace::Span span("allreduce", fmt::format("bucket {}", b),
-                         {{"bytes", allreduce.buffer().bytes()}, {"step", step_}});
-        const auto run_start = net::Clock::now();
-        allreduce.run();
-        const double run_seconds = net::seconds_since(run_start);
-        {
-          std::lock_guard lock(mutex_);
-          communication_seconds_ += run_seconds;
-        }
-        if (balancer_ && allreduce.ring()) balancer_->record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
+        run_bucket(b);
       } catch (...) {
         std::lock_guard lock(mutex_);
         error_ = std::current_exception();
@@ -159,11 +161,29 @@ void GradientFuser::finish_step() {
   const auto wait_start = net::Clock::now();
   // Gradients whose hook did not fire (parameters unused this step) join with their values.
   for (std::size_t t = 0; t < parameters_.size(); ++t) on_ready(static_cast<int>(t));
+  const int buckets = static_cast<int>(allreduces_.size());
   {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return error_ || buckets_done_ == static_cast<int>(allreduces_.size()); });
+    changed_.wait(lock, [&] { return error_ || buckets_done_ >= buckets - 1; });
+    if (error_) {
+      in_step_ = false;
+      std::rethrow_exception(error_);
+    }
+  }
+  // The last bucket is complete only at the end of backward, when this thread has nothing left
+  // to overlap it with: it runs here, sparing two thread hand-offs per step (the communication
+  // thread's wake-up and this thread's).
+  try {
+    if (buckets > 0) run_bucket(static_cast<std::size_t>(buckets - 1));
+  } catch (...) {
+    std::lock_guard lock(mutex_);
     in_step_ = false;
-    if (error_) std::rethrow_exception(error_);
+    throw;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    ++buckets_done_;
+    in_step_ = false;
   }
   exposed_seconds_ = net::seconds_since(wait_start);
   {

@@ -6,7 +6,8 @@
 //
 // Buckets are always launched in plan order (a bucket that completes early waits for the ones
 // before it), so every rank issues the same collectives in the same order even if hooks fire in
-// a different order. With auto-tuning on, the bucket size and stream count are chosen during the
+// a different order. The last bucket runs on the thread that calls finish_step(): it completes
+// at the end of backward, so there is nothing left to overlap it with. With auto-tuning on, the bucket size and stream count are chosen during the
 // first steps (AutoTuner) and stream weights rebalanced from measured rates (StreamBalancer).
 #pragma once
 
@@ -75,7 +76,8 @@ class GradientFuser {
   // (name, elements) of every parameter in ready order: what the plan is derived from.
   std::vector<std::pair<std::string, std::int64_t>> listing() const;
   void build(std::int64_t bucket_bytes);
-  void communicate();  // the communication thread
+  void communicate();  // the communication thread: every bucket but the last
+  void run_bucket(std::size_t bucket);  // all-reduces it (on either thread; throws on failure)
 
   std::shared_ptr<Communicator> comm_;
   std::vector<Parameter*> parameters_;
@@ -91,7 +93,7 @@ class GradientFuser {
   std::vector<char> tensor_ready_;
   std::vector<int> bucket_pending_;  // tensors not yet ready, per bucket
   int buckets_done_ = 0;
-  bool in_step_ = false, flushing_ = false, stopping_ = false;
+  bool in_step_ = false, stopping_ = false;
   std::uint64_t step_ = 0;
   std::exception_ptr error_;
   double exposed_seconds_ = 0;
