@@ -6,12 +6,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "core/util/half.h"
 #include "ring/allreduce.h"
+#include "ring/detail/element_ops.h"
 #include "ring/recursive_doubling_allreduce.h"
 #include "ring/ring_allreduce.h"
 #include "tests/ring/ring_fixture.h"
@@ -23,6 +25,33 @@ using testing::expected_sum;
 using testing::input_value;
 using testing::ring_options;
 using testing::run_world;
+
+// The non-finite scan (overflow fallback, the trainer's gradient check): every float type, a
+// bad value at the first, a middle and the last position, and the extremes of the finite range.
+TEST(ElementOps, NonFiniteIsFoundAnywhereAndFiniteExtremesAreNot) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    const double largest = dtype == DType::f16 ? 65504.0 : dtype == DType::bf16 ? 3.3895313892515355e38
+                           : dtype == DType::f32 ? 3.4028234663852886e38 : std::numeric_limits<double>::max();
+    std::vector<double> values(1000);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = (i % 3 == 0 ? -1.0 : 1.0) * static_cast<double>(i % 17) * 0.25;
+    values[5] = largest;
+    values[6] = -largest;
+    values[7] = 1e-40;  // subnormal in f32, zero where the type has no such value
+    Tensor finite = Tensor::from_vector(values, Shape{1000}).to(dtype);
+    EXPECT_FALSE(detail::has_non_finite(dtype, finite.raw_data(), 1000)) << dtype_name(dtype);
+    EXPECT_FALSE(detail::has_non_finite(dtype, finite.raw_data(), 0)) << dtype_name(dtype);
+    for (std::size_t at : {std::size_t{0}, std::size_t{501}, std::size_t{999}}) {
+      for (double bad : {inf, -inf, std::nan("")}) {
+        std::vector<double> with_bad = values;
+        with_bad[at] = bad;
+        Tensor t = Tensor::from_vector(with_bad, Shape{1000}).to(dtype);
+        EXPECT_TRUE(detail::has_non_finite(dtype, t.raw_data(), 1000)) << dtype_name(dtype) << " " << bad << " at " << at;
+        EXPECT_EQ(detail::has_non_finite(dtype, t.raw_data(), at), false) << dtype_name(dtype) << " before " << at;
+      }
+    }
+  }
+}
 
 enum class Algorithm { kRing, kRecursiveDoubling, kAuto };
 
