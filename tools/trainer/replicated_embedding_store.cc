@@ -94,20 +94,23 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
     const auto* ids = reinterpret_cast<const std::int64_t*>(message.data() + offset + 16);
     const auto* grads = reinterpret_cast<const float*>(message.data() + offset + 16 + static_cast<std::size_t>(n) * 8);
     offset += part_bytes(static_cast<std::size_t>(n), dim);
+    auto home = [&](std::int64_t id) {
+      return static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
+    };
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t id = ids[i];
       const float* g = grads + static_cast<std::size_t>(i) * dim;
-      std::size_t h = static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
+      std::size_t h = home(id);
       while (slot_index_[h] != 0 && slot_keys_[h] != id) h = (h + 1) & (capacity - 1);
+      float* row = merged_.data() + (slot_index_[h] == 0 ? merged_ids_.size() : slot_index_[h] - 1) * dim;
       if (slot_index_[h] == 0) {
         // A new id: its row is this worker's gradient (scaled once it is complete, below).
         slot_keys_[h] = id;
         slot_index_[h] = static_cast<std::uint32_t>(merged_ids_.size() + 1);
         used_slots_.push_back(static_cast<std::uint32_t>(h));
-        std::memcpy(merged_.data() + merged_ids_.size() * dim, g, dim * sizeof(float));
         merged_ids_.push_back(id);
+        for (std::size_t j = 0; j < dim; ++j) row[j] = g[j];
       } else {
-        float* row = merged_.data() + (slot_index_[h] - 1) * dim;
         for (std::size_t j = 0; j < dim; ++j) row[j] += g[j];
       }
     }
