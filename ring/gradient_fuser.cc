@@ -64,6 +64,7 @@ GradientFuser::~GradientFuser() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
+  work_.notify_all();
   changed_.notify_all();
   thread_.join();
 }
@@ -97,7 +98,12 @@ void GradientFuser::begin_step() {
   in_step_ = true;
   ++step_;
   step_start_ = net::Clock::now();
-  changed_.notify_all();
+  if (thread_buckets() > 0) work_.notify_all();
+}
+
+int GradientFuser::thread_buckets() const {
+  const int buckets = static_cast<int>(allreduces_.size());
+  return options_.last_bucket_on_caller ? buckets - 1 : buckets;
 }
 
 void GradientFuser::on_ready(int tensor) {
@@ -107,7 +113,9 @@ void GradientFuser::on_ready(int tensor) {
   if (!in_step_ || tensor_ready_[static_cast<std::size_t>(tensor)]) return;
   tensor_ready_[static_cast<std::size_t>(tensor)] = 1;
   const PlannedTensor& slot = plan_->tensors()[static_cast<std::size_t>(tensor)];
-  if (--bucket_pending_[static_cast<std::size_t>(slot.bucket)] == 0) changed_.notify_all();
+  if (--bucket_pending_[static_cast<std::size_t>(slot.bucket)] == 0 && slot.bucket < thread_buckets()) {
+    work_.notify_all();
+  }
 }
 
 void GradientFuser::run_bucket(std::size_t b) {
@@ -116,8 +124,12 @@ void GradientFuser::run_bucket(std::size_t b) {
   const auto run_start = net::Clock::now();
   allreduce.run();
   const double run_seconds = net::seconds_since(run_start);
-  std::lock_guard lock(mutex_);
-  communication_seconds_ += run_seconds;
+  {
+    std::lock_guard lock(mutex_);
+    communication_seconds_ += run_seconds;
+  }
+  // Outside the lock: every few runs the balancer agrees on new weights with a collective, and
+  // the backward thread's hooks must not wait for it. Buckets run one at a time, so it needs none.
   if (balancer_ && allreduce.ring()) balancer_->record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
 }
 
@@ -125,25 +137,25 @@ void GradientFuser::communicate() {
   trace::set_thread_name("gradient all-reduce");
   std::uint64_t seen = 0;
   for (;;) {
-    std::size_t buckets = 0;
+    int buckets = 0;
     {
       std::unique_lock lock(mutex_);
-      // A plan of one bucket leaves this thread asleep: finish_step() runs that bucket.
-      changed_.wait(lock, [&] { return stopping_ || (in_step_ && step_ != seen && allreduces_.size() > 1); });
+      // With the last bucket on the caller, a plan of one bucket leaves this thread asleep.
+      work_.wait(lock, [&] { return stopping_ || (in_step_ && step_ != seen && thread_buckets() > 0); });
       if (stopping_) return;
       seen = step_;
       // Read once: after the last bucket of a step, finish_step may rebuild the plan (tuning)
       // while this thread goes back to waiting.
-      buckets = allreduces_.size();
+      buckets = thread_buckets();
     }
-    for (std::size_t b = 0; b + 1 < buckets; ++b) {
+    for (int b = 0; b < buckets; ++b) {
       {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] { return stopping_ || bucket_pending_[b] == 0; });
+        work_.wait(lock, [&] { return stopping_ || bucket_pending_[static_cast<std::size_t>(b)] == 0; });
         if (stopping_) return;
       }
       try {
-        run_bucket(b);
+        run_bucket(static_cast<std::size_t>(b));
       } catch (...) {
         std::lock_guard lock(mutex_);
         error_ = std::current_exception();
@@ -162,21 +174,23 @@ void GradientFuser::finish_step() {
   // Gradients whose hook did not fire (parameters unused this step) join with their values.
   for (std::size_t t = 0; t < parameters_.size(); ++t) on_ready(static_cast<int>(t));
   const int buckets = static_cast<int>(allreduces_.size());
+  const int on_thread = thread_buckets();
   {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return error_ || buckets_done_ >= buckets - 1; });
+    changed_.wait(lock, [&] { return error_ || buckets_done_ >= on_thread; });
     if (error_) {
       in_step_ = false;
       std::rethrow_exception(error_);
     }
   }
-  // The last bucket is complete only at the end of backward, when this thread has nothing left
-  // to overlap it with: it runs here, sparing two thread hand-offs per step (the communication
-  // thread's wake-up and this thread's).
+  // The last bucket is complete only at the end of backward: run here, it spares two thread
+  // hand-offs per step (the communication thread's wake-up and this thread's).
   try {
-    if (buckets > 0) run_bucket(static_cast<std::size_t>(buckets - 1));
+    if (on_thread < buckets) run_bucket(static_cast<std::size_t>(buckets - 1));
   } catch (...) {
+    // Kept like a failure on the communication thread: every later step rethrows it.
     std::lock_guard lock(mutex_);
+    error_ = std::current_exception();
     in_step_ = false;
     throw;
   }

@@ -6,8 +6,8 @@
 //
 // Buckets are always launched in plan order (a bucket that completes early waits for the ones
 // before it), so every rank issues the same collectives in the same order even if hooks fire in
-// a different order. The last bucket runs on the thread that calls finish_step(): it completes
-// at the end of backward, so there is nothing left to overlap it with. With auto-tuning on, the bucket size and stream count are chosen during the
+// a different order. By default the last bucket runs on the thread that calls finish_step()
+// (FusionOptions::last_bucket_on_caller). With auto-tuning on, the bucket size and stream count are chosen during the
 // first steps (AutoTuner) and stream weights rebalanced from measured rates (StreamBalancer).
 #pragma once
 
@@ -42,6 +42,11 @@ struct FusionOptions {
   int tune_measured_steps = 3;
   // Rebalance stream weights from measured rates every this many ring runs (0: never).
   int rebalance_every_runs = 16;
+  // Run the last bucket on the thread that calls finish_step(), not the communication thread.
+  // It completes at the end of backward; when the caller goes straight to finish_step(), this
+  // spares two thread hand-offs per step (and a one-bucket plan never wakes the thread). Off
+  // when the caller has other work to overlap with it (waiting for parameter-server pushes).
+  bool last_bucket_on_caller = true;
 };
 
 class GradientFuser {
@@ -49,8 +54,8 @@ class GradientFuser {
   // `parameters`: the dense parameters in gradient-ready order (reverse of forward), f32,
   // alive and at fixed addresses for the fuser's lifetime (it registers grad-ready hooks that
   // point back to it). Their gradients become views of the fuser's flat buffer (values kept;
-  // the storage is shared, so it outlives the fuser). Collective: verifies the bucket plan across ranks (ConfigError on a
-  // mismatch) and starts the communication thread.
+  // the storage is shared, so it outlives the fuser). Collective: verifies the bucket plan
+  // across ranks (ConfigError on a mismatch) and starts the communication thread.
   GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Parameter*> parameters, FusionOptions options);
   ~GradientFuser();  // stops the communication thread (after abandoning an unfinished step)
   GradientFuser(const GradientFuser&) = delete;
@@ -66,8 +71,8 @@ class GradientFuser {
   const BucketPlan& plan() const { return *plan_; }
   // Seconds finish_step() waited for communication in the last step (the part not overlapped).
   double last_exposed_seconds() const { return exposed_seconds_; }
-  // Seconds the communication thread spent in collectives during the last step (overlapped
-  // or not): 1 - exposed / communication is the share hidden behind backward.
+  // Seconds spent in the last step's collectives, on either thread (overlapped or not):
+  // 1 - exposed / communication is the share hidden behind backward.
   double last_communication_seconds() const { return last_communication_seconds_; }
   const AutoTuner* tuner() const { return tuner_ ? &*tuner_ : nullptr; }
 
@@ -76,8 +81,10 @@ class GradientFuser {
   // (name, elements) of every parameter in ready order: what the plan is derived from.
   std::vector<std::pair<std::string, std::int64_t>> listing() const;
   void build(std::int64_t bucket_bytes);
-  void communicate();  // the communication thread: every bucket but the last
+  void communicate();  // the communication thread: the first thread_buckets() buckets
   void run_bucket(std::size_t bucket);  // all-reduces it (on either thread; throws on failure)
+  // Buckets the communication thread runs this step (all, or all but the last). Under mutex_.
+  int thread_buckets() const;
 
   std::shared_ptr<Communicator> comm_;
   std::vector<Parameter*> parameters_;
@@ -89,7 +96,8 @@ class GradientFuser {
   std::optional<StreamBalancer> balancer_;
 
   std::mutex mutex_;
-  std::condition_variable changed_;
+  std::condition_variable work_;     // to the communication thread: a step or a bucket is ready
+  std::condition_variable changed_;  // to finish_step(): a bucket is done, or an error
   std::vector<char> tensor_ready_;
   std::vector<int> bucket_pending_;  // tensors not yet ready, per bucket
   int buckets_done_ = 0;

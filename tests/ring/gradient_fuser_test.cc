@@ -164,12 +164,66 @@ TEST(GradientFuser, PlanMismatchIsAConfigErrorOnEveryRank) {
   }
 }
 
+// A one-bucket plan (the whole model in one bucket) and the plain plan, with the last bucket on
+// the calling thread or on the communication thread: exact sums over several steps.
+TEST(GradientFuser, OneBucketAndManyBucketPlansOnEitherThreadAreExact) {
+  for (bool last_on_caller : {true, false}) {
+    for (std::int64_t bucket_bytes : {std::int64_t{1} << 30, std::int64_t{64} * 1024}) {
+      run_world(3, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
+        auto params = make_parameters();
+        FusionOptions options = sum_options(bucket_bytes);
+        options.last_bucket_on_caller = last_on_caller;
+        GradientFuser fuser(comm, pointers(params), options);
+        EXPECT_EQ(fuser.plan().buckets().size() == 1, bucket_bytes == std::int64_t{1} << 30);
+        for (int step = 0; step < 4; ++step) {
+          fuser.begin_step();
+          for (std::size_t t = 0; t < params.size(); ++t) {
+            fill_grad(*params[t], comm->rank(), static_cast<int>(t), step);
+            params[t]->grad_ready();
+          }
+          fuser.finish_step();
+          expect_sums(params, 3, step);
+        }
+      });
+    }
+  }
+}
+
+// The last bucket failing on the calling thread (a silent peer) is a TimeoutError naming the
+// peer, and it stays: the next step rethrows it instead of running collectives half-way
+// through a protocol.
+TEST(GradientFuser, ALastBucketFailureNamesThePeerAndStays) {
+  std::string first, again;
+  run_world(2, ring_options(1, 1.0), [&](std::shared_ptr<Communicator> comm) {
+    auto params = make_parameters();
+    GradientFuser fuser(comm, pointers(params), sum_options(std::int64_t{1} << 30));
+    if (comm->rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;
+    }
+    fuser.begin_step();
+    try {
+      fuser.finish_step();
+    } catch (const TimeoutError& e) {
+      first = e.what();
+    }
+    try {
+      fuser.begin_step();
+    } catch (const TimeoutError& e) {
+      again = e.what();
+    }
+  });
+  EXPECT_NE(first.find("from rank 1"), std::string::npos) << first;
+  EXPECT_EQ(again, first);
+}
+
 TEST(GradientFuser, AutoTuningAgreesOnEveryRankAndStaysExact) {
   std::vector<TuningCandidate> chosen(2);
   run_world(2, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
     auto params = make_parameters();
     FusionOptions options = sum_options(64 * 1024);
-    options.tune_bucket_bytes = {16 * 1024, 256 * 1024};
+    // One bucket (1 GiB) or many: the communication thread sleeps through the one-bucket steps.
+    options.tune_bucket_bytes = {16 * 1024, std::int64_t{1} << 30};
     options.tune_streams = true;
     options.tune_measured_steps = 2;
     options.rebalance_every_runs = 3;

@@ -383,6 +383,9 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
         fusion.tune_bucket_bytes = {1 << 20, 4 << 20, 16 << 20};
         fusion.tune_streams = true;
       }
+      // With parameter-server tables the step waits for their pushes between backward and
+      // finish_step: the last bucket is all-reduced meanwhile, on the fusion thread.
+      fusion.last_bucket_on_caller = s.remote.empty();
       // Gradients become ready in reverse forward order.
       std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
       s.fuser = std::make_unique<ring::GradientFuser>(s.group->dense(), ready_order, fusion);
