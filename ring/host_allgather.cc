@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,8 @@ namespace {
 
 constexpr std::size_t kHeader = 8;  // a slot starts with its message's size in bytes
 constexpr std::size_t kLine = 64;
+// A sanity bound on the sizes peers write (the slots of every rank, twice, must fit in memory).
+constexpr std::uint64_t kMaxMessageBytes = std::uint64_t{1} << 32;
 
 std::size_t slot_bytes(std::size_t capacity) { return (kHeader + capacity + kLine - 1) / kLine * kLine; }
 
@@ -29,12 +32,17 @@ HostAllgather::HostAllgather(std::shared_ptr<Communicator> comm, std::size_t cap
 }
 
 void HostAllgather::map(std::size_t capacity) {
+  if (comm_->world_size() > 1) {
+    std::vector<int> ranks(static_cast<std::size_t>(comm_->world_size()));
+    for (int r = 0; r < comm_->world_size(); ++r) ranks[static_cast<std::size_t>(r)] = r;
+    // Mapped aside first: if it fails, this object keeps its old segment and capacity.
+    detail::HostSegment next(*comm_, ranks, 2 * ranks.size() * slot_bytes(capacity), comm_->next_sequence(),
+                             "host all-gather");
+    segment_.reset();
+    segment_.emplace(std::move(next));
+  }
   capacity_ = capacity;
-  segment_.reset();  // before mapping the next: the old one is no longer read
-  if (comm_->world_size() == 1) return;
-  std::vector<int> ranks(static_cast<std::size_t>(comm_->world_size()));
-  for (int r = 0; r < comm_->world_size(); ++r) ranks[static_cast<std::size_t>(r)] = r;
-  segment_.emplace(*comm_, ranks, 2 * ranks.size() * slot_bytes(capacity), comm_->next_sequence(), "host all-gather");
+  generation_ = 0;  // a fresh segment's arrival counters start at zero
 }
 
 std::byte* HostAllgather::slot(std::uint64_t generation, int rank) const {
@@ -62,6 +70,10 @@ std::vector<std::span<const std::byte>> HostAllgather::run(std::span<const std::
       const std::byte* at = slot(generation, r);
       std::uint64_t bytes = 0;
       std::memcpy(&bytes, at, kHeader);
+      if (bytes > kMaxMessageBytes) {
+        throw CommError(fmt::format("host all-gather: rank {} wrote a message of {} bytes (at most {} are "
+                                    "supported)", r, bytes, kMaxMessageBytes));
+      }
       largest = std::max(largest, bytes);
       out[static_cast<std::size_t>(r)] = {at + kHeader, static_cast<std::size_t>(std::min<std::uint64_t>(bytes, capacity_))};
     }
@@ -72,7 +84,6 @@ std::vector<std::span<const std::byte>> HostAllgather::run(std::span<const std::
     std::size_t grown = capacity_;
     while (grown < largest) grown *= 2;
     map(grown);
-    generation_ = 0;
   }
 }
 

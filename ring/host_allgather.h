@@ -27,7 +27,8 @@ class HostAllgather {
   // first slot size; it grows as needed.
   explicit HostAllgather(std::shared_ptr<Communicator> comm, std::size_t capacity_bytes = 64 << 10);
 
-  // Collective: every rank's `mine`, in rank order. The views stay valid until the next run().
+  // Collective: every rank's `mine`, in rank order. The views stay valid until the next run()
+  // (with one rank, the view is `mine` itself). CommError when a rank wrote more than 4 GiB.
   std::vector<std::span<const std::byte>> run(std::span<const std::byte> mine);
 
   std::size_t capacity_bytes() const { return capacity_; }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +119,38 @@ TEST(HierarchicalDirect, EveryTypeSumsAndAveragesLikeTheFlatRing) {
                 << " ranks, element " << i;
           }
         });
+      }
+    }
+  }
+}
+
+// Sums that round: every rank must still hold the same bits, those of the sum in local-rank
+// order, (x0 + x1 + x2) * (1/world).
+TEST(HierarchicalDirect, EveryRankHoldsTheBitsOfTheSumInRankOrder) {
+  for (int world : {2, 3}) {
+    constexpr std::int64_t kCount = 3000;
+    auto input = [](int rank, std::int64_t i) {
+      return static_cast<float>(0.1 * rank + 1e-3 * static_cast<double>(i) + 1.0 / static_cast<double>(i + 3));
+    };
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+    run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+      comm->set_hosts(std::vector<int>(static_cast<std::size_t>(world), 0));
+      std::vector<float> data(kCount);
+      for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = input(comm->rank(), i);
+      AllreduceSpec spec;
+      spec.op = ReduceOp::kAverage;
+      spec.chunk_bytes = 4096;
+      HierarchicalAllreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec).run();
+      results[static_cast<std::size_t>(comm->rank())] = data;
+    });
+    for (std::int64_t i = 0; i < kCount; ++i) {
+      float sum = input(0, i);
+      for (int r = 1; r < world; ++r) sum += input(r, i);
+      const float expected = sum * static_cast<float>(1.0 / world);
+      for (int r = 0; r < world; ++r) {
+        ASSERT_EQ(std::memcmp(&results[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)], &expected, sizeof expected), 0)
+            << "rank " << r << " of " << world << ", element " << i << ": " << results[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]
+            << " vs " << expected;
       }
     }
   }

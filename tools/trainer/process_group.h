@@ -65,7 +65,7 @@ class ProcessGroup {
   // element-wise sum of `values` over workers (f64, exact enough for counters and metrics).
   void sum(std::span<double> values);
   // Every worker's bytes, in worker order (sizes may differ). The views stay valid until the
-  // next allgather().
+  // next allgather() (with one worker, the view is `mine` itself).
   std::vector<std::span<const std::byte>> allgather(std::span<const std::byte> mine);
   // Copies worker `root`'s `tensor` to every worker.
   void broadcast(Tensor& tensor, int root);

@@ -47,6 +47,7 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
   std::size_t total = 0;
   double lr = 0;
   bool any = false;
+  part_rows_.assign(messages.size(), 0);
   for (std::size_t w = 0; w < messages.size(); ++w) {
     if (messages[w].size() < offsets[w] + 16) {
       throw CommError(fmt::format("replicated table '{}': short message from worker {}", spec().name, w));
@@ -58,6 +59,7 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
       throw CommError(fmt::format("replicated table '{}': worker {} sent {} rows in a message with room "
                                   "for {}", spec().name, w, n, room));
     }
+    part_rows_[w] = static_cast<std::size_t>(n);
     total += static_cast<std::size_t>(n);
     double worker_lr = 0;
     std::memcpy(&worker_lr, messages[w].data() + offsets[w] + 8, 8);
@@ -83,23 +85,25 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
     slot_keys_.assign(capacity, 0);
     slot_index_.assign(capacity, 0);
   }
+  // Sized up front: nothing below allocates, so nothing leaves the slots half cleared.
   merged_ids_.clear();
+  merged_ids_.reserve(total);
   merged_.resize(total * dim);
   used_slots_.clear();
+  used_slots_.reserve(total);
+  auto home = [&](std::int64_t id) {
+    return static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
+  };
   for (std::size_t w = 0; w < messages.size(); ++w) {
     const auto& message = messages[w];
     std::size_t& offset = offsets[w];
-    std::int64_t n = 0;  // checked against the message size above
-    std::memcpy(&n, message.data() + offset, 8);
+    const std::size_t n = part_rows_[w];  // as checked above (not read again from the sender's memory)
     const auto* ids = reinterpret_cast<const std::int64_t*>(message.data() + offset + 16);
-    const auto* grads = reinterpret_cast<const float*>(message.data() + offset + 16 + static_cast<std::size_t>(n) * 8);
-    offset += part_bytes(static_cast<std::size_t>(n), dim);
-    auto home = [&](std::int64_t id) {
-      return static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
-    };
-    for (std::int64_t i = 0; i < n; ++i) {
+    const auto* grads = reinterpret_cast<const float*>(message.data() + offset + 16 + n * 8);
+    offset += part_bytes(n, dim);
+    for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t id = ids[i];
-      const float* g = grads + static_cast<std::size_t>(i) * dim;
+      const float* g = grads + i * dim;
       std::size_t h = home(id);
       while (slot_index_[h] != 0 && slot_keys_[h] != id) h = (h + 1) & (capacity - 1);
       float* row = merged_.data() + (slot_index_[h] == 0 ? merged_ids_.size() : slot_index_[h] - 1) * dim;

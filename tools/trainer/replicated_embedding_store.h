@@ -51,6 +51,7 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   std::vector<std::int64_t> slot_keys_;
   std::vector<std::uint32_t> slot_index_;
   std::vector<std::uint32_t> used_slots_;
+  std::vector<std::size_t> part_rows_;  // each worker's row count, as validated
 };
 
 }  // namespace aiacc::trainer
