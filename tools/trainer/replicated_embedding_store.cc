@@ -1,6 +1,7 @@
 #include "tools/trainer/replicated_embedding_store.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "core/error.h"
@@ -79,20 +80,18 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
   // Open addressing over a power-of-two table at most half full: id -> merged index (+1; 0 is
   // empty). Several times faster than std::unordered_map for the few thousand ids of a step.
   // The scratch is kept between steps; only the slots this step used are cleared afterwards.
-  std::size_t capacity = std::max<std::size_t>(slot_index_.size(), 16);
+  std::size_t capacity = std::max<std::size_t>(merge_slots_.size(), 16);
   while (capacity < 2 * total) capacity *= 2;
-  if (capacity != slot_index_.size()) {
-    slot_keys_.assign(capacity, 0);
-    slot_index_.assign(capacity, 0);
-  }
+  if (capacity != merge_slots_.size()) merge_slots_.assign(capacity, MergeSlot{});
   // Sized up front: nothing below allocates, so nothing leaves the slots half cleared.
-  merged_ids_.clear();
-  merged_ids_.reserve(total);
+  merged_ids_.resize(total);
   merged_.resize(total * dim);
-  used_slots_.clear();
-  used_slots_.reserve(total);
+  used_slots_.resize(total);
+  std::size_t merged_rows = 0;
+  // Fibonacci hashing: the top bits of the product, which every bit of the id reaches.
+  const int shift = 64 - std::countr_zero(capacity);
   auto home = [&](std::int64_t id) {
-    return static_cast<std::size_t>(static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull >> 20) & (capacity - 1);
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift);
   };
   for (std::size_t w = 0; w < messages.size(); ++w) {
     const auto& message = messages[w];
@@ -105,21 +104,25 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
       const std::int64_t id = ids[i];
       const float* g = grads + i * dim;
       std::size_t h = home(id);
-      while (slot_index_[h] != 0 && slot_keys_[h] != id) h = (h + 1) & (capacity - 1);
-      float* row = merged_.data() + (slot_index_[h] == 0 ? merged_ids_.size() : slot_index_[h] - 1) * dim;
-      if (slot_index_[h] == 0) {
+      while (merge_slots_[h].index != 0 && merge_slots_[h].id != id) h = (h + 1) & (capacity - 1);
+      MergeSlot& slot = merge_slots_[h];
+      if (slot.index == 0) {
         // A new id: its row is this worker's gradient (scaled once it is complete, below).
-        slot_keys_[h] = id;
-        slot_index_[h] = static_cast<std::uint32_t>(merged_ids_.size() + 1);
-        used_slots_.push_back(static_cast<std::uint32_t>(h));
-        merged_ids_.push_back(id);
+        slot.id = id;
+        slot.index = static_cast<std::uint32_t>(merged_rows + 1);
+        merged_ids_[merged_rows] = id;
+        used_slots_[merged_rows] = static_cast<std::uint32_t>(h);
+        float* row = merged_.data() + merged_rows * dim;
         for (std::size_t j = 0; j < dim; ++j) row[j] = g[j];
+        ++merged_rows;
       } else {
+        float* row = merged_.data() + (slot.index - 1) * dim;
         for (std::size_t j = 0; j < dim; ++j) row[j] += g[j];
       }
     }
   }
-  for (std::uint32_t h : used_slots_) slot_index_[h] = 0;
+  merged_ids_.resize(merged_rows);
+  for (std::size_t r = 0; r < merged_rows; ++r) merge_slots_[used_slots_[r]].index = 0;
   const float scale = 1.0f / static_cast<float>(messages.size());
   const std::size_t merged_floats = merged_ids_.size() * dim;
   for (std::size_t j = 0; j < merged_floats; ++j) merged_[j] *= scale;

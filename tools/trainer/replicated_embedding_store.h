@@ -45,11 +45,15 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   std::vector<float> grads_;
   double lr_ = 0;
   // apply()'s scratch, kept between steps: the merged rows, and an open-addressing table from
-  // id to merged row (index + 1; 0 is empty) whose used slots are cleared after each step.
+  // id to merged row (index + 1; 0 is empty) whose used slots are cleared after each step. Id
+  // and index share a slot: one cache line fetched per probe, not two.
+  struct MergeSlot {
+    std::int64_t id = 0;
+    std::uint32_t index = 0;
+  };
   std::vector<std::int64_t> merged_ids_;
   std::vector<float> merged_;
-  std::vector<std::int64_t> slot_keys_;
-  std::vector<std::uint32_t> slot_index_;
+  std::vector<MergeSlot> merge_slots_;
   std::vector<std::uint32_t> used_slots_;
   std::vector<std::size_t> part_rows_;  // each worker's row count, as validated
 };
