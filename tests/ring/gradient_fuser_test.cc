@@ -44,6 +44,16 @@ void fill_grad(Parameter& p, int rank, int t, int step) {
   for (std::int64_t i = 0; i < p.grad().numel(); ++i) g[i] = static_cast<float>(input_value(rank + step, i + 101 * t));
 }
 
+// One step as backward runs it: every gradient written, then its hook fired, in order.
+void run_step(GradientFuser& fuser, const std::vector<std::unique_ptr<Parameter>>& params, int rank, int step) {
+  fuser.begin_step();
+  for (std::size_t t = 0; t < params.size(); ++t) {
+    fill_grad(*params[t], rank, static_cast<int>(t), step);
+    params[t]->grad_ready();
+  }
+  fuser.finish_step();
+}
+
 void expect_sums(const std::vector<std::unique_ptr<Parameter>>& params, int world, int step) {
   for (std::size_t t = 0; t < params.size(); ++t) {
     const float* g = params[t]->grad().data<float>();
@@ -70,12 +80,7 @@ TEST(GradientFuser, FusedResultsEqualExactSums) {
       GradientFuser fuser(comm, pointers(params), sum_options(64 * 1024));
       EXPECT_GT(fuser.plan().buckets().size(), 2u);
       for (int step = 0; step < 3; ++step) {
-        fuser.begin_step();
-        for (std::size_t t = 0; t < params.size(); ++t) {
-          fill_grad(*params[t], comm->rank(), static_cast<int>(t), step);
-          params[t]->grad_ready();
-        }
-        fuser.finish_step();
+        run_step(fuser, params, comm->rank(), step);
         expect_sums(params, world, step);
       }
     });
@@ -176,12 +181,7 @@ TEST(GradientFuser, OneBucketAndManyBucketPlansOnEitherThreadAreExact) {
         GradientFuser fuser(comm, pointers(params), options);
         EXPECT_EQ(fuser.plan().buckets().size() == 1, bucket_bytes == std::int64_t{1} << 30);
         for (int step = 0; step < 4; ++step) {
-          fuser.begin_step();
-          for (std::size_t t = 0; t < params.size(); ++t) {
-            fill_grad(*params[t], comm->rank(), static_cast<int>(t), step);
-            params[t]->grad_ready();
-          }
-          fuser.finish_step();
+          run_step(fuser, params, comm->rank(), step);
           expect_sums(params, 3, step);
         }
       });
@@ -229,12 +229,7 @@ TEST(GradientFuser, AutoTuningAgreesOnEveryRankAndStaysExact) {
     options.rebalance_every_runs = 3;
     GradientFuser fuser(comm, pointers(params), options);
     for (int step = 0; step < 14; ++step) {
-      fuser.begin_step();
-      for (std::size_t t = 0; t < params.size(); ++t) {
-        fill_grad(*params[t], comm->rank(), static_cast<int>(t), step);
-        params[t]->grad_ready();
-      }
-      fuser.finish_step();
+      run_step(fuser, params, comm->rank(), step);
       expect_sums(params, 2, step);
     }
     ASSERT_TRUE(fuser.tuner()->done());  // 4 candidates x 3 steps = 12 steps
