@@ -1,7 +1,5 @@
 #include "ring/gradient_fuser.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
 
 #include "core/error.h"

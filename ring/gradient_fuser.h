@@ -7,8 +7,9 @@
 // Buckets are always launched in plan order (a bucket that completes early waits for the ones
 // before it), so every rank issues the same collectives in the same order even if hooks fire in
 // a different order. By default the last bucket runs on the thread that calls finish_step()
-// (FusionOptions::last_bucket_on_caller). With auto-tuning on, the bucket size and stream count are chosen during the
-// first steps (AutoTuner) and stream weights rebalanced from measured rates (StreamBalancer).
+// (FusionOptions::last_bucket_on_caller). With auto-tuning on, the bucket size and stream count
+// are chosen during the first steps (AutoTuner) and stream weights rebalanced from measured
+// rates (StreamBalancer).
 #pragma once
 
 #include <condition_variable>
