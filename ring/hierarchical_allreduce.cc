@@ -40,7 +40,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   // and L slots, each of the whole buffer.
   slot_bytes_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(direct_ ? chunk_bytes : buffer.bytes(), 1)), kAlign);
   const std::size_t slots = direct_ ? 2 * static_cast<std::size_t>(local_size) : static_cast<std::size_t>(local_size + 1);
-  if (direct_) direct_inputs_.resize(static_cast<std::size_t>(local_size));
+  slot_inputs_.resize(static_cast<std::size_t>(local_size));
   if (local_size > 1) {
     segment_.emplace(*comm_, local_ranks_, slot_bytes_ * slots, sequence, "hierarchical allreduce");
     result_ = segment_->data();
@@ -67,11 +67,8 @@ std::byte* HierarchicalAllreduce::direct_slot(std::uint64_t generation, int loca
 
 void HierarchicalAllreduce::sum_slots(std::size_t offset, std::size_t count) {
   if (count == 0) return;
-  const detail::WireFormat format{buffer_.dtype, WireType::kNative};
-  std::memcpy(result_ + offset, slot(0) + offset, count * buffer_.element_bytes());
-  for (int l = 1; l < static_cast<int>(local_ranks_.size()); ++l) {
-    detail::accumulate(format, result_ + offset, slot(l) + offset, count);
-  }
+  for (std::size_t l = 0; l < slot_inputs_.size(); ++l) slot_inputs_[l] = slot(static_cast<int>(l)) + offset;
+  detail::sum_scaled(buffer_.dtype, result_ + offset, slot_inputs_.data(), static_cast<int>(slot_inputs_.size()), count, 1.0);
 }
 
 void HierarchicalAllreduce::run() {
@@ -91,18 +88,17 @@ void HierarchicalAllreduce::run() {
       std::memcpy(direct_slot(generation, local_index_), chunk, size * element);
       segment_->wait_all(generation, "inputs written", deadline);
       // The same sum, in local-rank order, on every rank: the results are bitwise equal.
-      for (int l = 0; l < local_size; ++l) direct_inputs_[static_cast<std::size_t>(l)] = direct_slot(generation, l);
-      detail::sum_scaled(buffer_.dtype, chunk, direct_inputs_.data(), local_size, size, factor);
+      for (int l = 0; l < local_size; ++l) slot_inputs_[static_cast<std::size_t>(l)] = direct_slot(generation, l);
+      detail::sum_scaled(buffer_.dtype, chunk, slot_inputs_.data(), local_size, size, factor);
     }
     return;
   }
   if (local_size > 1 && !leaders_ring_ && comm_->host_leaders().size() == 1) {
     // One host: nothing crosses the network, so the buffer is reduced in chunks that stay in
     // cache between being written, summed and read back (L + 1 copies of a chunk in flight).
-    const std::int64_t chunk = std::max<std::int64_t>(1, spec_.chunk_bytes / static_cast<std::int64_t>(element));
     auto* data = static_cast<std::byte*>(buffer_.data);
-    for (std::int64_t begin = 0; begin < buffer_.count; begin += chunk) {
-      const std::int64_t size = std::min(chunk, buffer_.count - begin);
+    for (std::int64_t begin = 0; begin < buffer_.count; begin += chunk_elements_) {
+      const std::int64_t size = std::min(chunk_elements_, buffer_.count - begin);
       const std::size_t at = static_cast<std::size_t>(begin) * element;
       std::memcpy(slot(local_index_) + at, data + at, static_cast<std::size_t>(size) * element);
       segment_->wait_all(++generation_, "inputs written", deadline);

@@ -50,7 +50,7 @@ class HierarchicalAllreduce {
   std::size_t slot_bytes_ = 0;
   std::int64_t chunk_elements_ = 1;
   bool direct_ = false;  // one host: every rank sums the chunk's slots itself (see the constructor)
-  std::vector<const std::byte*> direct_inputs_;  // run()'s scratch: the chunk's slots in local-rank order
+  std::vector<const std::byte*> slot_inputs_;  // scratch: the slots being summed, in local-rank order
   std::byte* result_ = nullptr;
   std::optional<RingAllreduce> leaders_ring_;  // on leaders, when there are several hosts
   std::uint64_t generation_ = 0;

@@ -54,7 +54,6 @@ ColumnRange valid_columns(const Conv2dGeometry& g, std::int64_t kj) {
   return {lo, std::max(lo, hi)};
 }
 
-
 // A stride-1 "same" convolution (out_w == width, e.g. 3x3 with padding 1): for a kernel tap
 // (ki, kj) the valid part of a column row is ONE contiguous run of the input plane shifted by
 // (ki - ph) * W + (kj - pw). Copying that run in one go, then fixing the few entries that

@@ -207,7 +207,7 @@ void sum_scaled(DType dtype, void* buffer, const std::byte* const* inputs, int n
   if (num_inputs == 2 && dtype == DType::f32) return sum_two_scaled(static_cast<float*>(buffer), inputs[0], inputs[1], count, factor);
   if (num_inputs == 2 && dtype == DType::f64) return sum_two_scaled(static_cast<double*>(buffer), inputs[0], inputs[1], count, factor);
   const WireFormat format{dtype, WireType::kNative};
-  if (num_inputs > 0 && static_cast<const void*>(inputs[0]) != buffer) decode(format, buffer, inputs[0], count);
+  if (num_inputs > 0) decode(format, buffer, inputs[0], count);
   for (int k = 1; k < num_inputs; ++k) accumulate(format, buffer, inputs[k], count);
   if (factor != 1.0) scale(dtype, buffer, count, factor);
 }

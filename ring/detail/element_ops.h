@@ -36,8 +36,7 @@ void decode(const WireFormat& format, void* buffer, const std::byte* wire, std::
 bool encode(const WireFormat& format, const void* buffer, std::byte* wire, std::size_t count);
 // buffer[i] = inputs[0][i] + inputs[1][i] + ... (native `dtype`, in input order), then scaled
 // by `factor` unless it is 1: the same result as decode, accumulate and scale one after the
-// other, in one pass over two f32/f64 inputs. `buffer` may be one of the inputs' memory only
-// if it is inputs[0].
+// other, in one pass over two f32/f64 inputs. `buffer` must not overlap the inputs.
 void sum_scaled(DType dtype, void* buffer, const std::byte* const* inputs, int num_inputs, std::size_t count,
                 double factor);
 // buffer[i] *= factor (integers: truncating division when factor = 1/n).
