@@ -1,8 +1,6 @@
 // run_server_process: argument parsing, signal handling and the serve-until-stopped loop.
 #include "ps/server_process.h"
 
-#include <malloc.h>
-
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -14,6 +12,7 @@
 #include "core/io/atomic_file.h"
 #include "core/log.h"
 #include "core/net/context.h"
+#include "core/net/message_memory.h"
 #include "core/net/security.h"
 #include "ps/server.h"
 
@@ -31,15 +30,6 @@ int parse_int(const std::string& key, const std::string& value) {
 }
 
 }  // namespace
-
-void tune_malloc_for_large_frames() {
-  // Request and reply frames of hundreds of KiB are allocated and freed at a high rate (by
-  // ZeroMQ's decoder and by us). glibc serves blocks above M_MMAP_THRESHOLD (128 KiB until it
-  // adapts) with a fresh mmap, so every frame costs page faults and zeroing; keep them on the
-  // heap and keep freed heap memory mapped instead.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-}
 
 int run_server_process(int argc, char** argv) {
   try {
@@ -64,7 +54,7 @@ int run_server_process(int argc, char** argv) {
                                          "--partitions, --threads, --log-interval-s)", key));
     }
     log::set_role(fmt::format("ps shard {}", options.shard));
-    tune_malloc_for_large_frames();
+    net::keep_freed_message_memory();
     // Block the stop signals before any thread starts, then poll for them below.
     sigset_t signals;
     sigemptyset(&signals);

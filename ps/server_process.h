@@ -13,9 +13,4 @@ namespace aiacc::ps {
 // errors, which are printed to stderr with their context).
 int run_server_process(int argc, char** argv);
 
-// Process-wide malloc tuning for programs that move large frames (shard and worker processes):
-// frames up to 32 MiB come from the heap rather than from a fresh mmap each (page faults and
-// zeroing per frame). Call once at start-up, from a program's main, never from a library.
-void tune_malloc_for_large_frames();
-
 }  // namespace aiacc::ps

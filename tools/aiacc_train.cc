@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/message_memory.h"
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
@@ -156,6 +157,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  aiacc::net::keep_freed_message_memory();
   try {
     return run(argc, argv);
   } catch (const aiacc::ConfigError& e) {

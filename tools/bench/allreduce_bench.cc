@@ -38,6 +38,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/message_memory.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
 #include "core/net/security.h"
@@ -418,6 +419,7 @@ int run_launcher(Args a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  aiacc::net::keep_freed_message_memory();  // for every sub-command and every rank process
   try {
     if (argc >= 2 && std::string(argv[1]) == "ps") return aiacc::bench::run_ps_bench(argc, argv);
     if (argc >= 2 && std::string(argv[1]) == "train") return aiacc::bench::run_train_bench(argc, argv);

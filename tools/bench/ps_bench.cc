@@ -172,7 +172,6 @@ std::vector<std::int64_t> worker_ids(int worker, int count) {
 // ---- worker process: runs every point in order, meeting the others at barriers ----
 int run_worker(const Args& a) {
   log::set_role(fmt::format("bench worker {}", a.worker));
-  ps::tune_malloc_for_large_frames();
   ps::ClientOptions options;
   options.endpoints = split(a.endpoints, ',');
   options.worker = a.worker;
