@@ -90,6 +90,7 @@ HostSegment::HostSegment(Communicator& comm, const std::vector<int>& local_ranks
     : owner_(std::move(owner)),
       local_ranks_(local_ranks),
       local_index_(static_cast<int>(std::find(local_ranks.begin(), local_ranks.end(), comm.rank()) - local_ranks.begin())),
+      oversubscribed_(static_cast<long>(local_ranks.size()) > sysconf(_SC_NPROCESSORS_ONLN)),
       control_bytes_(control_bytes_for(local_ranks.size())),
       memory_(map_segment(comm, local_ranks, control_bytes_ + round_up(std::max<std::size_t>(data_bytes, 1), kAlign), tag, owner_)) {
   pid_of(memory_.data(), local_index_).store(static_cast<std::uint64_t>(getpid()));
@@ -109,21 +110,35 @@ void HostSegment::wait_all(std::uint64_t generation, std::string_view what, net:
     }
     return true;
   };
-  // Spin briefly (peers on free cores arrive within microseconds), then sleep on the futex:
-  // with more ranks than cores, spinning would keep the very peer we wait for off the CPU.
-  for (int spin = 0; spin < 200; ++spin) {
-    if (all_arrived()) return;
+  auto pause = [] {
 #if defined(__x86_64__)
     _mm_pause();
 #endif
-  }
-  // Then yield the core for up to ~2 ms (a runnable peer on this core gets it at once; an idle
-  // vCPU would have to be woken, which costs tens of microseconds in a VM), then sleep.
-  const auto yield_until = net::Clock::now() + std::chrono::microseconds(2000);
-  for (int i = 0;; ++i) {
-    if (all_arrived()) return;
-    sched_yield();
-    if ((i & 63) == 63 && net::Clock::now() > yield_until) break;
+  };
+  if (!oversubscribed_) {
+    // Every local rank can have a core: peers arrive within microseconds to a few hundred (a
+    // step's jitter), and a spinning waiter keeps its vCPU awake, where waking a sleeping one
+    // costs tens of microseconds in a VM. No sched_yield: beside other busy processes it gives
+    // one of them a whole time slice (milliseconds), while a futex sleeper is woken at once.
+    const auto spin_until = net::Clock::now() + std::chrono::microseconds(200);
+    for (int i = 0;; ++i) {
+      if (all_arrived()) return;
+      pause();
+      if ((i & 63) == 63 && net::Clock::now() > spin_until) break;
+    }
+  } else {
+    // The peer we wait for may be queued on this very core: spin only briefly, then yield it
+    // the core for up to ~2 ms (sleeping at once would idle a vCPU that then has to be woken).
+    for (int spin = 0; spin < 200; ++spin) {
+      if (all_arrived()) return;
+      pause();
+    }
+    const auto yield_until = net::Clock::now() + std::chrono::microseconds(2000);
+    for (int i = 0;; ++i) {
+      if (all_arrived()) return;
+      sched_yield();
+      if ((i & 63) == 63 && net::Clock::now() > yield_until) break;
+    }
   }
   auto next_liveness_check = net::Clock::now() + std::chrono::milliseconds(100);
   for (;;) {
