@@ -6,8 +6,8 @@
 // On a single host with two ranks (or small chunks), each rank instead sums all L slots of a
 // chunk into its own buffer, in the same order as every other rank: one barrier per chunk.
 //
-// Synchronisation inside the host is by per-rank arrival counters in the segment (spinning
-// briefly, then yielding the core); a local rank that dies is noticed within ~100 ms (its
+// Synchronisation inside the host is by per-rank arrival counters in the segment (spinning,
+// then sleeping: detail/host_segment.h); a local rank that dies is noticed within ~100 ms (its
 // process is gone: CommError naming it), a silent one at the communicator's timeout.
 #pragma once
 

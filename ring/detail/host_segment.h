@@ -6,8 +6,9 @@
 // for up to 200 us and never yields: sched_yield hands the core to any other busy process for a
 // whole time slice, which made a 1 MiB all-reduce take 3.6 ms instead of 0.1 ms beside two busy
 // loops. With more local ranks than CPUs (a peer may be waiting for this very core) it spins
-// briefly and then yields for up to 2 ms before sleeping. A local rank that dies is noticed within ~100 ms (its process is gone: CommError naming it), a silent one at the
-// deadline (TimeoutError naming it).
+// briefly and then yields for up to 2 ms before sleeping. A local rank that dies is noticed
+// within ~100 ms (its process is gone: CommError naming it), a silent one at the deadline
+// (TimeoutError naming it).
 #pragma once
 
 #include <cstddef>
