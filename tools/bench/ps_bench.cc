@@ -71,7 +71,7 @@ struct Args {
   std::string optimizer = "adagrad";
   std::int64_t memory_rows = 10'000'000;
   int memory_dim = 16;
-  double iperf_seconds = 2.0;
+  int iperf_seconds = 2;  // whole seconds (iperf3 -t reads 0.5 as 0, which means forever); 0 skips iperf3
   int iperf_streams = 1;
   int server_threads = 0;  // 0: cores / (servers + workers), at least 1
   std::int64_t chunk_bytes = ps::ClientOptions{}.chunk_bytes;
@@ -97,11 +97,14 @@ std::vector<std::string> split(const std::string& text, char sep) {
 std::vector<int> int_list(const std::string& key, const std::string& text) {
   std::vector<int> out;
   for (const auto& item : split(text, ',')) {
+    std::size_t used = 0;
     try {
-      out.push_back(std::stoi(item));
+      out.push_back(std::stoi(item, &used));
     } catch (const std::exception&) {
-      throw ConfigError(fmt::format("aiacc-bench ps: {} expects integers, got '{}'", key, item));
+      used = 0;
     }
+    // std::stoi alone would read "0.5" as 0.
+    if (used != item.size()) throw ConfigError(fmt::format("aiacc-bench ps: {} expects integers, got '{}'", key, item));
   }
   return out;
 }
@@ -121,7 +124,11 @@ Args parse(int argc, char** argv) {
     else if (key == "--optimizer") a.optimizer = value;
     else if (key == "--memory-rows") a.memory_rows = std::stoll(value);
     else if (key == "--memory-dim") a.memory_dim = std::stoi(value);
-    else if (key == "--iperf-seconds") a.iperf_seconds = std::stod(value);
+    else if (key == "--iperf-seconds") {
+      const auto seconds = int_list(key, value);
+      if (seconds.size() != 1) throw ConfigError("aiacc-bench ps: --iperf-seconds takes one whole number");
+      a.iperf_seconds = seconds.front();
+    }
     else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
     else if (key == "--server-threads") a.server_threads = std::stoi(value);
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
@@ -141,6 +148,7 @@ Args parse(int argc, char** argv) {
   if (a.servers < 1 || a.workers < 1 || a.seconds <= 0) {
     throw ConfigError("aiacc-bench ps: --servers, --workers and --seconds must be positive");
   }
+  if (a.iperf_seconds < 0) throw ConfigError("aiacc-bench ps: --iperf-seconds takes whole seconds, 0 or more (0 skips iperf3)");
   for (const auto& m : a.modes) {
     if (m != "pull" && m != "push" && m != "step") {
       throw ConfigError(fmt::format("aiacc-bench ps: unknown mode '{}' (pull, push, step)", m));
@@ -298,13 +306,14 @@ std::int64_t rss_bytes(pid_t pid) {
 }
 
 // Loopback TCP bandwidth (GB/s) measured by iperf3, or a negative value when unavailable.
-double measure_iperf(double seconds, int streams) {
+double measure_iperf(int seconds, int streams) {
   if (seconds <= 0) return -1;
   const int port = 20000 + static_cast<int>(::getpid() % 20000);
   Child server({"/usr/bin/iperf3", "-s", "-1", "-p", std::to_string(port), "-B", "127.0.0.1"}, true);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const std::string command = fmt::format("iperf3 -c 127.0.0.1 -p {} -t {} -P {} -J 2>/dev/null",
-                                          port, seconds, streams);
+  // timeout: a client that cannot finish (no server, a stuck connection) must not hang the bench.
+  const std::string command = fmt::format("timeout {} iperf3 -c 127.0.0.1 -p {} -t {} -P {} -J 2>/dev/null",
+                                          seconds + 10, port, seconds, streams);
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return -1;
   std::string output;
