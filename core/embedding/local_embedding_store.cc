@@ -155,6 +155,7 @@ void LocalEmbeddingStore::for_each_row(std::span<const std::int64_t> ids, std::s
       if (k + kRowPrefetchDistance < end) {
         const float* ahead = rows[k + kRowPrefetchDistance];
         for (std::size_t f = 0; f < row_floats; f += 16) __builtin_prefetch(ahead + f, 1);
+        __builtin_prefetch(ahead + row_floats - 1, 1);  // a row need not start on a cache line
       }
       visit(order[k], rows[k]);
     }

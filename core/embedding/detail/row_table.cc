@@ -80,7 +80,7 @@ std::int64_t RowTable::allocate_row() {
                                static_cast<std::size_t>(row_floats_);
     // Uninitialised on purpose: every row is written when it is created, and untouched pages of
     // a fresh block cost no resident memory.
-    float* block = new (std::nothrow) float[floats];
+    auto* block = static_cast<float*>(::operator new[](floats * sizeof(float), kBlockAlignment, std::nothrow));
     if (block == nullptr) {
       throw Error(fmt::format("embedding store: out of memory allocating a block of {} bytes "
                               "({} rows held in this partition)",

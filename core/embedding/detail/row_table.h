@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "core/util/random.h"
@@ -105,8 +106,14 @@ class RowTable {
   std::size_t geometric_blocks_;  // G = log2(B) - f
   double max_load_;
   std::int64_t size_ = 0;
+  // Blocks start on a cache line, so a row of 64 or 128 bytes (dim 8 or 16 with Adagrad) spans
+  // one or two lines rather than two or three: new float[] only aligns to 16 bytes.
+  static constexpr std::align_val_t kBlockAlignment{64};
+  struct BlockDelete {
+    void operator()(float* block) const { ::operator delete[](block, kBlockAlignment); }
+  };
   std::vector<Slot> slots_;
-  std::vector<std::unique_ptr<float[]>> blocks_;
+  std::vector<std::unique_ptr<float[], BlockDelete>> blocks_;
 };
 
 }  // namespace aiacc::embedding::detail
