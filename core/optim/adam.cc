@@ -6,6 +6,35 @@
 #include "core/check.h"
 
 namespace aiacc::optim {
+namespace {
+
+struct AdamScalars {
+  float step_size, correction2_sqrt, one_minus_b1, b2, one_minus_b2, epsilon, wd, shrink;
+  bool decoupled;
+};
+
+// __restrict: weights, gradient and moments never overlap. Without it GCC guards its vector loop
+// with an overlap test that a parameter-server row fails (its moments follow the weights a few
+// dozen bytes later), and the row is updated one scalar sqrt and divide at a time.
+void adam_elements(float* __restrict w, const float* __restrict g, float* __restrict exp_avg,
+                   float* __restrict exp_avg_sq, std::size_t n, const AdamScalars& c) {
+  for (std::size_t i = 0; i < n; ++i) {
+    float grad = g[i];
+    if (c.decoupled) {
+      w[i] *= c.shrink;  // AdamW decays the weight itself, outside the adaptive scaling
+    } else {
+      grad += c.wd * w[i];  // Adam's L2 term goes through the moments like any gradient
+    }
+    // m + (1-beta1)*(g-m) is PyTorch's lerp form of beta1*m + (1-beta1)*g.
+    const float m = exp_avg[i] + c.one_minus_b1 * (grad - exp_avg[i]);
+    const float v = c.b2 * exp_avg_sq[i] + c.one_minus_b2 * grad * grad;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    w[i] -= c.step_size * (m / (std::sqrt(v) / c.correction2_sqrt + c.epsilon));
+  }
+}
+
+}  // namespace
 
 void AdamRule::update(std::span<float> w, std::span<const float> g, std::span<float> exp_avg,
                       std::span<float> exp_avg_sq, std::int64_t step, double lr) const {
@@ -26,20 +55,8 @@ void AdamRule::update(std::span<float> w, std::span<const float> g, std::span<fl
   const float epsilon = static_cast<float>(eps);
   const float wd = static_cast<float>(weight_decay);
   const float shrink = static_cast<float>(1.0 - lr * weight_decay);
-  for (std::size_t i = 0; i < n; ++i) {
-    float grad = g[i];
-    if (decoupled) {
-      w[i] *= shrink;  // AdamW decays the weight itself, outside the adaptive scaling
-    } else {
-      grad += wd * w[i];  // Adam's L2 term goes through the moments like any gradient
-    }
-    // m + (1-beta1)*(g-m) is PyTorch's lerp form of beta1*m + (1-beta1)*g.
-    const float m = exp_avg[i] + one_minus_b1 * (grad - exp_avg[i]);
-    const float v = b2 * exp_avg_sq[i] + one_minus_b2 * grad * grad;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    w[i] -= step_size * (m / (std::sqrt(v) / correction2_sqrt + epsilon));
-  }
+  const AdamScalars scalars{step_size, correction2_sqrt, one_minus_b1, b2, one_minus_b2, epsilon, wd, shrink, decoupled};
+  adam_elements(w.data(), g.data(), exp_avg.data(), exp_avg_sq.data(), n, scalars);
 }
 
 }  // namespace aiacc::optim
