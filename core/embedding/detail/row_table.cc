@@ -80,13 +80,14 @@ std::int64_t RowTable::allocate_row() {
                                static_cast<std::size_t>(row_floats_);
     // Uninitialised on purpose: every row is written when it is created, and untouched pages of
     // a fresh block cost no resident memory.
-    auto* block = static_cast<float*>(::operator new[](floats * sizeof(float), kBlockAlignment, std::nothrow));
-    if (block == nullptr) {
+    std::unique_ptr<float[], BlockDelete> block(
+        static_cast<float*>(::operator new[](floats * sizeof(float), kBlockAlignment, std::nothrow)));
+    if (!block) {
       throw Error(fmt::format("embedding store: out of memory allocating a block of {} bytes "
                               "({} rows held in this partition)",
                               floats * sizeof(float), size_));
     }
-    blocks_.emplace_back(block);
+    blocks_.push_back(std::move(block));  // owned first: a throwing push_back frees it
   }
   return row;
 }
