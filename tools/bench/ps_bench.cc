@@ -148,7 +148,9 @@ Args parse(int argc, char** argv) {
   if (a.servers < 1 || a.workers < 1 || a.seconds <= 0) {
     throw ConfigError("aiacc-bench ps: --servers, --workers and --seconds must be positive");
   }
-  if (a.iperf_seconds < 0) throw ConfigError("aiacc-bench ps: --iperf-seconds takes whole seconds, 0 or more (0 skips iperf3)");
+  if (a.iperf_seconds < 0 || a.iperf_seconds > 3600) {
+    throw ConfigError("aiacc-bench ps: --iperf-seconds takes whole seconds from 0 (skips iperf3) to 3600");
+  }
   for (const auto& m : a.modes) {
     if (m != "pull" && m != "push" && m != "step") {
       throw ConfigError(fmt::format("aiacc-bench ps: unknown mode '{}' (pull, push, step)", m));
