@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -32,16 +33,21 @@ constexpr std::size_t kAlign = 4096;   // the data region starts on a page
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-// Control block: per local rank, its arrival counter (line 2l) and its process id (line 2l+1).
-Counter& arrivals(std::byte* control, int local) { return *reinterpret_cast<Counter*>(control + 2 * kLine * static_cast<std::size_t>(local)); }
-Counter& pid_of(std::byte* control, int local) { return *reinterpret_cast<Counter*>(control + (2 * static_cast<std::size_t>(local) + 1) * kLine); }
+// Control block: per local rank four lines: its arrival counter, its process id, and the CPUs it
+// may run on (a cpu_set_t, written once before its first arrival).
+constexpr std::size_t kLinesPerRank = 4;
+static_assert(sizeof(cpu_set_t) <= 2 * kLine, "a CPU mask fits the rank's last two control lines");
+std::byte* rank_lines(std::byte* control, int local) { return control + kLinesPerRank * kLine * static_cast<std::size_t>(local); }
+Counter& arrivals(std::byte* control, int local) { return *reinterpret_cast<Counter*>(rank_lines(control, local)); }
+Counter& pid_of(std::byte* control, int local) { return *reinterpret_cast<Counter*>(rank_lines(control, local) + kLine); }
+std::byte* cpus_of(std::byte* control, int local) { return rank_lines(control, local) + 2 * kLine; }
 
 // After the per-rank lines: a 32-bit futex word bumped by every arrival, and the number of
 // ranks sleeping on it (so arrivals skip the wake-up syscall when nobody sleeps).
 using Word = std::atomic<std::uint32_t>;
 static_assert(Word::is_always_lock_free && sizeof(Word) == 4, "futex words are 32-bit lock-free atomics");
-Word& epoch(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(control + 2 * kLine * static_cast<std::size_t>(local_size)); }
-Word& sleepers(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(control + (2 * static_cast<std::size_t>(local_size) + 1) * kLine); }
+Word& epoch(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(rank_lines(control, local_size)); }
+Word& sleepers(std::byte* control, int local_size) { return *reinterpret_cast<Word*>(rank_lines(control, local_size) + kLine); }
 
 // Sleeps while `word` holds `seen`, at most `timeout_ns` (a shared, not private, futex: the
 // word lives in memory mapped by several processes).
@@ -55,7 +61,17 @@ void futex_wake_all(Word& word) {
 
 std::atomic<std::uint64_t> segment_counter{0};
 
-std::size_t control_bytes_for(std::size_t local_size) { return round_up(2 * kLine * (local_size + 1), kAlign); }
+std::size_t control_bytes_for(std::size_t local_size) { return round_up(kLine * (kLinesPerRank * local_size + 2), kAlign); }
+
+// The CPUs this process may run on (taskset, cpusets); every online CPU when that is unknown.
+cpu_set_t allowed_cpus() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) return cpus;
+  const long online = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  for (long c = 0; c < online && c < CPU_SETSIZE; ++c) CPU_SET(static_cast<int>(c), &cpus);
+  return cpus;
+}
 
 // The leader creates the segment and hands its name to the other local ranks; once every one
 // has mapped it, the name goes (nothing outlives the job).
@@ -90,13 +106,29 @@ HostSegment::HostSegment(Communicator& comm, const std::vector<int>& local_ranks
     : owner_(std::move(owner)),
       local_ranks_(local_ranks),
       local_index_(static_cast<int>(std::find(local_ranks.begin(), local_ranks.end(), comm.rank()) - local_ranks.begin())),
-      oversubscribed_(static_cast<long>(local_ranks.size()) > sysconf(_SC_NPROCESSORS_ONLN)),
       control_bytes_(control_bytes_for(local_ranks.size())),
       memory_(map_segment(comm, local_ranks, control_bytes_ + round_up(std::max<std::size_t>(data_bytes, 1), kAlign), tag, owner_)) {
   pid_of(memory_.data(), local_index_).store(static_cast<std::uint64_t>(getpid()));
+  const cpu_set_t cpus = allowed_cpus();
+  std::memcpy(cpus_of(memory_.data(), local_index_), &cpus, sizeof cpus);
 }
 
 void HostSegment::wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline) {
+  wait_for_arrivals(generation, what, deadline);
+  if (cpus_known_) return;
+  // Every rank wrote its CPU mask before its first arrival, so all masks are visible now.
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int l = 0; l < local_size(); ++l) {
+    cpu_set_t cpus;
+    std::memcpy(&cpus, cpus_of(memory_.data(), l), sizeof cpus);
+    CPU_OR(&all, &all, &cpus);
+  }
+  oversubscribed_ = local_size() > CPU_COUNT(&all);
+  cpus_known_ = true;
+}
+
+void HostSegment::wait_for_arrivals(std::uint64_t generation, std::string_view what, net::Deadline deadline) {
   std::byte* control = memory_.data();
   const int size = local_size();
   Word& changed = epoch(control, size);

@@ -2,13 +2,10 @@
 // barrier over per-rank arrival counters kept in the segment. Internal to ring/: the
 // single-host collectives (HierarchicalAllreduce, HostAllgather) lay their slots out in data().
 //
-// The barrier spins, then sleeps on a futex. With no more local ranks than online CPUs it spins
-// for up to 200 us and never yields: sched_yield hands the core to any other busy process for a
-// whole time slice, which made a 1 MiB all-reduce take 3.6 ms instead of 0.1 ms beside two busy
-// loops. With more local ranks than CPUs (a peer may be waiting for this very core) it spins
-// briefly and then yields for up to 2 ms before sleeping. A local rank that dies is noticed
-// within ~100 ms (its process is gone: CommError naming it), a silent one at the deadline
-// (TimeoutError naming it).
+// The barrier spins, then sleeps on a futex; it yields the core only where the local ranks
+// outnumber the CPUs they may run on together (a peer may then be queued on this very core):
+// elsewhere sched_yield would hand a busy neighbour process a whole time slice. A local rank that
+// dies is noticed within ~100 ms (CommError naming it), a silent one at the deadline.
 #pragma once
 
 #include <cstddef>
@@ -41,10 +38,15 @@ class HostSegment {
   void wait_all(std::uint64_t generation, std::string_view what, net::Deadline deadline);
 
  private:
+  void wait_for_arrivals(std::uint64_t generation, std::string_view what, net::Deadline deadline);
+
   std::string owner_;
   std::vector<int> local_ranks_;
   int local_index_ = 0;
-  bool oversubscribed_ = false;  // more local ranks than online CPUs
+  // More local ranks than CPUs in the union of their affinity masks. Assumed until the first
+  // barrier has passed, when every rank's mask is in the segment.
+  bool oversubscribed_ = true;
+  bool cpus_known_ = false;
   std::size_t control_bytes_ = 0;
   SharedMemory memory_;
 };
