@@ -32,6 +32,8 @@ class HostSegment {
   std::byte* data() const { return memory_.data() + control_bytes_; }
   int local_index() const { return local_index_; }
   int local_size() const { return static_cast<int>(local_ranks_.size()); }
+  // Whether the local ranks outnumber the CPUs they may run on (true until a barrier has passed).
+  bool oversubscribed() const { return oversubscribed_; }
 
   // Marks this rank as past barrier `generation` (numbers grow by one per barrier, the same on
   // every local rank) and waits until every local rank is. Errors read "OWNER (WHAT): ...".

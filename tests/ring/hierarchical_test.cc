@@ -3,6 +3,7 @@
 // local rank reported by name instead of hanging. The single-host all-gather of byte messages:
 // exact messages of any size in rank order, views that survive peers running ahead, growth.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "ring/allreduce.h"
 #include "ring/hierarchical_allreduce.h"
+#include "ring/detail/host_segment.h"
 #include "ring/host_allgather.h"
 #include "tests/ring/ring_fixture.h"
 
@@ -63,6 +65,39 @@ TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
 INSTANTIATE_TEST_SUITE_P(Layouts, Hierarchical,
                          ::testing::Values(Layout{{0, 0}}, Layout{{0, 0, 0, 0}}, Layout{{0, 0, 0, 1, 1, 2}},
                                            Layout{{0, 1, 0, 1, 0}}, Layout{{0, 1, 2}}));
+
+// The barrier yields the core only where the local ranks outnumber the CPUs they may use
+// together: two ranks pinned to one CPU do (one must run for the other to arrive), two ranks on
+// two CPUs do not. Ranks here are threads; each pins itself before the segment reads its mask.
+TEST(HostSegmentBarrier, OversubscribedWhenRanksShareTheirOnlyCpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  ASSERT_FALSE(cpus.empty());
+  struct Case {
+    std::vector<int> cpu_of_rank;
+    bool oversubscribed;
+  };
+  std::vector<Case> cases = {{{cpus[0], cpus[0]}, true}};
+  if (cpus.size() >= 2) cases.push_back({{cpus[0], cpus[1]}, false});
+  for (const Case& c : cases) {
+    run_world(2, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+      cpu_set_t mine;
+      CPU_ZERO(&mine);
+      CPU_SET(c.cpu_of_rank[static_cast<std::size_t>(comm->rank())], &mine);
+      ASSERT_EQ(sched_setaffinity(0, sizeof mine, &mine), 0);  // this thread only
+      detail::HostSegment segment(*comm, {0, 1}, 64, 7, "test segment");
+      EXPECT_TRUE(segment.oversubscribed()) << "assumed before the first barrier";
+      segment.wait_all(1, "first", comm->deadline());
+      EXPECT_EQ(segment.oversubscribed(), c.oversubscribed) << "rank " << comm->rank();
+      segment.wait_all(2, "second", comm->deadline());
+      sched_setaffinity(0, sizeof allowed, &allowed);
+    });
+  }
+}
 
 // The direct path reuses a chunk's slots two chunks later. Many back-to-back runs of a
 // multi-chunk buffer, with inputs that change every run and ranks drifting apart (3 ranks on
