@@ -24,6 +24,7 @@
 
 #include "core/error.h"
 #include "core/net/mesh_bootstrap.h"
+#include "core/net/message_memory.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
 
@@ -200,6 +201,7 @@ std::string human(std::size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  aiacc::net::keep_freed_message_memory();  // as every program of ours that moves large messages
   try {
     const Args args = parse(argc, argv);
     std::ofstream json;
