@@ -5,9 +5,12 @@
 //   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
 //                         [--hierarchical on|off] [--chunk-bytes 1M] [--rebalance RUNS|0] [--seconds S] [--no-check]
-//                         [--curve on|off]
+//                         [--curve on|off] [--pin on|off]
 // --curve on runs every connection under the job's CURVE keys (authenticated and encrypted, as
 // aiacc-train does by default); off (the default here) is plain TCP, the comparison for MPI.
+// --pin on binds local rank r to the (r mod n)-th of the n CPUs the launcher may use, as
+// aiacc-train's cluster.pin_cores does, and runs OpenMPI bound the same way (--bind-to
+// core:overload-allowed --map-by core:OVERSUBSCRIBE); off (the default) leaves both unbound.
 // --hierarchical off forces the flat TCP ring even for ranks on one host (the fair comparison
 // with OpenMPI over TCP); on (default) uses shared memory within a host.
 //
@@ -17,9 +20,11 @@
 // Timing: per size, a barrier, `warmup` untimed runs, then runs until ~--seconds have passed
 // (at least 3); the time is rank 0's mean per run. --streams auto tunes the stream count
 // (AutoTuner over 1, 2, 4, ... --max-streams) on the largest size before measuring.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +64,8 @@ struct Args {
   int max_streams = 8;
   std::string wire = "native";
   bool hierarchical = true;
+  bool pin = false;
+  int cpu = -1;  // a rank's CPU under --pin on (set by the launcher)
   std::int64_t chunk_bytes = 1 << 20;
   int rebalance = 4;  // StreamBalancer period in runs (0: equal weights)
   std::int64_t min_bytes = 4, max_bytes = std::int64_t{256} << 20;
@@ -106,6 +113,12 @@ Args parse(int argc, char** argv) {
       if (v != "on" && v != "off") throw ConfigError("--hierarchical takes on or off");
       a.hierarchical = v == "on";
     }
+    else if (key == "--pin") {
+      const std::string v = value();
+      if (v != "on" && v != "off") throw ConfigError("--pin takes on or off");
+      a.pin = v == "on";
+    }
+    else if (key == "--cpu") a.cpu = std::stoi(value());
     else if (key == "--json") a.json = value();
     else if (key == "--seconds") a.seconds = std::stod(value());
     else if (key == "--no-check") a.check = false;
@@ -143,6 +156,14 @@ double busbw(double bytes, double seconds, int world) {
 // --- worker: one rank ---
 int run_worker(const Args& a) {
   log::set_role(fmt::format("rank {}", a.rank));
+  if (a.cpu >= 0) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    CPU_SET(a.cpu, &cpus);
+    if (sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      throw IoError(fmt::format("rank {}: cannot pin to CPU {}: {}", a.rank, a.cpu, std::strerror(errno)));
+    }
+  }
   auto context = net::Context::create(std::getenv("AIACC_IO_THREADS") ? std::atoi(std::getenv("AIACC_IO_THREADS")) : 1,
                                      net::curve_keys_from_environment());
   net::RendezvousClient rendezvous(context, a.master);
@@ -303,9 +324,13 @@ std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transpo
     std::cerr << "OpenMPI comparison skipped: " << program << " was not built (install libopenmpi-dev and reconfigure)\n";
     return {};
   }
-  std::vector<std::string> argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(world),
-                                   "--bind-to", "none", "--mca", "btl",
-                                   transport == "tcp" ? "tcp,self" : "vader,self"};
+  std::vector<std::string> argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(world)};
+  if (a.pin) {
+    argv.insert(argv.end(), {"--bind-to", "core:overload-allowed", "--map-by", "core:OVERSUBSCRIBE"});
+  } else {
+    argv.insert(argv.end(), {"--bind-to", "none"});
+  }
+  argv.insert(argv.end(), {"--mca", "btl", transport == "tcp" ? "tcp,self" : "vader,self"});
   if (transport == "tcp") {
     argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"});
   } else {
@@ -350,9 +375,19 @@ int run_launcher(Args a) {
   }
   std::vector<Child> children;
   const std::string exe = self_path();
+  std::vector<int> cpus;
+  if (a.pin) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) throw IoError("--pin on: sched_getaffinity failed");
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+  }
   for (int local = 0; local < a.ranks; ++local) {
     const int rank = host * a.ranks + local;
-    children.push_back(spawn({exe, "allreduce", "--rank", std::to_string(rank),
+    const int cpu = cpus.empty() ? -1 : cpus[static_cast<std::size_t>(local) % cpus.size()];
+    children.push_back(spawn({exe, "allreduce", "--cpu", std::to_string(cpu), "--rank", std::to_string(rank),
                               "--world", std::to_string(world), "--master", fmt::format("{}:{}", host0, port),
                               "--interface", a.interface, "--streams", a.streams, "--max-streams",
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
