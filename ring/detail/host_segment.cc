@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -101,6 +102,26 @@ SharedMemory map_segment(Communicator& comm, const std::vector<int>& local_ranks
 
 }  // namespace
 
+bool ranks_outnumber_cpus(std::span<const cpu_set_t> masks) {
+  const int size = static_cast<int>(masks.size());
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (const cpu_set_t& mask : masks) CPU_OR(&all, &all, &mask);
+  if (size > CPU_COUNT(&all)) return true;
+  // Some ranks may still be confined to fewer CPUs than there are of them (two pinned to one
+  // core beside an unpinned third): count, for each mask, the ranks whose mask lies inside it.
+  for (const cpu_set_t& outer : masks) {
+    int inside = 0;
+    for (const cpu_set_t& inner : masks) {
+      cpu_set_t common;
+      CPU_AND(&common, &inner, &outer);
+      if (CPU_EQUAL(&common, &inner)) ++inside;
+    }
+    if (inside > CPU_COUNT(&outer)) return true;
+  }
+  return false;
+}
+
 HostSegment::HostSegment(Communicator& comm, const std::vector<int>& local_ranks, std::size_t data_bytes,
                          std::uint64_t tag, std::string owner)
     : owner_(std::move(owner)),
@@ -117,14 +138,11 @@ void HostSegment::wait_all(std::uint64_t generation, std::string_view what, net:
   wait_for_arrivals(generation, what, deadline);
   if (cpus_known_) return;
   // Every rank wrote its CPU mask before its first arrival, so all masks are visible now.
-  cpu_set_t all;
-  CPU_ZERO(&all);
+  std::vector<cpu_set_t> masks(static_cast<std::size_t>(local_size()));
   for (int l = 0; l < local_size(); ++l) {
-    cpu_set_t cpus;
-    std::memcpy(&cpus, cpus_of(memory_.data(), l), sizeof cpus);
-    CPU_OR(&all, &all, &cpus);
+    std::memcpy(&masks[static_cast<std::size_t>(l)], cpus_of(memory_.data(), l), sizeof(cpu_set_t));
   }
-  oversubscribed_ = local_size() > CPU_COUNT(&all);
+  oversubscribed_ = ranks_outnumber_cpus(masks);
   cpus_known_ = true;
 }
 

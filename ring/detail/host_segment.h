@@ -8,8 +8,11 @@
 // dies is noticed within ~100 ms (CommError naming it), a silent one at the deadline.
 #pragma once
 
+#include <sched.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +22,11 @@
 #include "ring/shared_memory.h"
 
 namespace aiacc::ring::detail {
+
+// Whether ranks with these CPU affinity masks cannot each have a CPU of their own: more ranks
+// than CPUs in the union, or more ranks confined to some rank's mask than it has CPUs (a cheap
+// test that catches pinned groups; not a full matching).
+bool ranks_outnumber_cpus(std::span<const cpu_set_t> masks);
 
 class HostSegment {
  public:
@@ -45,8 +53,9 @@ class HostSegment {
   std::string owner_;
   std::vector<int> local_ranks_;
   int local_index_ = 0;
-  // More local ranks than CPUs in the union of their affinity masks. Assumed until the first
-  // barrier has passed, when every rank's mask is in the segment.
+  // More local ranks than CPUs in the union of their affinity masks, or more ranks confined to
+  // some rank's mask than it has CPUs. Assumed until the first barrier has passed, when every
+  // rank's mask is in the segment.
   bool oversubscribed_ = true;
   bool cpus_known_ = false;
   std::size_t control_bytes_ = 0;

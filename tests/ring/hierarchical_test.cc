@@ -66,6 +66,25 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Hierarchical,
                          ::testing::Values(Layout{{0, 0}}, Layout{{0, 0, 0, 0}}, Layout{{0, 0, 0, 1, 1, 2}},
                                            Layout{{0, 1, 0, 1, 0}}, Layout{{0, 1, 2}}));
 
+cpu_set_t cpu_mask(std::initializer_list<int> cpus) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int c : cpus) CPU_SET(c, &mask);
+  return mask;
+}
+
+TEST(HostSegmentBarrier, RanksOutnumberCpusUnderAnyPinning) {
+  using detail::ranks_outnumber_cpus;
+  const cpu_set_t c0 = cpu_mask({0}), c1 = cpu_mask({1}), all4 = cpu_mask({0, 1, 2, 3}), c01 = cpu_mask({0, 1});
+  EXPECT_FALSE(ranks_outnumber_cpus(std::vector<cpu_set_t>{c0, c1}));
+  EXPECT_TRUE(ranks_outnumber_cpus(std::vector<cpu_set_t>{c0, c0}));
+  EXPECT_FALSE(ranks_outnumber_cpus(std::vector<cpu_set_t>{c0, all4}));
+  EXPECT_TRUE(ranks_outnumber_cpus(std::vector<cpu_set_t>{c0, c0, all4}));   // the union alone has room
+  EXPECT_TRUE(ranks_outnumber_cpus(std::vector<cpu_set_t>{c01, c01, c01, all4}));
+  EXPECT_FALSE(ranks_outnumber_cpus(std::vector<cpu_set_t>{c01, c01, all4, all4}));
+  EXPECT_TRUE(ranks_outnumber_cpus(std::vector<cpu_set_t>{all4, all4, all4, all4, all4}));
+}
+
 // The barrier yields the core only where the local ranks outnumber the CPUs they may use
 // together: two ranks pinned to one CPU do (one must run for the other to arrive), two ranks on
 // two CPUs do not. Ranks here are threads; each pins itself before the segment reads its mask.
@@ -77,24 +96,44 @@ TEST(HostSegmentBarrier, OversubscribedWhenRanksShareTheirOnlyCpu) {
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   }
   ASSERT_FALSE(cpus.empty());
+  bool can_pin = false;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[0], &one);
+    can_pin = sched_setaffinity(0, sizeof one, &one) == 0;
+  }).join();
+  if (!can_pin) GTEST_SKIP() << "this sandbox refuses sched_setaffinity";
   struct Case {
-    std::vector<int> cpu_of_rank;
+    std::vector<int> cpu_of_rank;  // -1: all allowed CPUs
     bool oversubscribed;
   };
   std::vector<Case> cases = {{{cpus[0], cpus[0]}, true}};
-  if (cpus.size() >= 2) cases.push_back({{cpus[0], cpus[1]}, false});
+  if (cpus.size() >= 2) {
+    cases.push_back({{cpus[0], cpus[1]}, false});
+    cases.push_back({{cpus[0], -1}, false});  // one pinned, one free to use the other CPU
+  }
+  // Two on one core beside an unpinned third: the union of the masks is large enough, the two
+  // pinned ranks still share a core (with 2 CPUs the union alone already says so).
+  if (cpus.size() >= 3) cases.push_back({{cpus[0], cpus[0], -1}, true});
   for (const Case& c : cases) {
-    run_world(2, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
-      cpu_set_t mine;
-      CPU_ZERO(&mine);
-      CPU_SET(c.cpu_of_rank[static_cast<std::size_t>(comm->rank())], &mine);
-      ASSERT_EQ(sched_setaffinity(0, sizeof mine, &mine), 0);  // this thread only
-      detail::HostSegment segment(*comm, {0, 1}, 64, 7, "test segment");
+    const int world = static_cast<int>(c.cpu_of_rank.size());
+    std::vector<int> local(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) local[static_cast<std::size_t>(r)] = r;
+    // Ranks are fresh threads, so pinning one changes nothing outside this test.
+    run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+      const int cpu = c.cpu_of_rank[static_cast<std::size_t>(comm->rank())];
+      if (cpu >= 0) {
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        CPU_SET(cpu, &mine);
+        ASSERT_EQ(sched_setaffinity(0, sizeof mine, &mine), 0);  // this thread only
+      }
+      detail::HostSegment segment(*comm, local, 64, 7, "test segment");
       EXPECT_TRUE(segment.oversubscribed()) << "assumed before the first barrier";
       segment.wait_all(1, "first", comm->deadline());
       EXPECT_EQ(segment.oversubscribed(), c.oversubscribed) << "rank " << comm->rank();
       segment.wait_all(2, "second", comm->deadline());
-      sched_setaffinity(0, sizeof allowed, &allowed);
     });
   }
 }
