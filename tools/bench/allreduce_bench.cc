@@ -8,9 +8,11 @@
 //                         [--curve on|off] [--pin on|off]
 // --curve on runs every connection under the job's CURVE keys (authenticated and encrypted, as
 // aiacc-train does by default); off (the default here) is plain TCP, the comparison for MPI.
-// --pin on binds local rank r to the (r mod n)-th of the n CPUs the launcher may use, as
-// aiacc-train's cluster.pin_cores does, and runs OpenMPI bound the same way (--bind-to
-// core:overload-allowed --map-by core:OVERSUBSCRIBE); off (the default) leaves both unbound.
+// --pin on binds rank r to the (r mod n)-th of the n CPUs the launcher may use, as aiacc-train's
+// cluster.pin_cores does (global ranks, so emulated hosts sharing this machine's CPUs do not all
+// start on the first one), and runs OpenMPI bound the same way, one logical CPU per rank
+// (--bind-to hwthread:overload-allowed --map-by hwthread:OVERSUBSCRIBE); off (the default)
+// leaves both unbound.
 // --hierarchical off forces the flat TCP ring even for ranks on one host (the fair comparison
 // with OpenMPI over TCP); on (default) uses shared memory within a host.
 //
@@ -135,6 +137,7 @@ Args parse(int argc, char** argv) {
     else throw ConfigError(fmt::format("unknown option {} (see the comment at the top of allreduce_bench.cc)", key));
   }
   if (a.ranks < 1) throw ConfigError("--ranks must be >= 1");
+  if (a.cpu >= 0 && a.rank < 0) throw ConfigError("--cpu is set by the launcher for its ranks; use --pin on");
   return a;
 }
 
@@ -326,7 +329,7 @@ std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transpo
   }
   std::vector<std::string> argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(world)};
   if (a.pin) {
-    argv.insert(argv.end(), {"--bind-to", "core:overload-allowed", "--map-by", "core:OVERSUBSCRIBE"});
+    argv.insert(argv.end(), {"--bind-to", "hwthread:overload-allowed", "--map-by", "hwthread:OVERSUBSCRIBE"});
   } else {
     argv.insert(argv.end(), {"--bind-to", "none"});
   }
@@ -386,7 +389,7 @@ int run_launcher(Args a) {
   }
   for (int local = 0; local < a.ranks; ++local) {
     const int rank = host * a.ranks + local;
-    const int cpu = cpus.empty() ? -1 : cpus[static_cast<std::size_t>(local) % cpus.size()];
+    const int cpu = cpus.empty() ? -1 : cpus[static_cast<std::size_t>(rank) % cpus.size()];
     children.push_back(spawn({exe, "allreduce", "--cpu", std::to_string(cpu), "--rank", std::to_string(rank),
                               "--world", std::to_string(world), "--master", fmt::format("{}:{}", host0, port),
                               "--interface", a.interface, "--streams", a.streams, "--max-streams",
