@@ -1,5 +1,6 @@
 #include "ring/allreduce.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/log.h"
@@ -12,10 +13,12 @@ Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, Allreduc
   detail::make_wire_format(buffer.dtype, spec.wire, "allreduce");  // validates before anything else
   const bool shared_hosts = comm_->host_leaders().size() < static_cast<std::size_t>(comm_->world_size());
   const bool one_host = comm_->host_leaders().size() == 1;
-  const bool small = static_cast<std::int64_t>(buffer.bytes()) < tuning.small_bytes;
+  const auto bytes = static_cast<std::int64_t>(buffer.bytes());
+  const bool latency_bound = bytes < std::min(tuning.small_bytes, AllreduceTuning::kLatencyBoundBytes);
+  const bool small = spec.wire == WireType::kNative ? bytes < tuning.small_bytes : latency_bound;
   // Shared memory beats any network algorithm within a host, for small buffers too (a few
   // microseconds instead of TCP round trips) as long as no network step follows.
-  if (spec.wire == WireType::kNative && tuning.hierarchical && shared_hosts && (!small || one_host)) {
+  if (spec.wire == WireType::kNative && tuning.hierarchical && shared_hosts && (!latency_bound || one_host)) {
     hierarchical_.emplace(comm_, buffer, spec);
     return;
   }

@@ -21,9 +21,14 @@ namespace aiacc::ring {
 
 struct AllreduceTuning {
   // Buffers smaller than this use recursive doubling (latency-bound); larger ones the ring.
-  // 64 KiB: where the ring's 2(n-1) chunk latencies start to cost less than recursive
-  // doubling's log2(n) full-buffer transfers (tools/bench allreduce, 2-4 ranks on loopback).
-  std::int64_t small_bytes = 64 * 1024;
+  // 512 KiB: below it the ring's 2(n-1) message latencies cost more than recursive doubling's
+  // log2(n) full-buffer transfers (aiacc-bench allreduce over TCP, 2 and 4 ranks: 512 KiB took
+  // 151 vs 317 us and 539 vs 716 us; 1 MiB was about even, 4 MiB 1.6x faster on the ring).
+  std::int64_t small_bytes = 512 * 1024;
+  // Below this a buffer is bound by message latency alone. A compressed wire uses recursive
+  // doubling only there (it sends native values; above, the halved bytes pay), and where ranks
+  // share hosts across several hosts only such buffers skip the shared-memory stage.
+  static constexpr std::int64_t kLatencyBoundBytes = 64 * 1024;
   // Where several ranks share a host, reduce through shared memory first and run the ring
   // between host leaders only (native wire; a compressed wire keeps the flat ring).
   bool hierarchical = true;

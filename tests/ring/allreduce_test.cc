@@ -168,6 +168,25 @@ TEST(AllreduceDtypes, UnsupportedTypeOrWireIsAConfigError) {
   });
 }
 
+// Ranks on separate hosts: recursive doubling below small_bytes (native wire), the ring from
+// there on; a compressed wire takes the ring from kLatencyBoundBytes, so its halved bytes pay.
+TEST(AllreduceChoice, RecursiveDoublingBelowSmallBytesRingAbove) {
+  run_world(2, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    comm->set_hosts({0, 1});
+    const AllreduceTuning tuning;
+    const std::int64_t below = tuning.small_bytes / 4 - 1, at = tuning.small_bytes / 4;
+    std::vector<float> data(static_cast<std::size_t>(at), 1.0f);
+    EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), below, DType::f32}, {}).algorithm(), "recursive doubling");
+    EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), at, DType::f32}, {}).algorithm(), "ring");
+    AllreduceSpec fp16;
+    fp16.wire = WireType::kF16;
+    const std::int64_t compressed_limit = AllreduceTuning::kLatencyBoundBytes / 4;
+    EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), compressed_limit - 1, DType::f32}, fp16).algorithm(),
+                 "recursive doubling");
+    EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), compressed_limit, DType::f32}, fp16).algorithm(), "ring");
+  });
+}
+
 TEST(AllreduceAverage, EqualsSumOverWorld) {
   for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
     run_world(4, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
