@@ -49,6 +49,7 @@
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
 #include "core/net/security.h"
+#include "core/util/cpus.h"
 #include "ring/allreduce.h"
 #include "ring/auto_tuner.h"
 #include "ring/barrier.h"
@@ -378,15 +379,9 @@ int run_launcher(Args a) {
   }
   std::vector<Child> children;
   const std::string exe = self_path();
-  std::vector<int> cpus;
-  if (a.pin) {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) throw IoError("--pin on: sched_getaffinity failed");
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-    }
-  }
+  // As aiacc-train's local launcher with cluster.pin_cores: rank r on allowed CPU r % n.
+  const std::vector<int> cpus = a.pin ? util::allowed_cpus() : std::vector<int>{};
+  if (a.pin && cpus.empty()) throw IoError("--pin on: the CPUs this process may use are unknown (sched_getaffinity failed)");
   for (int local = 0; local < a.ranks; ++local) {
     const int rank = host * a.ranks + local;
     const int cpu = cpus.empty() ? -1 : cpus[static_cast<std::size_t>(rank) % cpus.size()];

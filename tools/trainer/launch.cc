@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/net/context.h"
 #include "core/net/rendezvous_server.h"
+#include "core/util/cpus.h"
 
 namespace aiacc::trainer {
 
@@ -193,17 +194,8 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
       if (running[static_cast<std::size_t>(r)]) kill(pids[static_cast<std::size_t>(r)], signal);
     }
   };
-  // Cores this launcher may use (taskset, cgroups), in order: process r gets cores[r % n].
-  std::vector<int> cores;
-  if (cluster.pin_cores) {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-      for (int c = 0; c < CPU_SETSIZE; ++c) {
-        if (CPU_ISSET(c, &allowed)) cores.push_back(c);
-      }
-    }
-  }
+  // Cores this launcher may use, in order: process r gets cores[r % n].
+  const std::vector<int> cores = cluster.pin_cores ? util::allowed_cpus() : std::vector<int>{};
   for (int r = 0; r < world; ++r) {
     cpu_set_t pinned;
     CPU_ZERO(&pinned);
