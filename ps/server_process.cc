@@ -12,7 +12,6 @@
 #include "core/io/atomic_file.h"
 #include "core/log.h"
 #include "core/net/context.h"
-#include "core/net/message_memory.h"
 #include "core/net/security.h"
 #include "ps/server.h"
 
@@ -54,7 +53,6 @@ int run_server_process(int argc, char** argv) {
                                          "--partitions, --threads, --log-interval-s)", key));
     }
     log::set_role(fmt::format("ps shard {}", options.shard));
-    net::keep_freed_message_memory();
     // Block the stop signals before any thread starts, then poll for them below.
     sigset_t signals;
     sigemptyset(&signals);
