@@ -11,6 +11,8 @@
 #include <cstring>
 #include <exception>
 
+#include <omp.h>
+
 #include "core/check.h"
 #include "core/error.h"
 #include "core/util/random.h"
@@ -27,6 +29,12 @@ constexpr int kMaxPartitions = 4096;
 // and no more in cache.
 constexpr std::size_t kPrefetchDistance = 32;
 constexpr std::size_t kRowPrefetchDistance = 16;
+
+// Hints the cache to load the first `row_floats` floats of a row for writing.
+void prefetch_row(const float* row, std::size_t row_floats) {
+  for (std::size_t f = 0; f < row_floats; f += 16) __builtin_prefetch(row + f, 1);
+  __builtin_prefetch(row + row_floats - 1, 1);  // a row need not start on a cache line
+}
 
 void validate(const EmbeddingTableSpec& spec, const LocalEmbeddingStoreOptions& o) {
   const std::string table = spec.name.empty() ? std::string("(unnamed)") : spec.name;
@@ -114,10 +122,53 @@ void LocalEmbeddingStore::init_row(std::int64_t id, float* row) const {
 }
 
 template <class Visit>
+void LocalEmbeddingStore::for_each_row_serial(std::span<const std::int64_t> ids, std::size_t row_floats,
+                                              Visit& visit) {
+  // One thread: every partition locked at once (in index order, like every multi-partition
+  // lock) and the positions taken in request order, so the prefetches run ahead over the whole
+  // request. Grouped by partition, a small request (the ~100-400 rows of a training step's
+  // table) left each partition a handful of positions, fewer than the prefetch distance, and
+  // every lookup missed. An id always lands in one partition, so a duplicate's updates still
+  // apply in request order: the same result as the partitioned loop.
+  const int num_parts = num_partitions();
+  const std::size_t n = ids.size();
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(partitions_.size());
+  for (const auto& part : partitions_) locks.emplace_back(part->mutex);
+  std::vector<std::uint64_t> hashes(n);
+  for (std::size_t i = 0; i < n; ++i) hashes[i] = embedding::detail::row_hash(ids[i]);
+  auto table_of = [&](std::size_t i) -> embedding::detail::RowTable& {
+    return partitions_[static_cast<std::size_t>(embedding::detail::partition_of_hash(hashes[i], num_parts))]->table;
+  };
+  std::vector<float*> rows(n);
+  // The first positions' slots, and below their rows, are asked for up front: a request of a
+  // hundred rows would otherwise wait for a third of them one miss at a time.
+  for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table_of(i).prefetch(hashes[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) table_of(i + kPrefetchDistance).prefetch(hashes[i + kPrefetchDistance]);
+    bool created = false;
+    float* row = table_of(i).find_or_insert(ids[i], hashes[i], created);
+    if (created) init_row(ids[i], row);
+    rows[i] = row;
+  }
+  for (std::size_t i = 0; i < std::min(n, kRowPrefetchDistance); ++i) prefetch_row(rows[i], row_floats);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kRowPrefetchDistance < n) prefetch_row(rows[i + kRowPrefetchDistance], row_floats);
+    visit(i, rows[i]);
+  }
+}
+
+template <class Visit>
 void LocalEmbeddingStore::for_each_row(std::span<const std::int64_t> ids, std::size_t row_floats,
                                        Visit&& visit) {
   const int num_parts = num_partitions();
   const std::size_t n = ids.size();
+  const bool parallel = num_parts > 1 && omp_get_max_threads() > 1 &&
+                        static_cast<std::int64_t>(n) * (dim_ + state_floats_) >= options_.min_parallel_floats;
+  if (!parallel) {
+    for_each_row_serial(ids, row_floats, visit);
+    return;
+  }
   // Counting sort of positions by partition; a partition sees its positions in request order.
   std::vector<std::uint64_t> hashes(n);
   std::vector<std::size_t> start(static_cast<std::size_t>(num_parts) + 1, 0);
@@ -152,20 +203,10 @@ void LocalEmbeddingStore::for_each_row(std::span<const std::int64_t> ids, std::s
     // Then the visits, each row prefetched a few ahead: its address is known now, where a
     // single pass had to probe the table a second time to find it.
     for (std::size_t k = begin; k < end; ++k) {
-      if (k + kRowPrefetchDistance < end) {
-        const float* ahead = rows[k + kRowPrefetchDistance];
-        for (std::size_t f = 0; f < row_floats; f += 16) __builtin_prefetch(ahead + f, 1);
-        __builtin_prefetch(ahead + row_floats - 1, 1);  // a row need not start on a cache line
-      }
+      if (k + kRowPrefetchDistance < end) prefetch_row(rows[k + kRowPrefetchDistance], row_floats);
       visit(order[k], rows[k]);
     }
   };
-  const bool parallel = num_parts > 1 && static_cast<std::int64_t>(n) * (dim_ + state_floats_) >=
-                                             options_.min_parallel_floats;
-  if (!parallel) {
-    for (int p = 0; p < num_parts; ++p) run(p);
-    return;
-  }
   // Exceptions must not cross the OpenMP region: keep each partition's, rethrow the first.
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(num_parts));
 #pragma omp parallel for schedule(dynamic, 1)

@@ -98,12 +98,16 @@ class LocalEmbeddingStore final : public EmbeddingStore {
     embedding::detail::RowTable table;
   };
 
-  // Groups request positions by partition and runs visit(position, row) for each with the row
-  // of ids[position] (created when missing), one partition per task, positions of a partition
-  // in request order (hence deterministic). `row_floats`: how much of each row the visit
+  // Runs visit(position, row) for each position with the row of ids[position] (created when
+  // missing). Large requests: positions grouped by partition, one partition per task, positions
+  // of a partition in request order (hence deterministic). `row_floats`: how much of each row the visit
   // touches (prefetched ahead).
   template <class Visit>
   void for_each_row(std::span<const std::int64_t> ids, std::size_t row_floats, Visit&& visit);
+  // for_each_row on the calling thread (requests too small to share out): every partition
+  // locked, positions in request order.
+  template <class Visit>
+  void for_each_row_serial(std::span<const std::int64_t> ids, std::size_t row_floats, Visit& visit);
   void init_row(std::int64_t id, float* row) const;
   embedding::detail::RowTable make_table() const;
 

@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -256,6 +257,44 @@ TEST(LocalEmbeddingStore, PartitionCountAndThreadsDoNotChangeResults) {
       EXPECT_EQ(std::memcmp(other[t].second.raw_data(), first[t].second.raw_data(),
                             first[t].second.num_bytes()), 0);
     }
+  }
+}
+
+// One thread takes every request in request order over all partitions; several threads take
+// large requests partition by partition. Both must leave bitwise the same rows, duplicates
+// included (a duplicate's updates apply in request order either way).
+TEST(LocalEmbeddingStore, OneThreadAndSeveralThreadsGiveTheSameRows) {
+  const EmbeddingTableSpec spec = spec_of(16);
+  struct Run {
+    int threads;
+    std::int64_t min_parallel_floats;
+  };
+  std::vector<NamedTensors> results;
+  std::vector<std::vector<float>> pulled;
+  const int threads_before = omp_get_max_threads();
+  for (const Run run : {Run{1, 0}, Run{2, 0}, Run{2, std::int64_t{1} << 40}}) {
+    omp_set_num_threads(run.threads);
+    LocalEmbeddingStore store(spec, optimizer_of("adam"),
+                              {.num_partitions = 16, .min_parallel_floats = run.min_parallel_floats});
+    Rng rng(21);
+    for (int step = 0; step < 6; ++step) {
+      // Small (fewer positions than the prefetch distance) and large requests, with duplicates.
+      auto ids = random_ids(step % 2 == 0 ? 20 : 3000, 20000, rng);
+      ids.insert(ids.end(), ids.begin(), ids.begin() + 7);
+      const auto grads = testing::random_floats(ids.size() * 16, step);
+      store.push(ids, grads.data(), 0.01);
+    }
+    results.push_back(store.save_rows());
+    pulled.push_back(pull(store, random_ids(500, 20000, rng)));
+  }
+  omp_set_num_threads(threads_before);
+  for (std::size_t r = 1; r < results.size(); ++r) {
+    for (std::size_t t = 0; t < 3; ++t) {
+      ASSERT_EQ(results[r][t].second.shape(), results[0][t].second.shape()) << "run " << r;
+      EXPECT_EQ(std::memcmp(results[r][t].second.raw_data(), results[0][t].second.raw_data(),
+                            results[0][t].second.num_bytes()), 0) << "run " << r << ", tensor " << t;
+    }
+    EXPECT_EQ(pulled[r], pulled[0]) << "run " << r;
   }
 }
 
