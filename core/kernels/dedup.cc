@@ -19,34 +19,58 @@ void IdDeduplicator::run(std::span<const std::int64_t> ids, DedupResult& out) {
   out.inverse.resize(ids.size());
   if (ids.empty()) return;
   // Load factor <= 1/2 keeps linear-probe chains short. Only the first `capacity` slots are
-  // used (and cleared), so a large table left by an earlier batch costs nothing extra.
+  // used, so a large table left by an earlier batch costs nothing extra.
   const std::size_t capacity = std::bit_ceil(std::max<std::size_t>(16, 2 * ids.size()));
-  if (slots_.size() < capacity) {
-    slots_.resize(capacity);
-    keys_.resize(capacity);
+  if (slots_.size() < capacity) slots_.resize(capacity);
+  if (++stamp_ == 0) {
+    // Wrapped after 2^32 runs: stale stamps could match again.
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    stamp_ = 1;
   }
-  std::fill_n(slots_.begin(), capacity, -1);
+  const std::uint32_t stamp = stamp_;
   const std::size_t mask = capacity - 1;
-  for (std::size_t p = 0; p < ids.size(); ++p) {
+  auto home = [&](std::int64_t id) { return static_cast<std::size_t>(mix64(static_cast<std::uint64_t>(id))) & mask; };
+  const std::size_t n = ids.size();
+  // Written through local pointers: push_back's size field, reloaded after every store the
+  // compiler cannot prove apart from it, was the loop's hottest load.
+  out.unique_ids.resize(n);
+  std::int64_t* unique = out.unique_ids.data();
+  std::int64_t* inverse = out.inverse.data();
+  std::int32_t count = 0;
+  Slot* slots = slots_.data();
+  auto place = [&](std::size_t p) {
     const std::int64_t id = ids[p];
-    std::size_t slot = static_cast<std::size_t>(mix64(static_cast<std::uint64_t>(id))) & mask;
+    std::size_t slot = home(id);
     for (;;) {
-      const std::int32_t index = slots_[slot];
-      if (index < 0) {
-        const auto fresh = static_cast<std::int32_t>(out.unique_ids.size());
-        slots_[slot] = fresh;
-        keys_[slot] = id;
-        out.unique_ids.push_back(id);
-        out.inverse[p] = fresh;
-        break;
+      Slot& s = slots[slot];
+      if (s.stamp != stamp) {
+        s = Slot{id, count, stamp};
+        unique[count] = id;
+        inverse[p] = count++;
+        return;
       }
-      if (keys_[slot] == id) {
-        out.inverse[p] = index;
-        break;
+      if (s.id == id) {
+        inverse[p] = s.index;
+        return;
       }
       slot = (slot + 1) & mask;
     }
+  };
+  // A large request's table does not fit in the caches, and every first probe missed: there
+  // the slot of the id kPrefetchDistance positions ahead is asked for while this one is placed
+  // (100k ids: 1.10 -> 0.92 ms). A small table stays cached, and hashing twice only costs.
+  constexpr std::size_t kPrefetchDistance = 16;
+  constexpr std::size_t kCachedTableBytes = std::size_t{256} << 10;
+  if (capacity * sizeof(Slot) <= kCachedTableBytes) {
+    for (std::size_t p = 0; p < n; ++p) place(p);
+  } else {
+    for (std::size_t p = 0; p < std::min(n, kPrefetchDistance); ++p) __builtin_prefetch(&slots[home(ids[p])], 1);
+    for (std::size_t p = 0; p < n; ++p) {
+      if (p + kPrefetchDistance < n) __builtin_prefetch(&slots[home(ids[p + kPrefetchDistance])], 1);
+      place(p);
+    }
   }
+  out.unique_ids.resize(static_cast<std::size_t>(count));
 }
 
 DedupResult deduplicate_ids(std::span<const std::int64_t> ids) {
