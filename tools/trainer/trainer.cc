@@ -685,7 +685,9 @@ TrainResult Trainer::run(const RunControl& control) {
         if (s.multi_worker()) s.group->sum(totals);
         const double examples = std::max(totals[2], 1.0);
         const double mean_loss = totals[0] / examples;
-        const double metric = binary ? interval.auc() : totals[1] / examples;
+        // Only the leader logs the AUC: the other workers skip its sort (51k scores at the
+        // flights config's interval), which would only make them idle at the next collective.
+        const double metric = binary ? (s.leader() ? interval.auc() : 0.0) : totals[1] / examples;
         const double rate = totals[2] / std::max(elapsed, 1e-9);
         const double comm_share = totals[3] / s.workers() / std::max(elapsed, 1e-9);
         if (s.leader()) {
