@@ -61,8 +61,8 @@ struct ServerOptions {
   std::string bind = "tcp://127.0.0.1:0";
   int shard = 0;
   int num_shards = 1;
-  // LocalEmbeddingStore partitions per table: rows are spread over them by hash and a request
-  // processes them in parallel (OpenMP), each under its own lock.
+  // LocalEmbeddingStore partitions per table: rows are spread over them by hash and a large
+  // request processes them in parallel (OpenMP, more than one thread), each under its own lock.
   int num_partitions = 16;
   // OpenMP threads a large request's partitions run on (0: OpenMP's default, one per core).
   // Colocated or co-hosted shards should share the cores, e.g. cores / processes: OpenMP

@@ -20,7 +20,7 @@
 namespace aiacc {
 namespace {
 
-constexpr int kMaxPartitions = 4096;
+constexpr int kMaxPartitions = 4096;  // partition indices fit in 16 bits
 // How many positions ahead the first pass of a partition loop prefetches a slot, and the second
 // pass a row (whose address the first pass found): enough to cover a miss to memory with the
 // work of the positions in between. Measured with aiacc-bench-kernels (StorePushCold: the rows
@@ -124,22 +124,27 @@ void LocalEmbeddingStore::init_row(std::int64_t id, float* row) const {
 template <class Visit>
 void LocalEmbeddingStore::for_each_row_serial(std::span<const std::int64_t> ids, std::size_t row_floats,
                                               Visit& visit) {
-  // One thread: every partition locked at once (in index order, like every multi-partition
-  // lock) and the positions taken in request order, so the prefetches run ahead over the whole
-  // request. Grouped by partition, a small request (the ~100-400 rows of a training step's
-  // table) left each partition a handful of positions, fewer than the prefetch distance, and
-  // every lookup missed. An id always lands in one partition, so a duplicate's updates still
-  // apply in request order: the same result as the partitioned loop.
+  // One thread: the partitions the request touches are locked at once (in index order, like
+  // every multi-partition lock) and the positions taken in request order, so the prefetches run
+  // ahead over the whole request. Grouped by partition, a small request (the ~100-400 rows of a
+  // training step's table) left each partition a handful of positions, fewer than the prefetch
+  // distance, and every lookup missed. An id always lands in one partition, so a duplicate's
+  // updates still apply in request order: the same result as the partitioned loop.
   const int num_parts = num_partitions();
   const std::size_t n = ids.size();
-  std::vector<std::unique_lock<std::mutex>> locks;
-  locks.reserve(partitions_.size());
-  for (const auto& part : partitions_) locks.emplace_back(part->mutex);
   std::vector<std::uint64_t> hashes(n);
-  for (std::size_t i = 0; i < n; ++i) hashes[i] = embedding::detail::row_hash(ids[i]);
-  auto table_of = [&](std::size_t i) -> embedding::detail::RowTable& {
-    return partitions_[static_cast<std::size_t>(embedding::detail::partition_of_hash(hashes[i], num_parts))]->table;
-  };
+  std::vector<std::uint16_t> part_of(n);  // kMaxPartitions fits
+  std::vector<char> touched(static_cast<std::size_t>(num_parts), 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    hashes[i] = embedding::detail::row_hash(ids[i]);
+    part_of[i] = static_cast<std::uint16_t>(embedding::detail::partition_of_hash(hashes[i], num_parts));
+    touched[part_of[i]] = 1;
+  }
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (int p = 0; p < num_parts; ++p) {
+    if (touched[static_cast<std::size_t>(p)] != 0) locks.emplace_back(partitions_[static_cast<std::size_t>(p)]->mutex);
+  }
+  auto table_of = [&](std::size_t i) -> embedding::detail::RowTable& { return partitions_[part_of[i]]->table; };
   std::vector<float*> rows(n);
   // The first positions' slots, and below their rows, are asked for up front: a request of a
   // hundred rows would otherwise wait for a third of them one miss at a time.

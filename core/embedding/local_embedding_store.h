@@ -2,7 +2,8 @@
 // shard (shared/DESIGN.md §5). Rows live in P partitions chosen by a hash of the id; each
 // partition is an open-addressing table over a block arena holding [value | optimiser state] per
 // row, and has its own lock, so pull and push run the partitions in parallel (OpenMP) without a
-// global lock. Rows are created on first touch (pull or push) from (id, spec.seed) alone.
+// global lock (with one thread, or for a small request, one thread takes the request's
+// partitions in order, all locked for its duration). Rows are created on first touch (pull or push) from (id, spec.seed) alone.
 // Legend: U = ids in a request, D = spec.dim, S = optimiser state floats per row.
 #pragma once
 
@@ -38,8 +39,8 @@ struct LocalEmbeddingStoreOptions {
 };
 
 // Thread-safety: every method may be called concurrently from several threads. A request locks
-// each partition it touches once (in a fixed order when it needs all of them), so concurrent
-// requests serialise per partition only; a pull concurrent with a push of the same id returns
+// the partitions it touches (several at once in index order), so concurrent requests
+// serialise on shared partitions only; a pull concurrent with a push of the same id returns
 // the row before or after that update, never a torn one.
 class LocalEmbeddingStore final : public EmbeddingStore {
  public:
@@ -99,13 +100,15 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   };
 
   // Runs visit(position, row) for each position with the row of ids[position] (created when
-  // missing). Large requests: positions grouped by partition, one partition per task, positions
+  // missing). Large requests with more than one thread: positions grouped by partition, one partition per task, positions
   // of a partition in request order (hence deterministic). `row_floats`: how much of each row the visit
   // touches (prefetched ahead).
   template <class Visit>
   void for_each_row(std::span<const std::int64_t> ids, std::size_t row_floats, Visit&& visit);
-  // for_each_row on the calling thread (requests too small to share out): every partition
-  // locked, positions in request order.
+  // for_each_row on the calling thread (a request too small to share out, or one OpenMP
+  // thread): the touched partitions locked together, positions in request order. A failure
+  // part-way (memory) leaves the rows before it created, as the partitioned loop leaves other
+  // partitions' rows: neither is atomic.
   template <class Visit>
   void for_each_row_serial(std::span<const std::int64_t> ids, std::size_t row_floats, Visit& visit);
   void init_row(std::int64_t id, float* row) const;
