@@ -99,7 +99,7 @@ Ticket PsClient::submit(std::shared_ptr<detail::TicketState> t, std::vector<deta
 }
 
 Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> ids, float* rows,
-                      std::uint64_t step) {
+                      std::uint64_t step, RequestIds kind) {
   const TableConfig& config = table_config(table);
   AIACC_CHECK(rows != nullptr || ids.empty(), "pull of table '{}' into a null buffer", table);
   auto t = std::make_shared<detail::TicketState>();
@@ -108,8 +108,11 @@ Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> id
   t->out = rows;
   thread_local kernels::IdDeduplicator deduplicator;
   kernels::DedupResult dedup;
-  deduplicator.run(ids, dedup);
-  std::span<const std::int64_t> unique = dedup.unique_ids;
+  std::span<const std::int64_t> unique = ids;
+  if (kind == RequestIds::may_repeat) {
+    deduplicator.run(ids, dedup);
+    unique = dedup.unique_ids;
+  }
   if (unique.size() < ids.size()) {
     t->unique_rows.resize(unique.size() * t->dim);
     t->dest = t->unique_rows.data();
@@ -141,7 +144,7 @@ Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> id
 }
 
 Ticket PsClient::push(const std::string& table, std::span<const std::int64_t> ids,
-                      const float* grads, double lr, std::uint64_t step) {
+                      const float* grads, double lr, std::uint64_t step, RequestIds kind) {
   const TableConfig& config = table_config(table);
   AIACC_CHECK(grads != nullptr || ids.empty(), "push to table '{}' of a null gradient", table);
   auto t = std::make_shared<detail::TicketState>();
@@ -151,18 +154,22 @@ Ticket PsClient::push(const std::string& table, std::span<const std::int64_t> id
   // Aggregate the gradient rows of repeated ids (sum), so each row is pushed once.
   thread_local kernels::IdDeduplicator deduplicator;
   kernels::DedupResult dedup;
-  deduplicator.run(ids, dedup);
+  std::span<const std::int64_t> unique = ids;
+  if (kind == RequestIds::may_repeat) {
+    deduplicator.run(ids, dedup);
+    unique = dedup.unique_ids;
+  }
   std::vector<float> summed;
   const float* unique_grads = grads;
-  if (dedup.unique_ids.size() < ids.size()) {
-    summed.assign(dedup.unique_ids.size() * d, 0.0f);
+  if (unique.size() < ids.size()) {
+    summed.assign(unique.size() * d, 0.0f);
     for (std::size_t p = 0; p < ids.size(); ++p) {
       float* row = summed.data() + static_cast<std::size_t>(dedup.inverse[p]) * d;
       for (std::size_t j = 0; j < d; ++j) row[j] += grads[p * d + j];
     }
     unique_grads = summed.data();
   }
-  ShardSplit split = split_by_shard(dedup.unique_ids, num_shards());
+  ShardSplit split = split_by_shard(unique, num_shards());
   // Sync and bounded tables count every worker's steps on every shard: they get one push per
   // shard and step (also when empty, never chunked). Async pushes are chunked like pulls.
   const bool whole = config.options.consistency != "async";

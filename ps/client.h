@@ -36,6 +36,14 @@
 
 namespace aiacc::ps {
 
+// What a caller knows of a request's ids. `unique`: no id repeats (EmbeddingStore's callers
+// de-duplicate, as the models' embedding layers do), so the client skips its own
+// de-duplication: a 100k-id request's hash table does not fit in the caches, and building it
+// was 15% of a worker's time in `aiacc-bench ps`. Should an id repeat anyway, a pull fetches
+// its row twice (the rows are still right) and a push sends both gradient rows, which the
+// shard applies one after the other instead of summed.
+enum class RequestIds { may_repeat, unique };
+
 namespace detail {
 struct TicketState;
 struct OutRequest;
@@ -73,17 +81,17 @@ class PsClient {
   void create_table(const TableConfig& config);
   const TableConfig& table(const std::string& name) const;
 
-  // Fetches rows [ids.size(), dim] of `table` into `rows` (duplicates allowed: each unique id
-  // is fetched once). `step`: the number of steps this worker has completed (bounded
+  // Fetches rows [ids.size(), dim] of `table` into `rows` (duplicates allowed: with
+  // RequestIds::may_repeat each unique id is fetched once). `step`: the number of steps this worker has completed (bounded
   // staleness holds the pull while step - slowest worker's steps > s). Empty ids: a ticket
   // that is already done (bounded tables still check in with every shard).
   Ticket pull(const std::string& table, std::span<const std::int64_t> ids, float* rows,
-              std::uint64_t step);
+              std::uint64_t step, RequestIds kind = RequestIds::may_repeat);
   // Sends gradient rows grads [ids.size(), dim] of `table` at learning rate `lr` for `step`
-  // (repeated ids are summed first). The ticket completes when every shard has applied it (sync:
+  // (RequestIds::may_repeat: repeated ids are summed first). The ticket completes when every shard has applied it (sync:
   // when every worker's push of that step has been applied).
   Ticket push(const std::string& table, std::span<const std::int64_t> ids, const float* grads,
-              double lr, std::uint64_t step);
+              double lr, std::uint64_t step, RequestIds kind = RequestIds::may_repeat);
 
   // Blocks until the ticket's requests are answered; rethrows the first error (CommError,
   // TimeoutError naming the shard). Waiting on an invalid ticket is a no-op.

@@ -9,6 +9,13 @@
 #include "core/trace.h"
 
 namespace aiacc::ps {
+namespace {
+
+// EmbeddingStore's callers pass unique ids (its contract; the embedding layers de-duplicate
+// each batch, and WideDeep::embedding_ids the prefetched ones), so the client does not again.
+constexpr RequestIds kIds = RequestIds::unique;
+
+}  // namespace
 
 RemoteEmbeddingStore::RemoteEmbeddingStore(std::shared_ptr<PsClient> client, const TableConfig& config)
     : client_(std::move(client)), config_(config) {
@@ -31,7 +38,7 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
       return;
     }
   }
-  client_->wait(client_->pull(config_.spec.name, ids, rows, step_));
+  client_->wait(client_->pull(config_.spec.name, ids, rows, step_, kIds));
 }
 
 void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
@@ -41,7 +48,7 @@ void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
   p->ids.assign(ids.begin(), ids.end());
   p->rows.resize(ids.size() * static_cast<std::size_t>(config_.spec.dim));
   p->step = step_;
-  p->ticket = client_->pull(config_.spec.name, p->ids, p->rows.data(), step_);
+  p->ticket = client_->pull(config_.spec.name, p->ids, p->rows.data(), step_, kIds);
   prefetch_ = std::move(p);
 }
 
@@ -62,7 +69,7 @@ void RemoteEmbeddingStore::push_async(std::span<const std::int64_t> ids, const f
     client_->wait(previous);
   }
   const std::uint64_t step = step_++;
-  pending_push_ = client_->push(config_.spec.name, ids, grads, lr, step);
+  pending_push_ = client_->push(config_.spec.name, ids, grads, lr, step, kIds);
 }
 
 void RemoteEmbeddingStore::wait_push() {

@@ -153,6 +153,42 @@ TEST(PsClientServer, DuplicateIdsInOneRequestArePulledOnceAndAggregated) {
   EXPECT_LE(pulled, 4 * 50 + 50);  // unique ids only (plus the final dump's none)
 }
 
+// RequestIds::unique skips the client's de-duplication: with unique ids the rows and optimiser
+// state equal the reference bit for bit, and a pull that repeats an id anyway still fills
+// every position with its row.
+TEST(PsClientServer, RequestsDeclaredUniqueEqualReference) {
+  Cluster cluster(2);
+  auto client = cluster.client();
+  const TableConfig config = table_config("declared", 5, "adagrad");
+  client->create_table(config);
+  auto reference = testing::reference_store(config);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::int64_t> ids;
+    std::vector<float> unused;
+    testing::aggregate(testing::random_ids(3000, 5000, 300 + step), std::vector<float>(3000 * 5), 5, ids, unused);
+    std::vector<float> rows(ids.size() * 5, -1.0f), expected(ids.size() * 5);
+    client->wait(client->pull(config.spec.name, ids, rows.data(), step, RequestIds::unique));
+    reference->pull(ids, expected.data());
+    ASSERT_EQ(rows, expected) << "step " << step;
+    const auto grads = testing::random_grads(ids.size(), 5, 400 + step);
+    client->wait(client->push(config.spec.name, ids, grads.data(), 0.05, step, RequestIds::unique));
+    reference->push(ids, grads.data(), 0.05);
+  }
+  const auto got = client->dump_rows(config.spec.name);
+  const auto want = reference->save_rows();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].second.shape(), want[i].second.shape()) << got[i].first;
+    EXPECT_EQ(0, std::memcmp(got[i].second.raw_data(), want[i].second.raw_data(),
+                             got[i].second.num_bytes())) << got[i].first;
+  }
+  const std::vector<std::int64_t> repeated = {7, 11, 7, 7, 11};
+  std::vector<float> rows(repeated.size() * 5, -1.0f), expected(repeated.size() * 5);
+  client->wait(client->pull(config.spec.name, repeated, rows.data(), 4, RequestIds::unique));
+  reference->pull(repeated, expected.data());
+  EXPECT_EQ(rows, expected);
+}
+
 TEST(PsClientServer, DuplicatedPushIsAppliedOnce) {
   Cluster cluster(2);
   ClientOptions options;

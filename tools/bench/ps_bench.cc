@@ -4,13 +4,15 @@
 //                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
 //                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
 //                  [--iperf-streams 1] [--server-threads T] [--chunk-bytes 262144]
-//                  [--inflight 1] [--json FILE] [--curve on|off]
+//                  [--inflight 1] [--json FILE] [--curve on|off] [--unique-ids on|off]
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
 // program) and --workers worker processes. Every worker owns its own set of U unique ids per
 // request size (warmed up once, so the timed requests look up existing rows) and, for each
 // (dim, U, mode), meets the others at a barrier, runs requests for --seconds and reports.
 // --curve on: every connection under the job's CURVE keys (aiacc-train's default); off: plain.
+// --unique-ids on (default): requests say their ids are unique (ps::RequestIds::unique), as the
+// trainer's embedding tables do; off: the client de-duplicates them first, as for any caller.
 // --inflight N: pull and push modes keep up to N requests per worker outstanding (the next one
 // is deduplicated, split and sent while the shards work on the previous), as a trainer with
 // prefetch and asynchronous pushes does; 1 waits for each request before the next.
@@ -62,6 +64,7 @@ namespace {
 
 struct Args {
   bool curve = false;  // CURVE-authenticated and -encrypted connections (the job default)
+  bool unique_ids = true;  // requests declared unique: the client skips its de-duplication
   int servers = 2;
   int workers = 2;
   std::vector<int> dims{8, 16, 64, 128};
@@ -137,6 +140,9 @@ Args parse(int argc, char** argv) {
     else if (key == "--curve") {
       if (value != "on" && value != "off") throw ConfigError("--curve takes on or off");
       a.curve = value == "on";
+    } else if (key == "--unique-ids") {
+      if (value != "on" && value != "off") throw ConfigError("--unique-ids takes on or off");
+      a.unique_ids = value == "on";
     }
     else if (key == "--role") a.role = value;
     else if (key == "--worker") a.worker = std::stoi(value);
@@ -192,6 +198,7 @@ int run_worker(const Args& a) {
   rendezvous.register_rank(a.worker, a.workers, {}, net::deadline_after(60));
   nlohmann::json results = nlohmann::json::array();
   int point = 0;
+  const ps::RequestIds kind = a.unique_ids ? ps::RequestIds::unique : ps::RequestIds::may_repeat;
   for (int dim : a.dims) {
     const std::string table = fmt::format("bench_d{}", dim);
     client.create_table(table_for(dim, a.optimizer, table, a.workers));
@@ -201,7 +208,7 @@ int run_worker(const Args& a) {
       std::vector<std::vector<float>> rows(static_cast<std::size_t>(a.inflight),
                                            std::vector<float>(ids.size() * static_cast<std::size_t>(dim)));
       std::vector<float> grads(rows[0].size(), 1e-3f);
-      client.wait(client.pull(table, ids, rows[0].data(), 0));  // warm-up: creates the rows
+      client.wait(client.pull(table, ids, rows[0].data(), 0, kind));  // warm-up: creates the rows
       for (const auto& mode : a.modes) {
         rendezvous.barrier(fmt::format("start-{}", point), net::deadline_after(300));
         const auto start = std::chrono::steady_clock::now();
@@ -211,8 +218,8 @@ int run_worker(const Args& a) {
         while (iterations < 3 || elapsed < a.seconds) {
           if (mode == "step") {
             // A step's push needs its pull's rows: one step at a time.
-            client.wait(client.pull(table, ids, rows[0].data(), 0));
-            client.wait(client.push(table, ids, grads.data(), 0.01, 0));
+            client.wait(client.pull(table, ids, rows[0].data(), 0, kind));
+            client.wait(client.push(table, ids, grads.data(), 0.01, 0, kind));
           } else {
             // Up to --inflight requests outstanding: the next one is prepared and sent while
             // the shards work on the previous (as a trainer's prefetch and async push do).
@@ -221,8 +228,8 @@ int run_worker(const Args& a) {
               pending.pop_front();
             }
             auto& buffer = rows[static_cast<std::size_t>(iterations % a.inflight)];
-            pending.push_back(mode == "pull" ? client.pull(table, ids, buffer.data(), 0)
-                                             : client.push(table, ids, grads.data(), 0.01, 0));
+            pending.push_back(mode == "pull" ? client.pull(table, ids, buffer.data(), 0, kind)
+                                             : client.push(table, ids, grads.data(), 0.01, 0, kind));
           }
           ++iterations;
           elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -373,7 +380,8 @@ int run_launcher(const Args& a) {
         std::to_string(a.workers), "--endpoints", endpoint_list, "--rendezvous",
         rendezvous.endpoint(), "--dims", join(a.dims), "--ids", join(a.ids), "--modes", modes,
         "--seconds", fmt::format("{}", a.seconds), "--optimizer", a.optimizer, "--chunk-bytes",
-        std::to_string(a.chunk_bytes), "--inflight", std::to_string(a.inflight), "--out",
+        std::to_string(a.chunk_bytes), "--inflight", std::to_string(a.inflight), "--unique-ids",
+        a.unique_ids ? "on" : "off", "--out",
         (dir / fmt::format("worker-{}.json", w)).string()}));
   }
   for (int w = 0; w < a.workers; ++w) {
@@ -469,6 +477,7 @@ int run_launcher(const Args& a) {
   if (!a.json.empty()) {
     nlohmann::json out{{"benchmark", "ps"}, {"servers", a.servers}, {"workers", a.workers},
                        {"chunk_bytes", a.chunk_bytes}, {"inflight", a.inflight}, {"server_threads", threads},
+                       {"unique_ids", a.unique_ids},
                        {"optimizer", a.optimizer}, {"cores", std::thread::hardware_concurrency()},
                        {"iperf3_gb_per_s", iperf}, {"iperf3_streams", a.iperf_streams},
                        {"points", points}, {"memory", memory}};
