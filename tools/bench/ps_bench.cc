@@ -4,7 +4,7 @@
 //                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
 //                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
 //                  [--iperf-streams 1] [--server-threads T] [--chunk-bytes 262144]
-//                  [--inflight 1] [--json FILE] [--curve on|off] [--unique-ids on|off]
+//                  [--inflight 2] [--json FILE] [--curve on|off] [--unique-ids on|off]
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
 // program) and --workers worker processes. Every worker owns its own set of U unique ids per
@@ -15,7 +15,8 @@
 // trainer's embedding tables do; off: the client de-duplicates them first, as for any caller.
 // --inflight N: pull and push modes keep up to N requests per worker outstanding (the next one
 // is deduplicated, split and sent while the shards work on the previous), as a trainer with
-// prefetch and asynchronous pushes does; 1 waits for each request before the next.
+// prefetch and asynchronous pushes does (2, the default: its pull of the next batch's rows is
+// in flight while the step's push is); 1 waits for each request before the next.
 // Modes: pull (ids out, rows back), push (ids and gradient rows out, the optimiser runs on the
 // shards), step (a pull then a push of the same ids: one training step's traffic). Figures are
 // aggregates over workers: rows/s and payload GB/s, payload = ids (8 B) + rows (4 * dim B) per
@@ -78,7 +79,7 @@ struct Args {
   int iperf_streams = 1;
   int server_threads = 0;  // 0: cores / (servers + workers), at least 1
   std::int64_t chunk_bytes = ps::ClientOptions{}.chunk_bytes;
-  int inflight = 1;
+  int inflight = 2;
   std::string json;
   // Internal (child processes).
   std::string role;
@@ -151,8 +152,9 @@ Args parse(int argc, char** argv) {
     else if (key == "--out") a.out = value;
     else throw ConfigError(fmt::format("aiacc-bench ps: unknown option '{}' (see tools/bench/ps_bench.cc)", key));
   }
-  if (a.servers < 1 || a.workers < 1 || a.seconds <= 0) {
-    throw ConfigError("aiacc-bench ps: --servers, --workers and --seconds must be positive");
+  if (a.servers < 1 || a.workers < 1 || a.seconds <= 0 || a.inflight < 1 || a.inflight > 64) {
+    throw ConfigError("aiacc-bench ps: --servers, --workers and --seconds must be positive, "
+                      "--inflight 1 to 64");
   }
   if (a.iperf_seconds < 0 || a.iperf_seconds > 3600) {
     throw ConfigError("aiacc-bench ps: --iperf-seconds takes whole seconds from 0 (skips iperf3) to 3600");
