@@ -21,7 +21,8 @@
 // shards), step (a pull then a push of the same ids: one training step's traffic). Figures are
 // aggregates over workers: rows/s and payload GB/s, payload = ids (8 B) + rows (4 * dim B) per
 // row and direction, headers excluded. The ceiling is loopback TCP as iperf3 measures it in the
-// same run; the ratio is payload GB/s over that. Memory: one table of --memory-rows rows of
+// same run, before and after the sweep (this machine's speed drifts by a third within minutes),
+// the higher of the two; the ratio is payload GB/s over that. Memory: one table of --memory-rows rows of
 // --memory-dim floats is filled through the shards; the shards report their store bytes per row
 // (slots + arena) and the launcher reads their resident-set growth, both against the raw
 // (dim + optimiser state) * 4 bytes per row.
@@ -353,8 +354,7 @@ int run_launcher(const Args& a) {
   std::cout << "aiacc-bench ps: " << a.servers << " shard processes, " << a.workers
             << " worker processes, optimiser " << a.optimizer << ", "
             << std::thread::hardware_concurrency() << " cores\n";
-  const double iperf = measure_iperf(a.iperf_seconds, a.iperf_streams);
-  if (iperf > 0) std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s\n", a.iperf_streams, iperf);
+  const double iperf_before = measure_iperf(a.iperf_seconds, a.iperf_streams);
 
   // Shards and workers share the cores: OpenMP threads beyond a fair share only spin.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -389,6 +389,14 @@ int run_launcher(const Args& a) {
   for (int w = 0; w < a.workers; ++w) {
     const int status = workers[static_cast<std::size_t>(w)]->wait(3600, fmt::format("worker {}", w));
     if (status != 0) throw Error(fmt::format("aiacc-bench ps: worker {} exited with status {}", w, status));
+  }
+
+  const double iperf_after = measure_iperf(a.iperf_seconds, a.iperf_streams);
+  const double iperf = std::max(iperf_before, iperf_after);
+  if (iperf > 0) {
+    std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s, the higher of "
+                             "{:.2f} before and {:.2f} after the sweep\n",
+                             a.iperf_streams, iperf, iperf_before, iperf_after);
   }
 
   // Aggregate: rows of every worker over the slowest worker's time, per point.
@@ -481,7 +489,8 @@ int run_launcher(const Args& a) {
                        {"chunk_bytes", a.chunk_bytes}, {"inflight", a.inflight}, {"server_threads", threads},
                        {"unique_ids", a.unique_ids},
                        {"optimizer", a.optimizer}, {"cores", std::thread::hardware_concurrency()},
-                       {"iperf3_gb_per_s", iperf}, {"iperf3_streams", a.iperf_streams},
+                       {"iperf3_gb_per_s", iperf}, {"iperf3_before_gb_per_s", iperf_before},
+                       {"iperf3_after_gb_per_s", iperf_after}, {"iperf3_streams", a.iperf_streams},
                        {"points", points}, {"memory", memory}};
     std::ofstream(a.json) << out.dump(1) << "\n";
     std::cout << "wrote " << a.json << "\n";
