@@ -21,6 +21,19 @@ namespace {
 using testing::Cluster;
 using testing::table_config;
 
+// Every row of `table` on the shards and its optimiser state equal the reference's, bit for bit.
+void expect_same_rows(PsClient& client, const std::string& table, const EmbeddingStore& reference) {
+  const auto got = client.dump_rows(table);
+  const auto want = reference.save_rows();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first, want[i].first);
+    ASSERT_EQ(got[i].second.shape(), want[i].second.shape()) << got[i].first;
+    EXPECT_EQ(0, std::memcmp(got[i].second.raw_data(), want[i].second.raw_data(),
+                             got[i].second.num_bytes())) << got[i].first;
+  }
+}
+
 // Runs `steps` pull+push rounds on the cluster and on the reference, checking every pull.
 void expect_matches_reference(PsClient& client, const TableConfig& config, int steps,
                               std::size_t ids_per_step, std::int64_t range) {
@@ -42,16 +55,7 @@ void expect_matches_reference(PsClient& client, const TableConfig& config, int s
     testing::aggregate(ids, grads, dim, unique, summed);
     reference->push(unique, summed.data(), 0.05);
   }
-  // Final state: every row and its optimiser state, bit for bit.
-  const auto got = client.dump_rows(config.spec.name);
-  const auto want = reference->save_rows();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].first, want[i].first);
-    ASSERT_EQ(got[i].second.shape(), want[i].second.shape()) << got[i].first;
-    EXPECT_EQ(0, std::memcmp(got[i].second.raw_data(), want[i].second.raw_data(),
-                             got[i].second.num_bytes())) << got[i].first;
-  }
+  expect_same_rows(client, config.spec.name, *reference);  // the final state
 }
 
 class PsOptimizers : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -174,14 +178,7 @@ TEST(PsClientServer, RequestsDeclaredUniqueEqualReference) {
     client->wait(client->push(config.spec.name, ids, grads.data(), 0.05, step, RequestIds::unique));
     reference->push(ids, grads.data(), 0.05);
   }
-  const auto got = client->dump_rows(config.spec.name);
-  const auto want = reference->save_rows();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].second.shape(), want[i].second.shape()) << got[i].first;
-    EXPECT_EQ(0, std::memcmp(got[i].second.raw_data(), want[i].second.raw_data(),
-                             got[i].second.num_bytes())) << got[i].first;
-  }
+  expect_same_rows(*client, config.spec.name, *reference);
   const std::vector<std::int64_t> repeated = {7, 11, 7, 7, 11};
   std::vector<float> rows(repeated.size() * 5, -1.0f), expected(repeated.size() * 5);
   client->wait(client->pull(config.spec.name, repeated, rows.data(), 4, RequestIds::unique));
