@@ -1,7 +1,7 @@
 // PsClient: a worker's connection to every parameter-server shard (shared/DESIGN.md §3, §5).
 //
 // pull(table, ids) and push(table, ids, grads) de-duplicate the ids locally (a push sums the
-// gradient rows of repeated ids), split them by shard (ps/sharding.h), send one batched request
+// gradient rows of repeated ids) unless the caller says they are unique, split them by shard (ps/sharding.h), send one batched request
 // per shard to all shards at once, and return a Ticket; wait(ticket) blocks until every shard
 // has answered. Requests and replies are ZeroMQ multipart messages (ps/protocol.h); bulk
 // frames of at least zero_copy_min_bytes are handed to ZeroMQ without a copy, and pulled rows
@@ -40,8 +40,9 @@ namespace aiacc::ps {
 // de-duplicate, as the models' embedding layers do), so the client skips its own
 // de-duplication: a 100k-id request's hash table does not fit in the caches, and building it
 // was 15% of a worker's time in `aiacc-bench ps`. Should an id repeat anyway, a pull fetches
-// its row twice (the rows are still right) and a push sends both gradient rows, which the
-// shard applies one after the other instead of summed.
+// its row twice (the rows are still right) and a push sends both gradient rows, which an
+// async or bounded table's shard applies one after the other instead of summed (a sync table
+// sums them; admission counts each).
 enum class RequestIds { may_repeat, unique };
 
 namespace detail {

@@ -31,10 +31,12 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
 
   const EmbeddingTableSpec& spec() const override { return config_.spec; }
   // Blocks until the rows are here (bounded staleness: also until the slowest worker is at
-  // most s steps behind this one). Duplicate ids allowed.
+  // most s steps behind this one). Ids should be unique (EmbeddingStore's contract; a repeated
+  // id is fetched twice, still correctly).
   void pull(std::span<const std::int64_t> ids, float* rows) override;
   // Blocks until every shard applied the update (sync: until all workers pushed this step).
-  // Repeated ids are summed. Ends this worker's step.
+  // Ids must be unique (EmbeddingStore's contract): the client does not de-duplicate them
+  // again (ps::RequestIds::unique), so repeats would not be summed. Ends this worker's step.
   void push(std::span<const std::int64_t> ids, const float* grads, double lr) override;
   // Starts pulling `ids` for the next pull() (copied; returns at once).
   void prefetch(std::span<const std::int64_t> ids);

@@ -14,7 +14,7 @@
 // --unique-ids on (default): requests say their ids are unique (ps::RequestIds::unique), as the
 // trainer's embedding tables do; off: the client de-duplicates them first, as for any caller.
 // --inflight N: pull and push modes keep up to N requests per worker outstanding (the next one
-// is deduplicated, split and sent while the shards work on the previous), as a trainer with
+// is split and sent while the shards work on the previous), as a trainer with
 // prefetch and asynchronous pushes does (2, the default: its pull of the next batch's rows is
 // in flight while the step's push is); 1 waits for each request before the next.
 // Modes: pull (ids out, rows back), push (ids and gradient rows out, the optimiser runs on the
@@ -41,6 +41,7 @@
 #include <deque>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -137,7 +138,11 @@ Args parse(int argc, char** argv) {
     else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
     else if (key == "--server-threads") a.server_threads = std::stoi(value);
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
-    else if (key == "--inflight") a.inflight = std::stoi(value);
+    else if (key == "--inflight") {
+      const auto inflight = int_list(key, value);
+      if (inflight.size() != 1) throw ConfigError("aiacc-bench ps: --inflight takes one whole number");
+      a.inflight = inflight.front();
+    }
     else if (key == "--json") a.json = value;
     else if (key == "--curve") {
       if (value != "on" && value != "off") throw ConfigError("--curve takes on or off");
@@ -321,7 +326,13 @@ std::int64_t rss_bytes(pid_t pid) {
 double measure_iperf(int seconds, int streams) {
   if (seconds <= 0) return -1;
   const int port = 20000 + static_cast<int>(::getpid() % 20000);
-  Child server({"/usr/bin/iperf3", "-s", "-1", "-p", std::to_string(port), "-B", "127.0.0.1"}, true);
+  std::optional<Child> server;
+  try {
+    server.emplace(std::vector<std::string>{"/usr/bin/iperf3", "-s", "-1", "-p", std::to_string(port), "-B", "127.0.0.1"}, true);
+  } catch (const std::exception& e) {
+    std::cerr << "aiacc-bench ps: cannot start iperf3 (apt-get install iperf3): " << e.what() << "\n";
+    return -1;
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // timeout: a client that cannot finish (no server, a stuck connection) must not hang the bench.
   const std::string command = fmt::format("timeout {} iperf3 -c 127.0.0.1 -p {} -t {} -P {} -J 2>/dev/null",
@@ -393,10 +404,13 @@ int run_launcher(const Args& a) {
 
   const double iperf_after = measure_iperf(a.iperf_seconds, a.iperf_streams);
   const double iperf = std::max(iperf_before, iperf_after);
-  if (iperf > 0) {
+  if (iperf_before > 0 && iperf_after > 0) {
     std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s, the higher of "
                              "{:.2f} before and {:.2f} after the sweep\n",
                              a.iperf_streams, iperf, iperf_before, iperf_after);
+  } else if (iperf > 0) {
+    std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s ({} the sweep only)\n",
+                             a.iperf_streams, iperf, iperf_before > 0 ? "before" : "after");
   }
 
   // Aggregate: rows of every worker over the slowest worker's time, per point.
@@ -421,10 +435,10 @@ int run_launcher(const Args& a) {
                          {"mode", first.at("mode")}, {"rows_per_s", rows / seconds},
                          {"payload_gb_per_s", gbs}, {"seconds", seconds}};
     if (iperf > 0) point["ratio_to_iperf3"] = gbs / iperf;
-    std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14.4g} {:>12.3f} {:>8.0f}%\n",
+    std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14.4g} {:>12.3f} {:>9}\n",
                              first.at("dim").get<int>(), first.at("ids").get<int>(),
                              first.at("mode").get<std::string>(), rows / seconds, gbs,
-                             iperf > 0 ? 100.0 * gbs / iperf : 0.0);
+                             iperf > 0 ? fmt::format("{:.0f}%", 100.0 * gbs / iperf) : std::string("-"));
     points.push_back(point);
   }
 
