@@ -271,7 +271,11 @@ TEST(LocalEmbeddingStore, OneThreadAndSeveralThreadsGiveTheSameRows) {
   };
   std::vector<NamedTensors> results;
   std::vector<std::vector<float>> pulled;
-  const int threads_before = omp_get_max_threads();
+  // Puts the thread count back however the test ends.
+  struct RestoreThreads {
+    int threads = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore;
   for (const Run run : {Run{1, 0}, Run{2, 0}, Run{2, std::int64_t{1} << 40}}) {
     omp_set_num_threads(run.threads);
     LocalEmbeddingStore store(spec, optimizer_of("adam"),
@@ -287,7 +291,6 @@ TEST(LocalEmbeddingStore, OneThreadAndSeveralThreadsGiveTheSameRows) {
     results.push_back(store.save_rows());
     pulled.push_back(pull(store, random_ids(500, 20000, rng)));
   }
-  omp_set_num_threads(threads_before);
   for (std::size_t r = 1; r < results.size(); ++r) {
     for (std::size_t t = 0; t < 3; ++t) {
       ASSERT_EQ(results[r][t].second.shape(), results[0][t].second.shape()) << "run " << r;
