@@ -11,9 +11,11 @@
 //   scaling efficiency E = throughput(N) / (N x throughput(1))
 // and, from the N-worker run's summary, the share of step time spent waiting on communication
 // and the share of gradient all-reduce time hidden behind backward. --repeat R runs R such
-// pairs back to back (1 worker, N workers, 1 worker, ...): each pair's E compares runs made
-// under the same machine conditions, and the median E over the pairs is reported with its
-// range, as a shared or throttled machine's throughput drifts by more than the effect.
+// pairs back to back, alternating which run of a pair goes first (1 worker, N workers, N
+// workers, 1 worker, ...): each pair's E compares runs made under the same machine conditions,
+// a steady drift lifts every other pair's E as much as it lowers the others', and the median
+// E over the pairs is reported with its range, as a shared or throttled machine's throughput
+// drifts by more than the effect.
 #include "tools/bench/train_bench.h"
 
 #include <fmt/format.h>
@@ -148,8 +150,13 @@ int run_train_bench(int argc, char** argv) {
   std::vector<Pair> pairs;
   for (int r = 0; r < a.repeat; ++r) {
     Pair p;
-    p.one = run_job(a, 1, run_dir);
-    p.many = run_job(a, a.workers, run_dir);
+    if (r % 2 == 0) {
+      p.one = run_job(a, 1, run_dir);
+      p.many = run_job(a, a.workers, run_dir);
+    } else {
+      p.many = run_job(a, a.workers, run_dir);
+      p.one = run_job(a, 1, run_dir);
+    }
     p.efficiency = p.many.samples_per_s / (a.workers * p.one.samples_per_s);
     pairs.push_back(p);
   }
