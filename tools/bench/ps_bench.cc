@@ -115,6 +115,13 @@ std::vector<int> int_list(const std::string& key, const std::string& text) {
   return out;
 }
 
+// One whole number: `key`'s value read by int_list, refusing lists.
+int one_int(const std::string& key, const std::string& text) {
+  const auto values = int_list(key, text);
+  if (values.size() != 1) throw ConfigError(fmt::format("aiacc-bench ps: {} takes one whole number", key));
+  return values.front();
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 2; i < argc; ++i) {
@@ -130,19 +137,11 @@ Args parse(int argc, char** argv) {
     else if (key == "--optimizer") a.optimizer = value;
     else if (key == "--memory-rows") a.memory_rows = std::stoll(value);
     else if (key == "--memory-dim") a.memory_dim = std::stoi(value);
-    else if (key == "--iperf-seconds") {
-      const auto seconds = int_list(key, value);
-      if (seconds.size() != 1) throw ConfigError("aiacc-bench ps: --iperf-seconds takes one whole number");
-      a.iperf_seconds = seconds.front();
-    }
+    else if (key == "--iperf-seconds") a.iperf_seconds = one_int(key, value);
     else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
     else if (key == "--server-threads") a.server_threads = std::stoi(value);
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
-    else if (key == "--inflight") {
-      const auto inflight = int_list(key, value);
-      if (inflight.size() != 1) throw ConfigError("aiacc-bench ps: --inflight takes one whole number");
-      a.inflight = inflight.front();
-    }
+    else if (key == "--inflight") a.inflight = one_int(key, value);
     else if (key == "--json") a.json = value;
     else if (key == "--curve") {
       if (value != "on" && value != "off") throw ConfigError("--curve takes on or off");
