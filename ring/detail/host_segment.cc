@@ -23,6 +23,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/util/cpus.h"
 
 namespace aiacc::ring::detail {
 namespace {
@@ -64,14 +65,18 @@ std::atomic<std::uint64_t> segment_counter{0};
 
 std::size_t control_bytes_for(std::size_t local_size) { return round_up(kLine * (kLinesPerRank * local_size + 2), kAlign); }
 
-// The CPUs this process may run on (taskset, cpusets); every online CPU when that is unknown.
-cpu_set_t allowed_cpus() {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) return cpus;
-  const long online = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  for (long c = 0; c < online && c < CPU_SETSIZE; ++c) CPU_SET(static_cast<int>(c), &cpus);
-  return cpus;
+// The CPUs this process may run on (util::allowed_cpus) as a mask; every online CPU when that
+// is unknown.
+cpu_set_t allowed_cpu_mask() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  std::vector<int> cpus = util::allowed_cpus();
+  if (cpus.empty()) {
+    const long online = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    for (long c = 0; c < online && c < CPU_SETSIZE; ++c) cpus.push_back(static_cast<int>(c));
+  }
+  for (const int c : cpus) CPU_SET(c, &mask);
+  return mask;
 }
 
 // The leader creates the segment and hands its name to the other local ranks; once every one
@@ -130,7 +135,7 @@ HostSegment::HostSegment(Communicator& comm, const std::vector<int>& local_ranks
       control_bytes_(control_bytes_for(local_ranks.size())),
       memory_(map_segment(comm, local_ranks, control_bytes_ + round_up(std::max<std::size_t>(data_bytes, 1), kAlign), tag, owner_)) {
   pid_of(memory_.data(), local_index_).store(static_cast<std::uint64_t>(getpid()));
-  const cpu_set_t cpus = allowed_cpus();
+  const cpu_set_t cpus = allowed_cpu_mask();
   std::memcpy(cpus_of(memory_.data(), local_index_), &cpus, sizeof cpus);
 }
 
