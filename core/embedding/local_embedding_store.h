@@ -3,7 +3,8 @@
 // partition is an open-addressing table over a block arena holding [value | optimiser state] per
 // row, and has its own lock, so pull and push run the partitions in parallel (OpenMP) without a
 // global lock (with one thread, or for a small request, one thread takes the request's
-// partitions in order, all locked for its duration). Rows are created on first touch (pull or push) from (id, spec.seed) alone.
+// partitions together, all locked for its duration). Rows are created on first touch (pull or
+// push) from (id, spec.seed) alone.
 // Legend: U = ids in a request, D = spec.dim, S = optimiser state floats per row.
 #pragma once
 
@@ -100,9 +101,9 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   };
 
   // Runs visit(position, row) for each position with the row of ids[position] (created when
-  // missing). Large requests with more than one thread: positions grouped by partition, one partition per task, positions
-  // of a partition in request order (hence deterministic). `row_floats`: how much of each row the visit
-  // touches (prefetched ahead).
+  // missing). Large requests with more than one thread: positions grouped by partition, one
+  // partition per task, positions of a partition in request order (hence deterministic).
+  // `row_floats`: how much of each row the visit touches (prefetched ahead).
   template <class Visit>
   void for_each_row(std::span<const std::int64_t> ids, std::size_t row_floats, Visit&& visit);
   // for_each_row on the calling thread (a request too small to share out, or one OpenMP
