@@ -25,7 +25,7 @@ void Allgather::run() {
   const auto deadline = comm_->deadline();
   const std::size_t block = buffer_.bytes() / static_cast<std::size_t>(n);
   auto* base = static_cast<std::byte*>(buffer_.data);
-  net::Channel& out = comm_->to(right, 0);
+  net::Link& out = comm_->to(right, 0);
   std::deque<net::Message> held;
   try {
     out.post({base + static_cast<std::size_t>(rank) * block, block}, deadline, "allgather step 0");

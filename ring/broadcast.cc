@@ -31,7 +31,7 @@ void Broadcast::run() {
 
   const std::string label = fmt::format("broadcast from root {}", root_);
   std::deque<net::Message> held;  // forwarded straight from the transport's buffers
-  net::Channel* out = forwards ? &comm_->to(next, 0) : nullptr;
+  net::Link* out = forwards ? &comm_->to(next, 0) : nullptr;
   try {
     for (std::int64_t c = 0; c < chunks; ++c) {
       const std::int64_t begin = c * chunk_bytes_;

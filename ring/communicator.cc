@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/net/mesh_bootstrap.h"
+#include "core/util/cpus.h"
 
 namespace aiacc::ring {
 
@@ -32,10 +33,18 @@ std::shared_ptr<Communicator> Communicator::connect(std::shared_ptr<net::Context
                                                     net::RendezvousClient& rendezvous, int rank,
                                                     int world_size, const CommunicatorOptions& options,
                                                     std::string_view name) {
-  auto spec = make_mesh_spec(rank, world_size, options, fmt::format("ring/{}", name));
+  CommunicatorOptions resolved = options;
+  if (context->curve()) {
+    if (options.transport == "tcp") {
+      throw ConfigError("ring.transport: tcp sends gradients unencrypted, but this job uses CURVE encryption; "
+                        "use zmq or auto");
+    }
+    resolved.transport = "zmq";
+  }
+  auto spec = make_mesh_spec(rank, world_size, resolved, fmt::format("ring/{}", name));
   auto mesh = net::connect_mesh(std::move(context), rendezvous, spec, fmt::format("ring-{}", name),
                                 net::deadline_after(options.channel.connect_timeout_s));
-  auto comm = std::make_shared<Communicator>(std::move(mesh), options);
+  auto comm = std::make_shared<Communicator>(std::move(mesh), resolved);
   // Host topology: every rank publishes its host identity; equal identities share memory.
   const auto deadline = net::deadline_after(options.channel.connect_timeout_s);
   rendezvous.set_string(fmt::format("ring/{}/host/{}", name, rank), host_identity(), deadline);
@@ -61,6 +70,7 @@ std::string host_identity() {
 void Communicator::set_hosts(std::vector<int> host_of_rank) {
   AIACC_CHECK(static_cast<int>(host_of_rank.size()) == world_size_, "{} host ids for {} ranks", host_of_rank.size(), world_size_);
   host_of_rank_ = std::move(host_of_rank);
+  update_spin();
 }
 
 std::vector<int> Communicator::local_ranks() const {
@@ -94,18 +104,40 @@ Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
     throw InternalError(fmt::format("ring communicator: the mesh has {} streams, {} streams need {}",
                                     mesh_.streams(), options.streams, 2 * options.streams));
   }
+  if (options.transport != "zmq" && world_size_ > 1) {
+    net::TcpMeshOptions tcp;
+    tcp.interface = options.interface;
+    tcp.send_buffer_bytes = options.channel.send_buffer_bytes;
+    tcp.recv_buffer_bytes = options.channel.recv_buffer_bytes;
+    tcp_ = std::make_unique<net::TcpMesh>(mesh_, tcp, net::deadline_after(options.channel.connect_timeout_s));
+    update_spin();
+  }
 }
 
-net::Channel& Communicator::directed(int peer, int stream, bool outgoing) {
+void Communicator::update_spin() {
+  if (!tcp_) return;
+  int spin = options_.spin_us;
+  if (spin < 0) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const auto allowed = static_cast<long>(util::allowed_cpus().size());
+    const long threads = static_cast<long>(local_ranks().size()) * options_.streams;
+    spin = threads <= online && options_.streams <= allowed ? 50 : 0;
+  }
+  tcp_->set_spin_us(spin);
+}
+
+net::Link& Communicator::directed(int peer, int stream, bool outgoing) {
   AIACC_CHECK(peer != rank_ && peer >= 0 && peer < world_size_, "peer {} of {} (rank {})", peer, world_size_, rank_);
   AIACC_CHECK(stream >= 0 && stream < streams(), "stream {} of {}", stream, streams());
   const int low = outgoing ? rank_ : peer;   // the sender
   const int high = outgoing ? peer : rank_;  // the receiver
-  return mesh_.channel(peer, 2 * stream + (low < high ? 0 : 1));
+  const int mesh_stream = 2 * stream + (low < high ? 0 : 1);
+  if (tcp_) return tcp_->link(peer, mesh_stream);
+  return mesh_.channel(peer, mesh_stream);
 }
 
-net::Channel& Communicator::to(int peer, int stream) { return directed(peer, stream, true); }
-net::Channel& Communicator::from(int peer, int stream) { return directed(peer, stream, false); }
+net::Link& Communicator::to(int peer, int stream) { return directed(peer, stream, true); }
+net::Link& Communicator::from(int peer, int stream) { return directed(peer, stream, false); }
 
 void Communicator::set_stream_weights(std::vector<double> weights) {
   AIACC_CHECK(static_cast<int>(weights.size()) == streams(), "{} weights for {} streams", weights.size(), streams());

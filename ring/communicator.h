@@ -2,9 +2,14 @@
 // core/net channels with K streams per direction, the stream threads, the stream weights that
 // split buffers across streams, and the timeout every collective's deadline derives from.
 //
-// Directed channels: a message from rank a to rank b on stream s always travels on mesh stream
+// Directed links: a message from rank a to rank b on stream s always travels on mesh stream
 // 2s + (a < b ? 0 : 1), so each socket carries one direction only and the sending and the
 // receiving side of a stream can be used from different threads (a ZeroMQ socket cannot).
+//
+// Transport (`transport`): the collectives run over plain TCP links (core/net/tcp_link.h) that
+// their own threads read and write, set up through the ZeroMQ mesh, or over the mesh's ZeroMQ
+// channels themselves. TCP is the default: with no I/O thread hand-off an 8-byte exchange
+// takes a few us instead of ~50. ZeroMQ is kept for CURVE (the TCP links are not encrypted).
 #pragma once
 
 #include <memory>
@@ -18,6 +23,7 @@
 #include "core/net/deadline.h"
 #include "core/net/mesh.h"
 #include "core/net/rendezvous_client.h"
+#include "core/net/tcp_mesh.h"
 #include "ring/stream_pool.h"
 
 namespace aiacc::ring {
@@ -32,6 +38,14 @@ struct CommunicatorOptions {
   // Address this rank binds on (a concrete interface address).
   std::string interface = "127.0.0.1";
   net::ChannelOptions channel;
+  // "tcp", "zmq", or "auto": tcp, unless the job's context uses CURVE (encryption), which only
+  // the ZeroMQ channels provide. Communicator's constructor treats auto as tcp; connect()
+  // resolves it from the context.
+  std::string transport = "auto";
+  // TCP links: microseconds a wait polls before it sleeps (-1: auto, 50 when this host's ranks
+  // times streams fit its CPUs and this rank's streams fit the CPUs it may use, else 0: a
+  // spinning rank would take the core its peer needs).
+  int spin_us = -1;
   // Not configured: set by the trainer when the ring runs plain TCP in a job with a token
   // (net::MeshSpec::hello_key), so the mesh handshake proves the token.
   std::optional<net::CurveKey> hello_key;
@@ -42,6 +56,9 @@ struct CommunicatorOptions {
     v.field("timeout_s", timeout_s, "seconds any collective may take before it fails", config::greater_than(0.0));
     v.field("interface", interface, "address to bind on", config::non_empty());
     v.field("net", channel, "channel options");
+    v.field("transport", transport, "tcp (plain sockets, lowest latency) | zmq (ZeroMQ channels, CURVE) | auto",
+            config::one_of({"auto", "tcp", "zmq"}));
+    v.field("spin_us", spin_us, "tcp transport: us a wait polls before sleeping (-1: auto)", config::in_range(-1, 100000));
   }
 };
 
@@ -55,6 +72,7 @@ class Communicator {
                                       std::string job);
   // Builds the mesh through the rendezvous store (every rank calls it with the same `name`)
   // and returns the communicator. Blocks until connected or options.channel.connect_timeout_s.
+  // A ConfigError if options.transport is tcp and `context` uses CURVE.
   static std::shared_ptr<Communicator> connect(std::shared_ptr<net::Context> context,
                                                net::RendezvousClient& rendezvous, int rank,
                                                int world_size, const CommunicatorOptions& options,
@@ -65,13 +83,16 @@ class Communicator {
   int streams() const { return pool_->streams(); }
   const CommunicatorOptions& options() const { return options_; }
 
-  // The channel carrying this rank's messages to `peer` / from `peer` on `stream`.
-  net::Channel& to(int peer, int stream = 0);
-  net::Channel& from(int peer, int stream = 0);
+  // The link carrying this rank's messages to `peer` / from `peer` on `stream`.
+  net::Link& to(int peer, int stream = 0);
+  net::Link& from(int peer, int stream = 0);
+  // "tcp" or "zmq": the transport the links use (a world of one has none, but says its choice).
+  const char* transport() const { return options_.transport == "zmq" ? "zmq" : "tcp"; }
 
   // Which host each rank runs on (equal ids share memory; ids are 0, 1, ... by first rank).
   // connect() finds them from the hostname and network namespace; otherwise one host per rank
-  // until set_hosts() (tests emulate hosts this way). Must be identical on every rank.
+  // until set_hosts() (tests emulate hosts this way). Must be identical on every rank. Also
+  // decides the TCP links' automatic spin.
   const std::vector<int>& host_of_rank() const { return host_of_rank_; }
   void set_hosts(std::vector<int> host_of_rank);
   // The ranks on this rank's host, ascending (this rank included); the lowest is its leader.
@@ -95,9 +116,11 @@ class Communicator {
   int active_streams() const;
 
  private:
-  net::Channel& directed(int peer, int stream, bool outgoing);
+  net::Link& directed(int peer, int stream, bool outgoing);
+  void update_spin();
 
   net::Mesh mesh_;
+  std::unique_ptr<net::TcpMesh> tcp_;  // null with the zmq transport
   CommunicatorOptions options_;
   int rank_;
   int world_size_;

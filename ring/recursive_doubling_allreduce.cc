@@ -22,7 +22,7 @@ void RecursiveDoublingAllreduce::run() {
   const auto count = static_cast<std::size_t>(buffer_.count);
 
   auto exchange = [&](int peer, const char* what, bool add) {
-    net::Channel& out = comm_->to(peer, 0);
+    net::Link& out = comm_->to(peer, 0);
     try {
       out.post(bytes, deadline, what);
       net::Message message = detail::recv_exact(comm_->from(peer, 0), bytes.size(), deadline, what);
@@ -34,7 +34,7 @@ void RecursiveDoublingAllreduce::run() {
     }
   };
   auto send_only = [&](int peer, const char* what) {
-    net::Channel& out = comm_->to(peer, 0);
+    net::Link& out = comm_->to(peer, 0);
     out.send(bytes, deadline, what);
   };
   auto receive_into = [&](int peer, const char* what, bool add) {

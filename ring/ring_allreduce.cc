@@ -57,8 +57,8 @@ void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) 
   const int rank = position_;
   const int right = members_[static_cast<std::size_t>((rank + 1) % n)];
   const int left = members_[static_cast<std::size_t>((rank + n - 1) % n)];
-  net::Channel& out = comm_->to(right, stream);
-  net::Channel& in = comm_->from(left, stream);
+  net::Link& out = comm_->to(right, stream);
+  net::Link& in = comm_->from(left, stream);
   const std::size_t wire_bytes = format_.wire_bytes();
   const bool converts = format_.converts();
   const double average = spec_.op == ReduceOp::kAverage ? 1.0 / n : 1.0;

@@ -25,12 +25,13 @@
 
 #include "core/net/channel_options.h"
 #include "core/net/deadline.h"
+#include "core/net/link.h"
 #include "core/net/message.h"
 #include "core/net/socket.h"
 
 namespace aiacc::net {
 
-class Channel {
+class Channel final : public Link {
  public:
   // A ZMQ_PAIR socket configured from `options` (HWMs, kernel buffers, no message size limit,
   // linger), ready to bind or connect. Used by Mesh; exposed for tests.
@@ -41,7 +42,7 @@ class Channel {
   Channel(Channel&&) noexcept;
   Channel& operator=(Channel&&) noexcept;
   // Drops (abandon_posted) posted buffers the transport still holds.
-  ~Channel();
+  ~Channel() override;
 
   // Sends `bytes` as one message. Blocks until the caller may reuse `bytes`: for a copied
   // message, until it is queued (may wait while send_hwm messages are queued); for a zero-copy
@@ -52,7 +53,7 @@ class Channel {
   // recv or blocking send. After a zero-copy timeout the channel is closed (the only way to
   // make ZeroMQ release the caller's buffer) and later calls throw CommError.
   // Not thread-safe: one thread per channel at a time.
-  void send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what);
+  void send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) override;
 
   // Sends `parts` as one multipart message, delivered atomically (all parts or none) and read
   // with recv_parts(). Same blocking and buffer contract as send() for every part.
@@ -64,25 +65,25 @@ class Channel {
   // and unmodified until wait_posted() returns. Blocks only while send_hwm messages are
   // queued, until `deadline` (TimeoutError). Lets one thread keep several chunks in flight,
   // which is how the ring pipelines sends with its reductions.
-  void post(std::span<const std::byte> bytes, Deadline deadline, std::string_view what);
+  void post(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) override;
   // Blocks until the transport has read every buffer given to post(), or `deadline`: then
   // the channel is closed (ZeroMQ drops the buffers) and TimeoutError is thrown.
-  void wait_posted(Deadline deadline, std::string_view what);
+  void wait_posted(Deadline deadline, std::string_view what) override;
   // For error paths: if posted buffers are still held, closes the channel and waits until
   // ZeroMQ has dropped them, so the caller may free them. Never throws.
-  void abandon_posted() noexcept;
+  void abandon_posted() noexcept override;
 
   // Receives the next message; it must be single-frame (else CommError naming the count).
   // Blocks until it arrives or `deadline` (TimeoutError). Zero copies after the kernel's.
   // If the peer's connection drops (its process died or it closed the channel), messages it
   // sent before are still delivered, then recv throws CommError "... disconnected" at once
   // instead of waiting for the deadline.
-  Message recv(Deadline deadline, std::string_view what);
+  Message recv(Deadline deadline, std::string_view what) override;
   // Receives the next message with all of its frames.
   std::vector<Message> recv_parts(Deadline deadline, std::string_view what);
 
-  int peer() const { return peer_; }
-  int stream() const { return stream_; }
+  int peer() const override { return peer_; }
+  int stream() const override { return stream_; }
   const std::string& endpoint() const { return socket_.endpoint(); }
   bool is_open() const { return socket_.is_open(); }
   // Closes the connection now (messages already sent still go out within linger_ms); the

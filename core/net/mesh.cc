@@ -45,7 +45,7 @@ std::vector<int> resolve_peers(const MeshSpec& spec) {
 }
 
 // One channel being established.
-struct Link {
+struct PendingLink {
   int peer;
   int stream;
   bool binds;           // we bound and wait for the peer's hello
@@ -121,10 +121,10 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
     throw CommError(fmt::format("mesh of rank {}: address table has {} ranks, world size is {}",
                                 rank_, table.size(), world_size_));
   }
-  std::vector<Link> links;
+  std::vector<PendingLink> links;
   std::map<int, std::string> peer_nonces;  // with a hello key: each binding peer's nonce
   // The nonce a link's proofs are bound to: the binder's.
-  auto nonce_of = [&](const Link& link) {
+  auto nonce_of = [&](const PendingLink& link) {
     return link.binds ? listener.nonce_ : peer_nonces.at(link.peer);
   };
   for (int peer : peers_) {
@@ -171,7 +171,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
   std::size_t remaining = links.size();
   while (remaining > 0) {
     std::vector<zmq_pollitem_t> items;
-    std::vector<Link*> polled;
+    std::vector<PendingLink*> polled;
     for (auto& link : links) {
       if (link.done) continue;
       items.push_back({link.socket.handle(), 0,
@@ -181,7 +181,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
     const long timeout_ms = remaining_ms(deadline);
     if (timeout_ms == 0) {
       std::string missing;
-      for (const Link* link : polled) {
+      for (const PendingLink* link : polled) {
         missing += fmt::format("{}rank {} stream {} ({}, {})", missing.empty() ? "" : ", ",
                                link->peer, link->stream, link->socket.endpoint(),
                                link->binds ? "no hello received" : "no answer to our hello");
@@ -196,7 +196,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
                                   zmq_strerror(zmq_errno())));
     }
     for (std::size_t i = 0; i < items.size(); ++i) {
-      Link& link = *polled[i];
+      PendingLink& link = *polled[i];
       if (items[i].revents == 0) continue;
       if (link.must_send) {
         detail::Hello hello{link.binds ? detail::Hello::kAccept : detail::Hello::kHello, rank_,

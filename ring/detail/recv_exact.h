@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/net/channel.h"
+#include "core/net/link.h"
 
 namespace aiacc::ring::detail {
 
-inline net::Message recv_exact(net::Channel& channel, std::size_t expected_bytes, net::Deadline deadline,
+inline net::Message recv_exact(net::Link& channel, std::size_t expected_bytes, net::Deadline deadline,
                                std::string_view what) {
   net::Message message = channel.recv(deadline, what);
   if (message.size() != expected_bytes) {

@@ -13,10 +13,12 @@
 
 namespace aiacc::testing {
 
-inline ring::CommunicatorOptions ring_options(int streams = 1, double timeout_s = 30.0) {
+// `transport`: "tcp" (the default links) or "zmq" (the ZeroMQ channels).
+inline ring::CommunicatorOptions ring_options(int streams = 1, double timeout_s = 30.0, const char* transport = "tcp") {
   ring::CommunicatorOptions options;
   options.streams = streams;
   options.timeout_s = timeout_s;
+  options.transport = transport;
   options.channel = fast_options();
   return options;
 }

@@ -5,7 +5,11 @@
 //   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
 //                         [--hierarchical on|off] [--chunk-bytes 1M] [--rebalance RUNS|0] [--seconds S] [--no-check]
-//                         [--curve on|off] [--pin on|off]
+//                         [--curve on|off] [--pin on|off] [--transport auto|tcp|zmq] [--spin-us N|-1]
+// --transport picks the ring's links (ring/communicator.h): tcp, plain sockets the ranks'
+// threads read and write (auto's choice without CURVE), or zmq, the ZeroMQ channels. --spin-us
+// is how long a tcp wait polls before sleeping (-1, the default: 50 when the ranks fit the
+// CPUs, else 0).
 // --curve on runs every connection under the job's CURVE keys (authenticated and encrypted, as
 // aiacc-train does by default); off (the default here) is plain TCP, the comparison for MPI.
 // --pin on binds rank r to the (r mod n)-th of the n CPUs the launcher may use, as aiacc-train's
@@ -77,6 +81,8 @@ struct Args {
   double seconds = 0.3;
   bool check = true;
   bool curve = false;  // CURVE-authenticated and -encrypted connections (the job default)
+  std::string transport = "auto";
+  int spin_us = -1;
   // Worker mode (set by the launcher).
   int rank = -1, world = 0;
   std::string master, interface = "127.0.0.1";
@@ -130,6 +136,13 @@ Args parse(int argc, char** argv) {
       if (v != "on" && v != "off") throw ConfigError("--curve takes on or off");
       a.curve = v == "on";
     }
+    else if (key == "--transport") {
+      a.transport = value();
+      if (a.transport != "auto" && a.transport != "tcp" && a.transport != "zmq") {
+        throw ConfigError("--transport takes auto, tcp or zmq");
+      }
+    }
+    else if (key == "--spin-us") a.spin_us = std::stoi(value());
     else if (key == "--port") a.port = std::stoi(value());
     else if (key == "--rank") a.rank = std::stoi(value());
     else if (key == "--world") a.world = std::stoi(value());
@@ -176,6 +189,8 @@ int run_worker(const Args& a) {
   ring::CommunicatorOptions options;
   options.streams = tune ? a.max_streams : std::stoi(a.streams);
   options.interface = a.interface;
+  options.transport = a.transport;
+  options.spin_us = a.spin_us;
   auto comm = ring::Communicator::connect(context, rendezvous, a.rank, a.world, options, "bench");
   ring::AllreduceSpec spec;
   spec.wire = ring::parse_wire_type(a.wire, "--wire");
@@ -244,7 +259,9 @@ int run_worker(const Args& a) {
   if (a.rank == 0) {
     std::string used;
     for (const auto& [name, _] : algorithms) used += (used.empty() ? "" : ", ") + name;
-    std::cout << "RESULT " << nlohmann::json{{"streams", comm->active_streams()}, {"algorithms", used}}.dump() << "\n";
+    std::cout << "RESULT "
+              << nlohmann::json{{"streams", comm->active_streams()}, {"algorithms", used}, {"transport", comm->transport()}}.dump()
+              << "\n";
     for (const Row& r : rows) std::cout << "RESULT " << nlohmann::json{{"bytes", r.bytes}, {"seconds", r.seconds}}.dump() << "\n";
   }
   ring::barrier(*comm, "end");
@@ -293,17 +310,16 @@ std::string read_all(int fd) {
   return text;
 }
 
-// Collects "RESULT {json}" lines; returns {streams, rows}.
+// Collects "RESULT {json}" lines: the summary line and one per size.
 struct Results {
   int streams = 1;
   std::string algorithms;
+  std::string transport;
   std::vector<Row> rows;
 };
 
 Results parse_results(const std::string& text) {
-  std::vector<Row> rows;
-  int streams = 1;
-  std::string algorithms;
+  Results results;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("RESULT ", 0) != 0) {
@@ -312,13 +328,14 @@ Results parse_results(const std::string& text) {
     }
     const auto j = nlohmann::json::parse(line.substr(7));
     if (j.contains("streams")) {
-      streams = j["streams"];
-      algorithms = j["algorithms"];
+      results.streams = j["streams"];
+      results.algorithms = j["algorithms"];
+      results.transport = j["transport"];
     } else {
-      rows.push_back({j["bytes"], j["seconds"]});
+      results.rows.push_back({j["bytes"], j["seconds"]});
     }
   }
-  return {streams, algorithms, rows};
+  return results;
 }
 
 std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transport, int world) {
@@ -391,7 +408,8 @@ int run_launcher(Args a) {
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
                               "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds),
                               "--hierarchical", a.hierarchical ? "on" : "off", "--chunk-bytes", std::to_string(a.chunk_bytes),
-                              "--rebalance", std::to_string(a.rebalance)}));
+                              "--rebalance", std::to_string(a.rebalance), "--transport", a.transport,
+                              "--spin-us", std::to_string(a.spin_us)}));
   }
   std::string rank0_output;
   int failed = 0;
@@ -416,9 +434,9 @@ int run_launcher(Args a) {
     std::istringstream list(a.mpi);
     for (std::string t; std::getline(list, t, ',');) mpi[t] = run_mpi(a, t, world);
   }
-  std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {} stream{}{}, wire {}, fp32; algorithms: {}\n", world,
-                           hosts, hosts == 1 ? "" : "s", streams, streams == 1 ? "" : "s",
-                           a.streams == "auto" ? " (auto-tuned)" : "", a.wire, results.algorithms);
+  std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {} stream{}{}, wire {}, fp32, transport {}; algorithms: {}\n",
+                           world, hosts, hosts == 1 ? "" : "s", streams, streams == 1 ? "" : "s",
+                           a.streams == "auto" ? " (auto-tuned)" : "", a.wire, results.transport, results.algorithms);
   std::cout << fmt::format("{:>12} {:>11} {:>9} {:>9}", "size(B)", "time(us)", "algbw", "busbw");
   for (const auto& [t, _] : mpi) std::cout << fmt::format(" {:>12} {:>9} {:>7}", "mpi-" + t + "(us)", "busbw", "ratio");
   std::cout << "   (GB/s; ratio = aiacc busbw / OpenMPI busbw)\n";
@@ -428,7 +446,8 @@ int run_launcher(Args a) {
     const double bus = busbw(static_cast<double>(r.bytes), r.seconds, world);
     std::cout << fmt::format("{:>12} {:>11.1f} {:>9.3f} {:>9.3f}", r.bytes, r.seconds * 1e6, alg, bus);
     nlohmann::json j{{"bytes", r.bytes}, {"time_us", r.seconds * 1e6}, {"algbw_gbs", alg}, {"busbw_gbs", bus},
-                     {"ranks", world}, {"hosts", hosts}, {"streams", streams}, {"wire", a.wire}};
+                     {"ranks", world}, {"hosts", hosts}, {"streams", streams}, {"wire", a.wire},
+                     {"transport", results.transport}};
     for (const auto& [t, m] : mpi) {
       const auto it = m.find(r.bytes);
       if (it == m.end()) {

@@ -1,0 +1,48 @@
+// Link: the message interface the collectives in ring/ are written against. Two transports
+// implement it: Channel (a ZeroMQ PAIR socket; its I/O thread moves the bytes) and TcpLink (a
+// plain TCP socket the calling thread reads and writes itself, for latency). Both deliver
+// whole messages, in order, with a deadline on every wait and errors naming the peer rank and
+// the operation; their contracts for send/post/recv are Channel's (channel.h), except where
+// tcp_link.h says otherwise.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+
+#include "core/net/deadline.h"
+#include "core/net/message.h"
+
+namespace aiacc::net {
+
+class Link {
+ public:
+  virtual ~Link() = default;
+
+  // Sends `bytes` as one message; returns when the caller may reuse them.
+  virtual void send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) = 0;
+  // Queues `bytes` as one message; the caller keeps them alive and unchanged until
+  // wait_posted() returns.
+  virtual void post(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) = 0;
+  // Returns once the transport no longer reads any buffer given to post().
+  virtual void wait_posted(Deadline deadline, std::string_view what) = 0;
+  // For error paths: afterwards the transport no longer touches posted buffers (queued
+  // messages are dropped and the link is closed if it still held some). Never throws.
+  virtual void abandon_posted() noexcept = 0;
+  // The next message.
+  virtual Message recv(Deadline deadline, std::string_view what) = 0;
+
+  virtual int peer() const = 0;
+  // The stream index in the mesh's numbering (ring/communicator.h: 2s or 2s + 1 for data
+  // stream s, by direction).
+  virtual int stream() const = 0;
+
+ protected:
+  Link() = default;
+  Link(const Link&) = default;
+  Link& operator=(const Link&) = default;
+  Link(Link&&) = default;
+  Link& operator=(Link&&) = default;
+};
+
+}  // namespace aiacc::net

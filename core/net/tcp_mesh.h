@@ -1,0 +1,57 @@
+// TcpMesh: plain TCP links (tcp_link.h) to the peers of a connected Mesh, one per (peer,
+// stream) as in the Mesh, set up through the Mesh's channels.
+//
+// Set-up, run by every rank of the mesh at the same time:
+//   1. each rank listens on one OS-chosen port of `interface` and sends every higher peer its
+//      address and a fresh random nonce over the mesh (stream 0), which already proved the
+//      job's identity (and token, or CURVE);
+//   2. each rank connects to every lower peer once per stream and sends a hello: its rank, the
+//      rank it expects, the stream and that peer's nonce;
+//   3. each rank accepts its higher peers' connections and answers a hello that names it,
+//      a stream not yet taken and its own nonce with one byte; anything else is refused,
+//      logged and closed (a scanner, a stale process, another job);
+//   4. each rank waits for its lower peers' answers.
+// Lower ranks never wait for higher ones before accepting, so set-up cannot deadlock.
+// The links carry bytes in the clear: with CURVE (encryption) on, use the Mesh's channels.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/net/deadline.h"
+#include "core/net/mesh.h"
+#include "core/net/tcp_link.h"
+
+namespace aiacc::net {
+
+struct TcpMeshOptions {
+  std::string interface = "127.0.0.1";  // address to listen on (numeric IPv4 or IPv6)
+  // SO_SNDBUF / SO_RCVBUF per connection; 0 keeps the kernel's auto-tuning.
+  std::int64_t send_buffer_bytes = 0;
+  std::int64_t recv_buffer_bytes = 0;
+  int spin_us = 0;  // TcpLink's spin before sleeping; set_spin_us changes it later
+};
+
+class TcpMesh {
+ public:
+  // Blocks until every link is connected and confirmed, or `deadline`: TimeoutError naming the
+  // peers and streams still missing. CommError when a peer sends a malformed address.
+  TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline);
+  TcpMesh(TcpMesh&&) noexcept = default;  // links stay where they are (map nodes)
+  TcpMesh& operator=(TcpMesh&&) noexcept = default;
+
+  // The link to `peer` for `stream`; InternalError for one not in the mesh.
+  TcpLink& link(int peer, int stream);
+  void set_spin_us(int spin_us) { spin_us_->store(spin_us, std::memory_order_relaxed); }
+  int spin_us() const { return spin_us_->load(std::memory_order_relaxed); }
+
+ private:
+  std::unique_ptr<std::atomic<int>> spin_us_;
+  std::map<std::pair<int, int>, TcpLink> links_;  // (peer, stream)
+};
+
+}  // namespace aiacc::net

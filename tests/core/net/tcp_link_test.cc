@@ -1,0 +1,220 @@
+// TcpLink and TcpMesh: exact bytes in order for every size (empty, small, larger than the
+// kernel's buffers), posts that progress while their thread waits to receive (no deadlock with
+// tiny buffers), waits that spin or sleep, deadlines that name the peer and the operation, a
+// dead peer reported at once, and a mesh over three ranks with several streams.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <latch>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/net/mesh.h"
+#include "core/net/tcp_mesh.h"
+#include "tests/core/net/net_fixture.h"
+#include "tests/testing/run_ranks.h"
+
+namespace aiacc::net {
+namespace {
+
+using aiacc::testing::fast_options;
+using aiacc::testing::LocalExchange;
+using aiacc::testing::local_mesh;
+using aiacc::testing::pattern;
+using aiacc::testing::run_ranks;
+using aiacc::testing::same_bytes;
+using ::testing::HasSubstr;
+
+MeshSpec spec_for(int rank, int world, int streams) {
+  MeshSpec spec;
+  spec.rank = rank;
+  spec.world_size = world;
+  spec.streams = streams;
+  spec.channel = fast_options();
+  return spec;
+}
+
+const std::vector<std::size_t> kSizes = {0, 1, 7, 8, 4096, 65537, 3 << 20};
+
+// (spin us, kernel buffer bytes: 0 = auto-tuned)
+class TcpLinkExchange : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(TcpLinkExchange, BothDirectionsAtOnceDeliverExactBytesInOrder) {
+  const auto [spin_us, buffer_bytes] = GetParam();
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 2));
+    TcpMeshOptions options;
+    options.spin_us = spin_us;
+    options.send_buffer_bytes = buffer_bytes;
+    options.recv_buffer_bytes = buffer_bytes;
+    TcpMesh tcp(mesh, options, deadline_after(10));
+    const int peer = 1 - rank;
+    // Directed as the ring uses them: rank 0 sends on stream 0, rank 1 on stream 1.
+    TcpLink& out = tcp.link(peer, rank);
+    TcpLink& in = tcp.link(peer, 1 - rank);
+    std::vector<std::vector<std::byte>> sent;
+    for (std::size_t i = 0; i < kSizes.size(); ++i) sent.push_back(pattern(kSizes[i], 100 * rank + i));
+    const auto deadline = deadline_after(20);
+    // Everything posted before the first receive: with small buffers the posts can only
+    // finish while this thread waits in recv.
+    for (const auto& bytes : sent) out.post(bytes, deadline, "test post");
+    for (std::size_t i = 0; i < kSizes.size(); ++i) {
+      Message message = in.recv(deadline, "test recv");
+      const auto expected = pattern(kSizes[i], 100 * peer + i);
+      ASSERT_TRUE(same_bytes(message.bytes(), expected)) << "message " << i << " of " << kSizes[i] << " bytes";
+    }
+    out.wait_posted(deadline, "test drain");
+    // A blocking send after the posts, on the same links.
+    out.send(sent[3], deadline, "test send");
+    EXPECT_TRUE(same_bytes(in.recv(deadline, "test recv").bytes(), pattern(kSizes[3], 100 * peer + 3)));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(SpinAndBuffers, TcpLinkExchange,
+                         ::testing::Values(std::tuple{0, 0}, std::tuple{50, 0}, std::tuple{0, 4096}, std::tuple{50, 4096}),
+                         [](const auto& info) {
+                           return fmt::format("spin{}_buffer{}", std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
+TEST(TcpLink, SilentPeerTimesOutNamingPeerAndOperationAndTheLinkStaysUsable) {
+  LocalExchange exchange(2);
+  std::latch timed_out(1);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    TcpMesh tcp(mesh, {}, deadline_after(10));
+    TcpLink& link = tcp.link(1 - rank, 0);
+    if (rank == 1) {
+      timed_out.wait();
+      link.send(pattern(100, 9), deadline_after(5), "late message");
+      return;
+    }
+    const auto start = Clock::now();
+    try {
+      link.recv(deadline_after(0.3), "ring allreduce bucket 3");
+      ADD_FAILURE() << "expected TimeoutError";
+    } catch (const TimeoutError& e) {
+      EXPECT_GE(seconds_since(start), 0.29);
+      EXPECT_THAT(e.what(), HasSubstr("recv from rank 1"));
+      EXPECT_THAT(e.what(), HasSubstr("ring allreduce bucket 3"));
+    }
+    timed_out.count_down();
+    // Nothing of a message had arrived: the stream is intact.
+    EXPECT_TRUE(same_bytes(link.recv(deadline_after(5), "after timeout").bytes(), pattern(100, 9)));
+  });
+}
+
+TEST(TcpLink, BlockedSenderTimesOutNamingPeerAndClosesTheLink) {
+  LocalExchange exchange(2);
+  std::latch done(1);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    TcpMeshOptions options;
+    options.send_buffer_bytes = 4096;
+    options.recv_buffer_bytes = 4096;
+    TcpMesh tcp(mesh, options, deadline_after(10));
+    TcpLink& link = tcp.link(1 - rank, 0);
+    if (rank == 1) {  // never reads
+      done.wait();
+      return;
+    }
+    const auto big = pattern(8 << 20, 1);
+    try {
+      link.send(big, deadline_after(0.3), "broadcast of the weights");
+      ADD_FAILURE() << "expected TimeoutError";
+    } catch (const TimeoutError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("send to rank 1"));
+      EXPECT_THAT(e.what(), HasSubstr("broadcast of the weights"));
+    }
+    // Part of the message went out: the link cannot continue and says so.
+    EXPECT_FALSE(link.is_open());
+    EXPECT_THROW(link.send(big, deadline_after(1), "after"), CommError);
+    done.count_down();
+  });
+}
+
+TEST(TcpLink, DeadPeerDeliversWhatItSentThenFailsAtOnceNamingIt) {
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    TcpMesh tcp(mesh, {}, deadline_after(10));
+    TcpLink& link = tcp.link(1 - rank, 0);
+    if (rank == 1) {
+      link.send(pattern(10, 1), deadline_after(5), "first");
+      link.send(pattern(70000, 2), deadline_after(5), "second");
+      link.close();
+      return;
+    }
+    const auto deadline = deadline_after(20);
+    EXPECT_TRUE(same_bytes(link.recv(deadline, "a").bytes(), pattern(10, 1)));
+    EXPECT_TRUE(same_bytes(link.recv(deadline, "b").bytes(), pattern(70000, 2)));
+    const auto start = Clock::now();
+    try {
+      link.recv(deadline, "ring allreduce all-gather step 0");
+      ADD_FAILURE() << "expected CommError";
+    } catch (const TimeoutError& e) {
+      ADD_FAILURE() << "a closed peer must be reported at once: " << e.what();
+    } catch (const CommError& e) {
+      EXPECT_LT(seconds_since(start), 5.0);
+      EXPECT_THAT(e.what(), HasSubstr("disconnected"));
+      EXPECT_THAT(e.what(), HasSubstr("recv from rank 1"));
+      EXPECT_THAT(e.what(), HasSubstr("all-gather step 0"));
+    }
+  });
+}
+
+TEST(TcpMesh, ThreeRanksWithThreeStreamsEachReachEveryPeerOnEveryStream) {
+  constexpr int kWorld = 3, kStreams = 3;
+  LocalExchange exchange(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, spec_for(rank, kWorld, kStreams));
+    TcpMeshOptions options;
+    options.spin_us = 20;
+    TcpMesh tcp(mesh, options, deadline_after(10));
+    EXPECT_EQ(tcp.spin_us(), 20);
+    const auto deadline = deadline_after(20);
+    // Every rank sends one message per (peer, stream) naming itself, the peer and the stream,
+    // then receives every peer's on every stream: links are paired correctly or the bytes differ.
+    auto seed = [](int from, int to, int stream) { return static_cast<std::uint64_t>(100 * from + 10 * to + stream); };
+    for (int peer = 0; peer < kWorld; ++peer) {
+      if (peer == rank) continue;
+      for (int stream = 0; stream < kStreams; ++stream) {
+        tcp.link(peer, stream).send(pattern(1000, seed(rank, peer, stream)), deadline, "hello");
+      }
+    }
+    for (int peer = 0; peer < kWorld; ++peer) {
+      if (peer == rank) continue;
+      for (int stream = 0; stream < kStreams; ++stream) {
+        TcpLink& link = tcp.link(peer, stream);
+        EXPECT_EQ(link.peer(), peer);
+        EXPECT_EQ(link.stream(), stream);
+        EXPECT_TRUE(same_bytes(link.recv(deadline, "hello").bytes(), pattern(1000, seed(peer, rank, stream))))
+            << "rank " << rank << " from " << peer << " stream " << stream;
+      }
+    }
+    EXPECT_THROW(tcp.link(rank, 0), InternalError);
+  });
+}
+
+TEST(TcpMesh, AMissingPeerIsATimeoutNamingIt) {
+  LocalExchange exchange(2);
+  std::latch failed(1);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    if (rank == 0) {  // never builds its TCP mesh
+      failed.wait();
+      return;
+    }
+    try {
+      TcpMesh tcp(mesh, {}, deadline_after(0.3));
+      ADD_FAILURE() << "expected TimeoutError";
+    } catch (const TimeoutError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("tcp mesh"));
+    }
+    failed.count_down();
+  });
+}
+
+}  // namespace
+}  // namespace aiacc::net
