@@ -33,18 +33,10 @@ std::shared_ptr<Communicator> Communicator::connect(std::shared_ptr<net::Context
                                                     net::RendezvousClient& rendezvous, int rank,
                                                     int world_size, const CommunicatorOptions& options,
                                                     std::string_view name) {
-  CommunicatorOptions resolved = options;
-  if (context->curve()) {
-    if (options.transport == "tcp") {
-      throw ConfigError("ring.transport: tcp sends gradients unencrypted, but this job uses CURVE encryption; "
-                        "use zmq or auto");
-    }
-    resolved.transport = "zmq";
-  }
-  auto spec = make_mesh_spec(rank, world_size, resolved, fmt::format("ring/{}", name));
+  auto spec = make_mesh_spec(rank, world_size, options, fmt::format("ring/{}", name));
   auto mesh = net::connect_mesh(std::move(context), rendezvous, spec, fmt::format("ring-{}", name),
                                 net::deadline_after(options.channel.connect_timeout_s));
-  auto comm = std::make_shared<Communicator>(std::move(mesh), resolved);
+  auto comm = std::make_shared<Communicator>(std::move(mesh), options);
   // Host topology: every rank publishes its host identity; equal identities share memory.
   const auto deadline = net::deadline_after(options.channel.connect_timeout_s);
   rendezvous.set_string(fmt::format("ring/{}/host/{}", name, rank), host_identity(), deadline);
@@ -104,7 +96,14 @@ Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
     throw InternalError(fmt::format("ring communicator: the mesh has {} streams, {} streams need {}",
                                     mesh_.streams(), options.streams, 2 * options.streams));
   }
-  if (options.transport != "zmq" && world_size_ > 1) {
+  if (mesh_.encrypted()) {
+    if (options_.transport == "tcp") {
+      throw ConfigError("ring.transport: tcp sends gradients unencrypted, but this ring's connections use CURVE "
+                        "encryption; use zmq or auto (or cluster.security.encrypt_ring: false)");
+    }
+    options_.transport = "zmq";  // auto: only the ZeroMQ channels are encrypted
+  }
+  if (options_.transport != "zmq" && world_size_ > 1) {
     net::TcpMeshOptions tcp;
     tcp.interface = options.interface;
     tcp.send_buffer_bytes = options.channel.send_buffer_bytes;
@@ -119,7 +118,8 @@ void Communicator::update_spin() {
   int spin = options_.spin_us;
   if (spin < 0) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    const auto allowed = static_cast<long>(util::allowed_cpus().size());
+    const auto known = static_cast<long>(util::allowed_cpus().size());
+    const long allowed = known > 0 ? known : online;  // unknown: assume all
     const long threads = static_cast<long>(local_ranks().size()) * options_.streams;
     spin = threads <= online && options_.streams <= allowed ? 50 : 0;
   }

@@ -38,9 +38,8 @@ struct CommunicatorOptions {
   // Address this rank binds on (a concrete interface address).
   std::string interface = "127.0.0.1";
   net::ChannelOptions channel;
-  // "tcp", "zmq", or "auto": tcp, unless the job's context uses CURVE (encryption), which only
-  // the ZeroMQ channels provide. Communicator's constructor treats auto as tcp; connect()
-  // resolves it from the context.
+  // "tcp", "zmq", or "auto": tcp, unless the mesh's channels use CURVE (encryption), which only
+  // the ZeroMQ channels provide (tcp with CURVE is a ConfigError).
   std::string transport = "auto";
   // TCP links: microseconds a wait polls before it sleeps (-1: auto, 50 when this host's ranks
   // times streams fit its CPUs and this rank's streams fit the CPUs it may use, else 0: a
@@ -64,7 +63,8 @@ struct CommunicatorOptions {
 
 class Communicator {
  public:
-  // Takes a mesh over every other rank with 2 * streams mesh streams (see make_mesh_spec).
+  // Takes a mesh over every other rank with 2 * streams mesh streams (see make_mesh_spec), and
+  // with the tcp transport sets up its links through it (every rank at the same time).
   Communicator(net::Mesh mesh, const CommunicatorOptions& options);
 
   // The mesh spec a Communicator with `options` needs (for tests that build meshes directly).
@@ -72,7 +72,6 @@ class Communicator {
                                       std::string job);
   // Builds the mesh through the rendezvous store (every rank calls it with the same `name`)
   // and returns the communicator. Blocks until connected or options.channel.connect_timeout_s.
-  // A ConfigError if options.transport is tcp and `context` uses CURVE.
   static std::shared_ptr<Communicator> connect(std::shared_ptr<net::Context> context,
                                                net::RendezvousClient& rendezvous, int rank,
                                                int world_size, const CommunicatorOptions& options,

@@ -114,7 +114,10 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
     : rank_(listener.spec_.rank),
       world_size_(listener.spec_.world_size),
       streams_(listener.spec_.streams),
-      peers_(listener.spec_.peers) {
+      peers_(listener.spec_.peers),
+      encrypted_(listener.context_->curve().has_value()),
+      job_(listener.spec_.job),
+      hello_key_(listener.spec_.hello_key) {
   const MeshSpec& spec = listener.spec_;
   const auto start = Clock::now();
   if (static_cast<int>(table.size()) != world_size_) {

@@ -86,12 +86,20 @@ class Mesh {
   int world_size() const { return world_size_; }
   int streams() const { return streams_; }
   const std::vector<int>& peers() const { return peers_; }
+  // What the handshakes proved, for links set up through this mesh (tcp_mesh.h): whether the
+  // channels are under CURVE, the spec's job and hello key.
+  bool encrypted() const { return encrypted_; }
+  const std::string& job() const { return job_; }
+  const std::optional<CurveKey>& hello_key() const { return hello_key_; }
 
  private:
   int rank_;
   int world_size_;
   int streams_;
   std::vector<int> peers_;
+  bool encrypted_;
+  std::string job_;
+  std::optional<CurveKey> hello_key_;
   std::map<int, std::vector<Channel>> channels_;  // peer -> one channel per stream
 };
 

@@ -29,7 +29,16 @@ constexpr std::size_t kMaxIovecs = 64;
 // This thread's links with queued sends: every wait on the thread moves them on.
 thread_local std::vector<TcpLink*> t_sending;
 
-bool is_disconnect(int error) { return error == EPIPE || error == ECONNRESET || error == ENOTCONN; }
+// Errors that mean the peer or the path to it is gone (reported as "disconnected").
+bool is_disconnect(int error) {
+  switch (error) {
+    case EPIPE: case ECONNRESET: case ENOTCONN: case ECONNABORTED: case ETIMEDOUT:
+    case EHOSTUNREACH: case ENETUNREACH: case EHOSTDOWN: case ENETDOWN:
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace
 
@@ -50,21 +59,25 @@ void TcpLink::require_open(std::string_view what) const {
   }
 }
 
-void TcpLink::fail(const char* call, int error, std::string_view what) const {
+void TcpLink::fail(const char* call, int error, std::string_view what) {
+  close();  // a failed call may have moved part of a message: nothing after it can be trusted
   throw CommError(fmt::format("{} failed: {} (errno {}), peer rank {} (stream {}, tcp {}), during: {}", call,
                               std::strerror(error), error, peer_, stream_, endpoint_, what));
 }
 
 void TcpLink::enlist() noexcept {
-  if (enlisted_) return;
+  if (sending_list_ != nullptr) return;
   t_sending.push_back(this);
-  enlisted_ = true;
+  sending_list_ = &t_sending;
 }
 
 void TcpLink::delist() noexcept {
-  if (!enlisted_) return;
-  t_sending.erase(std::remove(t_sending.begin(), t_sending.end(), this), t_sending.end());
-  enlisted_ = false;
+  if (sending_list_ == nullptr) return;
+  // The list of the thread that posted (the contract keeps other threads off this link while
+  // it is enlisted; this only guards a destructor that runs elsewhere after that thread ended
+  // its collective abnormally).
+  std::erase(*sending_list_, this);
+  sending_list_ = nullptr;
 }
 
 void TcpLink::close() noexcept {
@@ -171,14 +184,19 @@ void TcpLink::wait_posted(Deadline deadline, std::string_view what) {
   const auto start = Clock::now();
   try {
     while (!flush(what)) wait_for(POLLOUT, deadline, what, start);
-  } catch (const TimeoutError&) {
+  } catch (...) {
     abandon_posted();  // the caller may free its buffers once we throw
     throw;
   }
 }
 
 void TcpLink::send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) {
-  post(bytes, deadline, what);
+  try {
+    post(bytes, deadline, what);
+  } catch (...) {
+    abandon_posted();
+    throw;
+  }
   wait_posted(deadline, what);
 }
 
@@ -231,7 +249,7 @@ Message TcpLink::recv(Deadline deadline, std::string_view what) {
     }
     read_exact(message.mutable_bytes().data(), message.size(), deadline, what, start, consumed);
     return message;
-  } catch (const TimeoutError&) {
+  } catch (...) {
     // Inside a message, the position of the next one is lost: nothing after it can be trusted.
     if (consumed > 0) close();
     throw;

@@ -1,7 +1,7 @@
 // TcpLink: a Link over one plain TCP connection that the calling thread reads and writes
 // itself, with no I/O thread in between. A ZeroMQ message crosses two thread hand-offs per
-// side (caller -> I/O thread -> kernel and back); on this 2-core machine that made an 8-byte
-// exchange between two ranks take 50-60 us where the syscalls alone take 5-20 us.
+// side (caller -> I/O thread -> kernel and back); on a 2-core VM that made an 8-byte exchange
+// between two ranks take 50-60 us where the syscalls alone take 5-20 us.
 //
 // Framing: an 8-byte little-endian length, then the bytes. A received message is one
 // allocation (Message), read straight from the socket.
@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/io/atomic_file.h"
 #include "core/net/link.h"
@@ -44,13 +45,16 @@ class TcpLink final : public Link {
   ~TcpLink() override;
 
   // Throws TimeoutError at `deadline` and CommError when the peer has gone (connection reset
-  // or closed) or the link was closed; both name the peer rank, the stream and `what`.
+  // or closed) or the link was closed; both name the peer rank, the stream and `what`. A send
+  // or wait that fails drops what was queued (abandon_posted) before it throws, and any
+  // failure in the middle of a message closes the link.
   void send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) override;
-  // Never blocks: what the kernel does not take now is queued (the caller's buffer, not a copy).
+  // Never blocks and has no queue limit (unlike Channel's high-water mark): what the kernel
+  // does not take now is queued (the caller's buffer, not a copy); `deadline` is unused.
   void post(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) override;
   void wait_posted(Deadline deadline, std::string_view what) override;
-  // Drops queued messages; if one was partly written the stream is cut mid-message, so the
-  // link is closed (the peer's recv then fails with "disconnected").
+  // Drops queued messages and, if there were any, closes the link: the peer cannot tell where
+  // a cut message ends (its recv then fails with "disconnected").
   void abandon_posted() noexcept override;
   // Messages the peer sent before closing are delivered; then CommError "disconnected".
   Message recv(Deadline deadline, std::string_view what) override;
@@ -81,7 +85,8 @@ class TcpLink final : public Link {
   void require_open(std::string_view what) const;
   void enlist() noexcept;   // into this thread's links with queued sends
   void delist() noexcept;
-  [[noreturn]] void fail(const char* call, int error, std::string_view what) const;
+  // Closes the link and throws CommError for a failed call.
+  [[noreturn]] void fail(const char* call, int error, std::string_view what);
   std::string describe(short event) const;  // "recv from rank 2 (stream 0, tcp 127.0.0.1:41234)"
 
   io::FileDescriptor socket_;
@@ -90,7 +95,8 @@ class TcpLink final : public Link {
   std::string endpoint_;
   const std::atomic<int>* spin_us_;
   std::deque<Outgoing> queue_;
-  bool enlisted_ = false;
+  // The posting thread's list of links with queued sends while this one is on it, else null.
+  std::vector<TcpLink*>* sending_list_ = nullptr;
 };
 
 }  // namespace aiacc::net

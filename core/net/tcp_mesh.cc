@@ -27,14 +27,28 @@ namespace aiacc::net {
 namespace {
 
 constexpr std::array<char, 8> kHelloMagic = {'A', 'I', 'A', 'C', 'C', 'T', 'L', '1'};
-constexpr std::size_t kNonceChars = 64;  // generate_job_token(): 32 random bytes in hex
-constexpr std::size_t kHelloBytes = kHelloMagic.size() + 3 * sizeof(std::uint32_t) + kNonceChars;
+constexpr std::size_t kNonceChars = 64;   // generate_job_token(): 32 random bytes in hex
+constexpr std::size_t kProofBytes = 32;   // keyed_hash(); zeros in a mesh without a hello key
+constexpr std::size_t kHelloBytes = kHelloMagic.size() + 3 * sizeof(std::uint32_t) + kNonceChars + kProofBytes;
 constexpr char kAccepted = 'A';
+constexpr std::size_t kAnswerBytes = 1 + kProofBytes;  // kAccepted and the acceptor's proof
+// Connections accepted whose hello has not arrived yet; more are refused at once, so a
+// scanner cannot use up this process's file descriptors.
+constexpr std::size_t kMaxPendingHellos = 64;
 
 struct Hello {
   int from = -1, to = -1, stream = -1;
   std::string nonce;
+  std::string proof;
 };
+
+// In a mesh with a hello key (plain TCP in a job with a token), hellos and answers carry a MAC
+// of the link and the acceptor's nonce, as the mesh's own handshakes do: only the job's
+// processes can make one, and one is good for one link of one mesh.
+std::string link_proof(const Mesh& control, const char* kind, int from, int to, int stream, const std::string& nonce) {
+  if (!control.hello_key()) return std::string(kProofBytes, '\0');
+  return keyed_hash(*control.hello_key(), fmt::format("tcp-{}|{}|{}|{}|{}|{}", kind, from, to, stream, control.job(), nonce));
+}
 
 std::array<std::byte, kHelloBytes> encode_hello(const Hello& hello) {
   std::array<std::byte, kHelloBytes> out{};
@@ -47,6 +61,8 @@ std::array<std::byte, kHelloBytes> encode_hello(const Hello& hello) {
     p += sizeof le;
   }
   std::memcpy(p, hello.nonce.data(), std::min(hello.nonce.size(), kNonceChars));
+  p += kNonceChars;
+  std::memcpy(p, hello.proof.data(), std::min(hello.proof.size(), kProofBytes));
   return out;
 }
 
@@ -62,6 +78,8 @@ bool decode_hello(const std::array<std::byte, kHelloBytes>& in, Hello& hello) {
     p += sizeof le;
   }
   hello.nonce.assign(reinterpret_cast<const char*>(p), kNonceChars);
+  p += kNonceChars;
+  hello.proof.assign(reinterpret_cast<const char*>(p), kProofBytes);
   return true;
 }
 
@@ -127,29 +145,49 @@ void resolve_numeric(const std::string& host, const std::string& port, bool pass
   }
 }
 
-// Waits for `events` on `fd` until `deadline`; false on timeout.
-bool wait_fd(int fd, short events, Deadline deadline) {
+// Waits for `events` on `fd` until `deadline`: false on timeout, CommError if poll fails.
+bool wait_fd(int fd, short events, Deadline deadline, const std::string& context) {
   for (;;) {
     const long timeout = remaining_ms(deadline);
     pollfd item{fd, events, 0};
     const int ready = ::poll(&item, 1, static_cast<int>(timeout));
     if (ready > 0) return true;
     if (ready == 0 && timeout == 0) return false;
-    if (ready < 0 && errno != EINTR) return false;
+    if (ready < 0 && errno != EINTR) fail_errno("poll", context);
   }
 }
 
-// Writes or reads all of `bytes` on a non-blocking socket; false on timeout or failure.
-bool write_all(int fd, const std::byte* bytes, std::size_t size, Deadline deadline) {
+// Writes all of `bytes` on a non-blocking socket: TimeoutError at `deadline`, CommError if the
+// connection fails.
+void write_all(int fd, const std::byte* bytes, std::size_t size, Deadline deadline, const std::string& context) {
   std::size_t done = 0;
   while (done < size) {
     const ssize_t n = ::send(fd, bytes + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<std::size_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!wait_fd(fd, POLLOUT, deadline)) return false;
+      if (!wait_fd(fd, POLLOUT, deadline, context)) throw TimeoutError(fmt::format("{}: timed out sending", context));
     } else {
+      fail_errno("send", context);
+    }
+  }
+}
+
+// Reads exactly `size` bytes: TimeoutError at `deadline`; false if the peer closes first.
+bool read_all(int fd, std::byte* bytes, std::size_t size, Deadline deadline, const std::string& context) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::recv(fd, bytes + done, size - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n == 0) {
       return false;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      if (!wait_fd(fd, POLLIN, deadline, context)) throw TimeoutError(fmt::format("{}: timed out waiting", context));
+    } else if (errno == ECONNRESET) {
+      return false;
+    } else {
+      fail_errno("recv", context);
     }
   }
   return true;
@@ -159,7 +197,7 @@ io::FileDescriptor listen_on(const TcpMeshOptions& options, std::string& host, s
   const std::string context = fmt::format("tcp mesh: listening on {}", options.interface);
   AddressList addresses;
   resolve_numeric(options.interface, "0", true, addresses, context);
-  io::FileDescriptor fd(::socket(addresses.head->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  io::FileDescriptor fd(::socket(addresses.head->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) fail_errno("socket", context);
   set_buffers(fd.get(), options, context);  // accepted connections inherit them
   if (::bind(fd.get(), addresses.head->ai_addr, addresses.head->ai_addrlen) != 0) fail_errno("bind", context);
@@ -179,7 +217,7 @@ io::FileDescriptor connect_to(const std::string& host, const std::string& port, 
   if (::connect(fd.get(), addresses.head->ai_addr, addresses.head->ai_addrlen) != 0 && errno != EINPROGRESS) {
     fail_errno("connect", context);
   }
-  if (!wait_fd(fd.get(), POLLOUT, deadline)) {
+  if (!wait_fd(fd.get(), POLLOUT, deadline, context)) {
     throw TimeoutError(fmt::format("{}: no connection before the deadline", context));
   }
   int error = 0;
@@ -240,21 +278,20 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
   struct Outbound {
     int peer, stream;
     io::FileDescriptor fd;
-    std::string endpoint;
+    std::string endpoint, nonce, context;
   };
   std::vector<Outbound> outbound;
   for (int peer : lower) {
     const PeerAddress address =
         parse_peer_address(control.channel(peer, 0).recv(deadline, "tcp mesh: receiving a peer's address"), peer);
     for (int stream = 0; stream < streams; ++stream) {
-      const std::string context = fmt::format("tcp mesh: rank {} connecting to rank {} (stream {}) at {}:{}", rank,
-                                              peer, stream, address.host, address.port);
+      std::string context = fmt::format("tcp mesh: rank {} connecting to rank {} (stream {}) at {}:{}", rank, peer,
+                                        stream, address.host, address.port);
       io::FileDescriptor fd = connect_to(address.host, address.port, options, deadline, context);
-      const auto hello = encode_hello({rank, peer, stream, address.nonce});
-      if (!write_all(fd.get(), hello.data(), hello.size(), deadline)) {
-        throw CommError(fmt::format("{}: sending the hello failed or timed out", context));
-      }
-      outbound.push_back({peer, stream, std::move(fd), address.host + ":" + address.port});
+      const auto hello = encode_hello(
+          {rank, peer, stream, address.nonce, link_proof(control, "hello", rank, peer, stream, address.nonce)});
+      write_all(fd.get(), hello.data(), hello.size(), deadline, context);
+      outbound.push_back({peer, stream, std::move(fd), address.host + ":" + address.port, address.nonce, std::move(context)});
     }
   }
   // 3. Accept the higher peers' connections.
@@ -266,6 +303,27 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
   auto refuse = [&](PendingHello& connection, const std::string& why) {
     log::get("net")->warn("tcp mesh: rank {} refused a connection from {}: {}", rank, connection.from, why);
     connection.fd = io::FileDescriptor();
+  };
+  auto accept_hello = [&](PendingHello& connection) {
+    Hello hello;
+    if (!decode_hello(connection.bytes, hello)) return refuse(connection, "not an aiacc tcp hello");
+    if (hello.to != rank || !same_mac(hello.nonce, nonce)) {
+      return refuse(connection, fmt::format("a hello for rank {} of another mesh (claims rank {})", hello.to, hello.from));
+    }
+    if (!same_mac(hello.proof, link_proof(control, "hello", hello.from, rank, hello.stream, nonce))) {
+      return refuse(connection, fmt::format("claims rank {} stream {} without the job token's proof", hello.from, hello.stream));
+    }
+    if (missing.erase({hello.from, hello.stream}) == 0) {
+      return refuse(connection, fmt::format("rank {} stream {} is not expected here or already connected", hello.from, hello.stream));
+    }
+    std::array<std::byte, kAnswerBytes> answer{};
+    answer[0] = static_cast<std::byte>(kAccepted);
+    const std::string proof = link_proof(control, "accept", hello.from, rank, hello.stream, nonce);
+    std::memcpy(answer.data() + 1, proof.data(), kProofBytes);
+    write_all(connection.fd.get(), answer.data(), answer.size(), deadline,
+              fmt::format("tcp mesh: rank {} confirming rank {} stream {}", rank, hello.from, hello.stream));
+    links_.try_emplace({hello.from, hello.stream}, std::move(connection.fd), hello.from, hello.stream, connection.from,
+                       spin_us_.get());
   };
   while (!missing.empty()) {
     std::vector<pollfd> fds{{listener.get(), POLLIN, 0}};
@@ -283,58 +341,50 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
       PendingHello& connection = pending[i - 1];
       const ssize_t n = ::recv(connection.fd.get(), connection.bytes.data() + connection.got,
                                kHelloBytes - connection.got, MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
       if (n <= 0) {
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        refuse(connection, "closed before its hello");
+        refuse(connection, "closed or failed before its hello");
         continue;
       }
       connection.got += static_cast<std::size_t>(n);
-      if (connection.got < kHelloBytes) continue;
-      Hello hello;
-      if (!decode_hello(connection.bytes, hello)) {
-        refuse(connection, "not an aiacc tcp hello");
-      } else if (hello.to != rank || hello.nonce != nonce) {
-        refuse(connection, fmt::format("a hello for rank {} with another mesh's nonce (claims rank {})", hello.to, hello.from));
-      } else if (missing.erase({hello.from, hello.stream}) == 0) {
-        refuse(connection, fmt::format("rank {} stream {} is not expected here or already connected", hello.from, hello.stream));
-      } else {
-        const char accepted = kAccepted;
-        if (!write_all(connection.fd.get(), reinterpret_cast<const std::byte*>(&accepted), 1, deadline)) {
-          throw CommError(fmt::format("tcp mesh: rank {} could not confirm rank {} stream {}", rank, hello.from, hello.stream));
-        }
-        links_.try_emplace({hello.from, hello.stream}, std::move(connection.fd), hello.from, hello.stream,
-                           connection.from, spin_us_.get());
-      }
+      if (connection.got == kHelloBytes) accept_hello(connection);
     }
     std::erase_if(pending, [](const PendingHello& connection) { return !connection.fd.valid(); });
-    if ((fds[0].revents & POLLIN) != 0) {
-      io::FileDescriptor fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!fd.valid()) {
-        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) fail_errno("accept", "tcp mesh: accepting connections");
-        continue;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    io::FileDescriptor fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      const int error = errno;
+      if (error == EMFILE || error == ENFILE) {
+        // Out of descriptors: drop the oldest unproven connection, or give up if none.
+        if (pending.empty()) fail_errno("accept", "tcp mesh: accepting connections");
+        refuse(pending.front(), "dropped: this process ran out of file descriptors");
+        pending.erase(pending.begin());
+      } else if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR && error != ECONNABORTED) {
+        fail_errno("accept", "tcp mesh: accepting connections");
       }
-      const auto [host, port] = numeric_address(fd.get(), true);
-      configure(fd.get(), fmt::format("tcp mesh: connection from {}:{}", host, port));
-      pending.push_back({std::move(fd), {}, 0, host + ":" + port});
+      continue;
     }
+    const auto [host, port] = numeric_address(fd.get(), true);
+    PendingHello connection{std::move(fd), {}, 0, host + ":" + port};
+    if (pending.size() >= kMaxPendingHellos) {
+      refuse(connection, fmt::format("{} connections are already waiting for their hellos", pending.size()));
+      continue;
+    }
+    configure(connection.fd.get(), fmt::format("tcp mesh: connection from {}", connection.from));
+    pending.push_back(std::move(connection));
   }
   // 4. The lower peers' confirmations.
   for (Outbound& connection : outbound) {
-    char answer = 0;
-    for (;;) {
-      const ssize_t n = ::recv(connection.fd.get(), &answer, 1, MSG_DONTWAIT);
-      if (n == 1) break;
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-        if (wait_fd(connection.fd.get(), POLLIN, deadline)) continue;
-        throw TimeoutError(fmt::format("tcp mesh: rank {} did not confirm rank {}'s connection on stream {}",
-                                       connection.peer, rank, connection.stream));
-      }
-      answer = 0;
-      break;
-    }
-    if (answer != kAccepted) {
+    std::array<std::byte, kAnswerBytes> answer{};
+    const bool answered = read_all(connection.fd.get(), answer.data(), answer.size(), deadline, connection.context);
+    const std::string expected = link_proof(control, "accept", rank, connection.peer, connection.stream, connection.nonce);
+    if (!answered || answer[0] != static_cast<std::byte>(kAccepted)) {
       throw CommError(fmt::format("tcp mesh: rank {} refused rank {}'s connection on stream {} (its log says why)",
                                   connection.peer, rank, connection.stream));
+    }
+    if (!same_mac({reinterpret_cast<const char*>(answer.data() + 1), kProofBytes}, expected)) {
+      throw CommError(fmt::format("tcp mesh: the process answering as rank {} (stream {}, {}) lacks the job token's proof",
+                                  connection.peer, connection.stream, connection.endpoint));
     }
     links_.try_emplace({connection.peer, connection.stream}, std::move(connection.fd), connection.peer,
                        connection.stream, connection.endpoint, spin_us_.get());

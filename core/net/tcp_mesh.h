@@ -3,16 +3,19 @@
 //
 // Set-up, run by every rank of the mesh at the same time:
 //   1. each rank listens on one OS-chosen port of `interface` and sends every higher peer its
-//      address and a fresh random nonce over the mesh (stream 0), which already proved the
-//      job's identity (and token, or CURVE);
+//      address and a fresh random nonce over the mesh (stream 0), whose handshake already
+//      proved the job (its token, or CURVE);
 //   2. each rank connects to every lower peer once per stream and sends a hello: its rank, the
-//      rank it expects, the stream and that peer's nonce;
-//   3. each rank accepts its higher peers' connections and answers a hello that names it,
-//      a stream not yet taken and its own nonce with one byte; anything else is refused,
-//      logged and closed (a scanner, a stale process, another job);
-//   4. each rank waits for its lower peers' answers.
+//      rank it expects, the stream, that peer's nonce and, when the mesh has a hello key (plain
+//      TCP in a job with a token), a MAC of all of them;
+//   3. each rank accepts its higher peers' connections and answers a hello that names it, a
+//      stream not yet taken, its own nonce and a valid MAC with an accept carrying its own MAC;
+//      anything else is refused, logged and closed (a scanner, a stale process, another job);
+//   4. each rank waits for its lower peers' answers and checks their MACs.
 // Lower ranks never wait for higher ones before accepting, so set-up cannot deadlock.
-// The links carry bytes in the clear: with CURVE (encryption) on, use the Mesh's channels.
+// The links carry bytes in the clear, like the mesh's channels without CURVE: whoever can read
+// the network can read the gradients and the nonces. Communicator keeps CURVE meshes on their
+// ZeroMQ channels.
 #pragma once
 
 #include <atomic>

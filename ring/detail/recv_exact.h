@@ -13,13 +13,13 @@
 
 namespace aiacc::ring::detail {
 
-inline net::Message recv_exact(net::Link& channel, std::size_t expected_bytes, net::Deadline deadline,
+inline net::Message recv_exact(net::Link& link, std::size_t expected_bytes, net::Deadline deadline,
                                std::string_view what) {
-  net::Message message = channel.recv(deadline, what);
+  net::Message message = link.recv(deadline, what);
   if (message.size() != expected_bytes) {
     throw CommError(fmt::format("{}: rank {} sent {} bytes on stream {}, expected {}: the ranks disagree on the "
                                 "buffer size, dtype or wire type",
-                                what, channel.peer(), message.size(), channel.stream() / 2, expected_bytes));
+                                what, link.peer(), message.size(), link.stream() / 2, expected_bytes));
   }
   return message;
 }

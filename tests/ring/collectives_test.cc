@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/net/security.h"
 #include "ring/allgather.h"
 #include "ring/barrier.h"
 #include "ring/broadcast.h"
@@ -78,6 +79,38 @@ TEST(Barrier, MissingRankTimesOutNamingTheBarrier) {
     FAIL();
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("end of epoch"), std::string::npos) << e.what();
+  }
+}
+
+// A ring whose mesh runs under CURVE keeps its encrypted ZeroMQ channels: auto picks zmq (and
+// a broadcast works), an explicit tcp is a ConfigError on every rank instead of plain text.
+TEST(CommunicatorTransport, CurveMeshesKeepTheirEncryptedChannels) {
+  const std::string token = net::generate_job_token();
+  for (const char* transport : {"auto", "tcp"}) {
+    testing::LocalExchange exchange(2);
+    std::vector<std::string> outcome(2);
+    testing::run_ranks(2, [&](int rank) {
+      const auto options = ring_options(1, 10.0, transport);
+      net::MeshListener listener(net::Context::create(1, net::CurveKeys::from_token(token)),
+                                 Communicator::make_mesh_spec(rank, 2, options, "curve-test"));
+      auto table = exchange.exchange(rank, listener.addresses());
+      net::Mesh mesh(std::move(listener), table, net::deadline_after(10));
+      try {
+        auto comm = std::make_shared<Communicator>(std::move(mesh), options);
+        int value = rank == 0 ? 42 : 0;
+        Broadcast(comm, Buffer{&value, 1, DType::i32}, 0).run();
+        outcome[static_cast<std::size_t>(rank)] = fmt::format("{} {}", comm->transport(), value);
+      } catch (const ConfigError& e) {
+        outcome[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+    for (const std::string& o : outcome) {
+      if (std::string(transport) == "auto") {
+        EXPECT_EQ(o, "zmq 42");
+      } else {
+        EXPECT_NE(o.find("unencrypted"), std::string::npos) << o;
+      }
+    }
   }
 }
 

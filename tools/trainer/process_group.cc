@@ -120,6 +120,9 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
                                        dense_options, "dense");
   ring::CommunicatorOptions control_options = cluster.ring.comm;
   control_options.streams = 1;
+  // Always under the job's context (CURVE when on): a tcp choice meant for the dense ring
+  // (encrypt_ring: false) becomes auto here, which picks zmq under CURVE.
+  if (control_options.transport == "tcp") control_options.transport = "auto";
   control_ = ring::Communicator::connect(context_, *rendezvous_, role.rank, cluster.workers,
                                          control_options, "control");
 }

@@ -9,8 +9,15 @@
 #include <string>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <sstream>
+
 #include "core/error.h"
 #include "core/net/mesh.h"
+#include "core/net/security.h"
 #include "core/net/tcp_mesh.h"
 #include "tests/core/net/net_fixture.h"
 #include "tests/testing/run_ranks.h"
@@ -213,6 +220,54 @@ TEST(TcpMesh, AMissingPeerIsATimeoutNamingIt) {
       EXPECT_THAT(e.what(), HasSubstr("tcp mesh"));
     }
     failed.count_down();
+  });
+}
+
+TEST(TcpMesh, WithAHelloKeyLinksProveTheTokenAndCarryBytes) {
+  const CurveKey key = CurveKeys::from_token(generate_job_token()).hello_key;
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    auto spec = spec_for(rank, 2, 2);
+    spec.hello_key = key;
+    Mesh mesh = local_mesh(exchange, spec);
+    TcpMesh tcp(mesh, {}, deadline_after(10));
+    const int peer = 1 - rank;
+    tcp.link(peer, rank).send(pattern(333, rank), deadline_after(10), "proven");
+    EXPECT_TRUE(same_bytes(tcp.link(peer, peer).recv(deadline_after(10), "proven").bytes(), pattern(333, peer)));
+  });
+}
+
+// A process that learnt the listener's address but sends no valid hello (a scanner, another
+// job) is refused; the rank that waits for the real peer names it when its deadline passes.
+TEST(TcpMesh, AForeignHelloIsRefusedAndTheMissingPeerNamed) {
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    if (rank == 0) {
+      try {
+        TcpMesh tcp(mesh, {}, deadline_after(1.0));
+        ADD_FAILURE() << "expected TimeoutError";
+      } catch (const TimeoutError& e) {
+        EXPECT_THAT(e.what(), HasSubstr("rank 1 stream 0"));
+      }
+      return;
+    }
+    // Rank 1 plays the intruder: it reads rank 0's address and sends garbage as its hello.
+    const Message address = mesh.channel(0, 0).recv(deadline_after(5), "address");
+    std::istringstream in(std::string(reinterpret_cast<const char*>(address.bytes().data()), address.size()));
+    std::string tag, host;
+    int port = 0;
+    ASSERT_TRUE(in >> tag >> host >> port);
+    io::FileDescriptor fd(::socket(AF_INET, SOCK_STREAM, 0));
+    sockaddr_in target{};
+    target.sin_family = AF_INET;
+    target.sin_port = htons(static_cast<std::uint16_t>(port));
+    ASSERT_EQ(inet_pton(AF_INET, host.c_str(), &target.sin_addr), 1);
+    ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&target), sizeof target), 0);
+    const std::string garbage(200, 'x');
+    ASSERT_EQ(::send(fd.get(), garbage.data(), garbage.size(), MSG_NOSIGNAL), static_cast<ssize_t>(garbage.size()));
+    char byte = 0;
+    EXPECT_LE(::recv(fd.get(), &byte, 1, 0), 0) << "the intruder got an answer";
   });
 }
 
