@@ -23,6 +23,8 @@ class AutoTuner {
  public:
   // Tries each candidate for warmup_steps (not measured: connections and caches settle) plus
   // measured_steps steps; the score of a candidate is the median of its measured step times.
+  // The choice: the fewest streams among the candidates within 5% of the best score (the
+  // fastest of those if they tie on streams).
   AutoTuner(std::shared_ptr<Communicator> comm, std::vector<TuningCandidate> candidates, int warmup_steps = 1,
             int measured_steps = 3);
 
@@ -48,10 +50,10 @@ class AutoTuner {
   std::vector<double> scores_;
 };
 
-// Weights for multi-stream splits from measured per-stream throughput, agreed on by all ranks:
-// every `every_runs` recorded runs, the ranks sum their per-stream bytes/second (a small
-// allreduce, bitwise equal everywhere) and set the communicator's weights proportional to the
-// mean rate, so a stream capped by the network gets less of each buffer.
+// Weights for multi-stream splits from measured per-stream times, agreed on by all ranks:
+// every `every_runs` recorded runs, the ranks sum their per-stream seconds (a small allreduce,
+// bitwise equal everywhere) and move the communicator's weights toward equal finishing times,
+// so a stream capped by the network gets less of each buffer and a fast one more.
 class StreamBalancer {
  public:
   StreamBalancer(std::shared_ptr<Communicator> comm, int every_runs = 8);
