@@ -25,7 +25,7 @@
 // --ranks processes there, and host 0's launcher serves the store on its address.
 // Timing: per size, a barrier, `warmup` untimed runs, then runs until ~--seconds have passed
 // (at least 3); the time is rank 0's mean per run. --streams auto tunes the stream count
-// (AutoTuner over 1, 2, 4, ... --max-streams) on the largest size before measuring.
+// (AutoTuner over 1, 2, 4, ... --max-streams) for each size before measuring it (column K).
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -164,6 +164,7 @@ std::vector<std::int64_t> sizes(const Args& a) {
 struct Row {
   std::int64_t bytes = 0;
   double seconds = 0;
+  int streams = 1;  // active streams while timed (per size under --streams auto)
 };
 
 double busbw(double bytes, double seconds, int world) {
@@ -198,20 +199,27 @@ int run_worker(const Args& a) {
   const auto all_sizes = sizes(a);
   std::vector<float> data(static_cast<std::size_t>(all_sizes.back() / 4 + 1));
 
-  if (tune) {
+  // --streams auto: the fastest stream count for each size (AutoTuner over 1, 2, 4, ...), as a
+  // trainer tunes for its bucket size; sizes that recursive doubling serves use one stream.
+  auto tune_streams = [&](ring::Allreduce& allreduce, std::int64_t bytes) {
+    if (!tune) return;
+    if (allreduce.ring() == nullptr) {
+      comm->set_active_streams(1);
+      return;
+    }
     std::vector<ring::TuningCandidate> candidates;
-    for (int k = 1; k <= a.max_streams; k *= 2) candidates.push_back({all_sizes.back(), k});
+    for (int k = 1; k <= a.max_streams; k *= 2) candidates.push_back({bytes, k});
     ring::AutoTuner tuner(comm, candidates, 1, 3);
-    const std::int64_t count = std::min<std::int64_t>(all_sizes.back() / 4, 16 << 20);
-    ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, spec);
     comm->set_active_streams(tuner.current().streams);
+    // Back to back, as timed below: a pause between runs lets a rate-capped link refill its
+    // burst allowance, which flattered some stream counts in tuning but not in the timed runs.
+    ring::barrier(*comm, "tuning");
     while (!tuner.done()) {
-      ring::barrier(*comm, "tuning");
       const auto start = net::Clock::now();
       allreduce.run();
       if (tuner.record(net::seconds_since(start))) comm->set_active_streams(tuner.current().streams);
     }
-  }
+  };
 
   std::vector<Row> rows;
   std::map<std::string, bool> algorithms;
@@ -227,6 +235,7 @@ int run_worker(const Args& a) {
     timed.op = ring::ReduceOp::kAverage;
     ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, timed, tuning);
     algorithms[allreduce.algorithm()] = true;
+    tune_streams(allreduce, bytes);
     ring::StreamBalancer balancer(comm, std::max(1, a.rebalance));
     auto once = [&] {
       allreduce.run();
@@ -254,7 +263,7 @@ int run_worker(const Args& a) {
     ring::barrier(*comm, "timed");
     start = net::Clock::now();
     for (int it = 0; it < iters; ++it) once();
-    rows.push_back({bytes, net::seconds_since(start) / iters});
+    rows.push_back({bytes, net::seconds_since(start) / iters, comm->active_streams()});
   }
   if (a.rank == 0) {
     std::string used;
@@ -262,7 +271,9 @@ int run_worker(const Args& a) {
     std::cout << "RESULT "
               << nlohmann::json{{"streams", comm->active_streams()}, {"algorithms", used}, {"transport", comm->transport()}}.dump()
               << "\n";
-    for (const Row& r : rows) std::cout << "RESULT " << nlohmann::json{{"bytes", r.bytes}, {"seconds", r.seconds}}.dump() << "\n";
+    for (const Row& r : rows) {
+      std::cout << "RESULT " << nlohmann::json{{"bytes", r.bytes}, {"seconds", r.seconds}, {"row_streams", r.streams}}.dump() << "\n";
+    }
   }
   ring::barrier(*comm, "end");
   return 0;
@@ -332,7 +343,7 @@ Results parse_results(const std::string& text) {
       results.algorithms = j["algorithms"];
       results.transport = j["transport"];
     } else {
-      results.rows.push_back({j["bytes"], j["seconds"]});
+      results.rows.push_back({j["bytes"], j["seconds"], j["row_streams"]});
     }
   }
   return results;
@@ -426,7 +437,8 @@ int run_launcher(Args a) {
   }
   if (host != 0) return 0;
   const Results results = parse_results(rank0_output);
-  const int streams = results.streams;
+  const bool tuned = a.streams == "auto";
+  const int streams = tuned ? a.max_streams : results.streams;
   const auto& rows = results.rows;
 
   std::map<std::string, std::map<std::int64_t, double>> mpi;
@@ -434,10 +446,11 @@ int run_launcher(Args a) {
     std::istringstream list(a.mpi);
     for (std::string t; std::getline(list, t, ',');) mpi[t] = run_mpi(a, t, world);
   }
-  std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {} stream{}{}, wire {}, fp32, transport {}; algorithms: {}\n",
-                           world, hosts, hosts == 1 ? "" : "s", streams, streams == 1 ? "" : "s",
-                           a.streams == "auto" ? " (auto-tuned)" : "", a.wire, results.transport, results.algorithms);
+  std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {}{} stream{}{}, wire {}, fp32, transport {}; algorithms: {}\n",
+                           world, hosts, hosts == 1 ? "" : "s", tuned ? "1 to " : "", streams, streams == 1 ? "" : "s",
+                           tuned ? " auto-tuned per size (K)" : "", a.wire, results.transport, results.algorithms);
   std::cout << fmt::format("{:>12} {:>11} {:>9} {:>9}", "size(B)", "time(us)", "algbw", "busbw");
+  if (tuned) std::cout << fmt::format(" {:>3}", "K");
   for (const auto& [t, _] : mpi) std::cout << fmt::format(" {:>12} {:>9} {:>7}", "mpi-" + t + "(us)", "busbw", "ratio");
   std::cout << "   (GB/s; ratio = aiacc busbw / OpenMPI busbw)\n";
   nlohmann::json out = nlohmann::json::array();
@@ -445,8 +458,9 @@ int run_launcher(Args a) {
     const double alg = static_cast<double>(r.bytes) / r.seconds / 1e9;
     const double bus = busbw(static_cast<double>(r.bytes), r.seconds, world);
     std::cout << fmt::format("{:>12} {:>11.1f} {:>9.3f} {:>9.3f}", r.bytes, r.seconds * 1e6, alg, bus);
+    if (tuned) std::cout << fmt::format(" {:>3}", r.streams);
     nlohmann::json j{{"bytes", r.bytes}, {"time_us", r.seconds * 1e6}, {"algbw_gbs", alg}, {"busbw_gbs", bus},
-                     {"ranks", world}, {"hosts", hosts}, {"streams", streams}, {"wire", a.wire},
+                     {"ranks", world}, {"hosts", hosts}, {"streams", r.streams}, {"wire", a.wire},
                      {"transport", results.transport}};
     for (const auto& [t, m] : mpi) {
       const auto it = m.find(r.bytes);
