@@ -16,20 +16,11 @@
 namespace aiacc::net {
 namespace {
 
-using aiacc::testing::fast_options;
 using aiacc::testing::LocalExchange;
 using aiacc::testing::local_mesh;
+using aiacc::testing::mesh_spec;
 using aiacc::testing::run_ranks;
 using ::testing::HasSubstr;
-
-MeshSpec spec_for(int rank, int world, int streams) {
-  MeshSpec spec;
-  spec.rank = rank;
-  spec.world_size = world;
-  spec.streams = streams;
-  spec.channel = fast_options();
-  return spec;
-}
 
 // Sends (from, to, stream) on every channel and checks what arrives names the expected triple.
 void check_wiring(Mesh& mesh) {
@@ -59,7 +50,7 @@ TEST_P(FullMesh, EveryChannelReachesTheRightPeerAndStream) {
   const auto [world, streams] = GetParam();
   LocalExchange exchange(world);
   run_ranks(world, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, world, streams));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, world, streams));
     EXPECT_EQ(static_cast<int>(mesh.peers().size()), world - 1);
     check_wiring(mesh);
   });
@@ -73,7 +64,7 @@ TEST(Mesh, RingNeighboursOnly) {
   const int world = 5;
   LocalExchange exchange(world);
   run_ranks(world, [&](int rank) {
-    MeshSpec spec = spec_for(rank, world, 2);
+    MeshSpec spec = mesh_spec(rank, world, 2);
     spec.peers = {(rank + world - 1) % world, (rank + 1) % world};
     Mesh mesh = local_mesh(exchange, spec);
     EXPECT_EQ(mesh.peers().size(), 2u);
@@ -84,7 +75,7 @@ TEST(Mesh, RingNeighboursOnly) {
 
 TEST(Mesh, HelloFromTheWrongRankIsACommErrorNamingBoth) {
   auto context = Context::create();
-  MeshListener listener(context, spec_for(0, 3, 1));  // expects rank 1 and rank 2
+  MeshListener listener(context, mesh_spec(0, 3, 1));  // expects rank 1 and rank 2
   std::string endpoint;
   for (const auto& entry : listener.addresses()) {
     int peer = -1;
@@ -123,7 +114,7 @@ TEST(Mesh, JobMismatchFailsBothSides) {
   LocalExchange exchange(2);
   std::atomic<int> failures{0};
   run_ranks(2, [&](int rank) {
-    MeshSpec spec = spec_for(rank, 2, 1);
+    MeshSpec spec = mesh_spec(rank, 2, 1);
     spec.job = rank == 0 ? "job-a" : "job-b";
     try {
       local_mesh(exchange, spec);
@@ -141,7 +132,7 @@ TEST(Mesh, JobMismatchFailsBothSides) {
 
 TEST(Mesh, PeerThatNeverConnectsIsATimeoutListingIt) {
   auto context = Context::create();
-  MeshListener listener(context, spec_for(0, 3, 2));
+  MeshListener listener(context, mesh_spec(0, 3, 2));
   const auto start = Clock::now();
   try {
     Mesh mesh(std::move(listener), AddressTable(3), deadline_after(0.3));
@@ -156,7 +147,7 @@ TEST(Mesh, PeerThatNeverConnectsIsATimeoutListingIt) {
 
 TEST(Mesh, PeerPublishingNoAddressForUsIsACommError) {
   auto context = Context::create();
-  MeshListener listener(context, spec_for(1, 2, 1));  // rank 1 connects to rank 0
+  MeshListener listener(context, mesh_spec(1, 2, 1));  // rank 1 connects to rank 0
   AddressTable table(2);
   table[0] = {"5:0=tcp://127.0.0.1:1"};  // rank 0 listens for someone else
   try {
@@ -169,9 +160,9 @@ TEST(Mesh, PeerPublishingNoAddressForUsIsACommError) {
 
 TEST(Mesh, BadSpecIsACommError) {
   auto context = Context::create();
-  EXPECT_THROW(MeshListener(context, spec_for(3, 3, 1)), CommError);
-  EXPECT_THROW(MeshListener(context, spec_for(0, 2, 0)), CommError);
-  MeshSpec spec = spec_for(0, 2, 1);
+  EXPECT_THROW(MeshListener(context, mesh_spec(3, 3, 1)), CommError);
+  EXPECT_THROW(MeshListener(context, mesh_spec(0, 2, 0)), CommError);
+  MeshSpec spec = mesh_spec(0, 2, 1);
   spec.peers = {0};
   EXPECT_THROW(MeshListener(context, spec), CommError);
 }

@@ -24,6 +24,16 @@ inline net::ChannelOptions fast_options() {
   return options;
 }
 
+// The spec of rank `rank` in a full mesh of `world` ranks with `streams` channels per peer.
+inline net::MeshSpec mesh_spec(int rank, int world, int streams, net::ChannelOptions options = fast_options()) {
+  net::MeshSpec spec;
+  spec.rank = rank;
+  spec.world_size = world;
+  spec.streams = streams;
+  spec.channel = options;
+  return spec;
+}
+
 // Every rank binds, publishes into a shared table, waits for all, then connects.
 class LocalExchange {
  public:

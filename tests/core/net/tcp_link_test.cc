@@ -25,22 +25,13 @@
 namespace aiacc::net {
 namespace {
 
-using aiacc::testing::fast_options;
 using aiacc::testing::LocalExchange;
 using aiacc::testing::local_mesh;
+using aiacc::testing::mesh_spec;
 using aiacc::testing::pattern;
 using aiacc::testing::run_ranks;
 using aiacc::testing::same_bytes;
 using ::testing::HasSubstr;
-
-MeshSpec spec_for(int rank, int world, int streams) {
-  MeshSpec spec;
-  spec.rank = rank;
-  spec.world_size = world;
-  spec.streams = streams;
-  spec.channel = fast_options();
-  return spec;
-}
 
 const std::vector<std::size_t> kSizes = {0, 1, 7, 8, 4096, 65537, 3 << 20};
 
@@ -51,7 +42,7 @@ TEST_P(TcpLinkExchange, BothDirectionsAtOnceDeliverExactBytesInOrder) {
   const auto [spin_us, buffer_bytes] = GetParam();
   LocalExchange exchange(2);
   run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 2));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 2));
     TcpMeshOptions options;
     options.spin_us = spin_us;
     options.send_buffer_bytes = buffer_bytes;
@@ -89,7 +80,7 @@ TEST(TcpLink, SilentPeerTimesOutNamingPeerAndOperationAndTheLinkStaysUsable) {
   LocalExchange exchange(2);
   std::latch timed_out(1);
   run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
     TcpMesh tcp(mesh, {}, deadline_after(10));
     TcpLink& link = tcp.link(1 - rank, 0);
     if (rank == 1) {
@@ -116,7 +107,7 @@ TEST(TcpLink, BlockedSenderTimesOutNamingPeerAndClosesTheLink) {
   LocalExchange exchange(2);
   std::latch done(1);
   run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
     TcpMeshOptions options;
     options.send_buffer_bytes = 4096;
     options.recv_buffer_bytes = 4096;
@@ -144,7 +135,7 @@ TEST(TcpLink, BlockedSenderTimesOutNamingPeerAndClosesTheLink) {
 TEST(TcpLink, DeadPeerDeliversWhatItSentThenFailsAtOnceNamingIt) {
   LocalExchange exchange(2);
   run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
     TcpMesh tcp(mesh, {}, deadline_after(10));
     TcpLink& link = tcp.link(1 - rank, 0);
     if (rank == 1) {
@@ -175,7 +166,7 @@ TEST(TcpMesh, ThreeRanksWithThreeStreamsEachReachEveryPeerOnEveryStream) {
   constexpr int kWorld = 3, kStreams = 3;
   LocalExchange exchange(kWorld);
   run_ranks(kWorld, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, kWorld, kStreams));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, kWorld, kStreams));
     TcpMeshOptions options;
     options.spin_us = 20;
     TcpMesh tcp(mesh, options, deadline_after(10));
@@ -208,7 +199,7 @@ TEST(TcpMesh, AMissingPeerIsATimeoutNamingIt) {
   LocalExchange exchange(2);
   std::latch failed(1);
   run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
     if (rank == 0) {  // never builds its TCP mesh
       failed.wait();
       return;
@@ -227,7 +218,7 @@ TEST(TcpMesh, WithAHelloKeyLinksProveTheTokenAndCarryBytes) {
   const CurveKey key = CurveKeys::from_token(generate_job_token()).hello_key;
   LocalExchange exchange(2);
   run_ranks(2, [&](int rank) {
-    auto spec = spec_for(rank, 2, 2);
+    auto spec = mesh_spec(rank, 2, 2);
     spec.hello_key = key;
     Mesh mesh = local_mesh(exchange, spec);
     TcpMesh tcp(mesh, {}, deadline_after(10));
@@ -242,7 +233,7 @@ TEST(TcpMesh, WithAHelloKeyLinksProveTheTokenAndCarryBytes) {
 TEST(TcpMesh, AForeignHelloIsRefusedAndTheMissingPeerNamed) {
   LocalExchange exchange(2);
   run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, spec_for(rank, 2, 1));
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
     if (rank == 0) {
       try {
         TcpMesh tcp(mesh, {}, deadline_after(1.0));
