@@ -109,6 +109,12 @@ Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
     tcp.send_buffer_bytes = options.channel.send_buffer_bytes;
     tcp.recv_buffer_bytes = options.channel.recv_buffer_bytes;
     tcp_ = std::make_unique<net::TcpMesh>(mesh_, tcp, net::deadline_after(options.channel.connect_timeout_s));
+    // The ZeroMQ channels did their part (set-up): closing them frees their sockets' descriptors
+    // (about four per channel with its monitor), which large worlds would otherwise run out of.
+    // Every peer has read what we sent it before our links could be confirmed.
+    for (int peer : mesh_.peers()) {
+      for (int stream = 0; stream < mesh_.streams(); ++stream) mesh_.channel(peer, stream).close();
+    }
     update_spin();
   }
 }
