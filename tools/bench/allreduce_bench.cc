@@ -341,9 +341,9 @@ Results parse_results(const std::string& text) {
     if (j.contains("streams")) {
       results.streams = j["streams"];
       results.algorithms = j["algorithms"];
-      results.transport = j["transport"];
+      results.transport = j.value("transport", "");
     } else {
-      results.rows.push_back({j["bytes"], j["seconds"], j["row_streams"]});
+      results.rows.push_back({j["bytes"], j["seconds"], j.value("row_streams", 1)});
     }
   }
   return results;
