@@ -127,7 +127,10 @@ void Communicator::update_spin() {
     const auto known = static_cast<long>(util::allowed_cpus().size());
     const long allowed = known > 0 ? known : online;  // unknown: assume all
     const long threads = static_cast<long>(local_ranks().size()) * options_.streams;
-    spin = threads <= online && options_.streams <= allowed ? 50 : 0;
+    // Ranks that outnumber the cores still spin briefly: measured with 4 ranks on 2 cores, 20 us
+    // took 1-16 MiB 10-40% faster than sleeping at once (a woken rank waits for a core), where
+    // 50 us held cores the others needed.
+    spin = threads <= online && options_.streams <= allowed ? 50 : 20;
   }
   tcp_->set_spin_us(spin);
 }
