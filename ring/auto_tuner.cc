@@ -78,14 +78,15 @@ bool AutoTuner::record(double step_seconds) {
 StreamBalancer::StreamBalancer(std::shared_ptr<Communicator> comm, int every_runs)
     : comm_(std::move(comm)),
       every_runs_(std::max(1, every_runs)),
-      bytes_(static_cast<std::size_t>(comm_->streams()), 0.0),
       seconds_(static_cast<std::size_t>(comm_->streams()), 0.0) {}
 
-void StreamBalancer::record(const std::vector<std::int64_t>& bytes, const std::vector<double>& seconds) {
-  for (std::size_t s = 0; s < bytes_.size() && s < bytes.size(); ++s) {
-    bytes_[s] += static_cast<double>(bytes[s]);
-    seconds_[s] += seconds[s];
-  }
+void StreamBalancer::reset() {
+  runs_ = 0;
+  std::fill(seconds_.begin(), seconds_.end(), 0.0);
+}
+
+void StreamBalancer::record(const std::vector<std::int64_t>& /*bytes*/, const std::vector<double>& seconds) {
+  for (std::size_t s = 0; s < seconds_.size() && s < seconds.size(); ++s) seconds_[s] += seconds[s];
   if (++runs_ < every_runs_) return;
   runs_ = 0;
   // Each stream's time, summed over the runs and the ranks: identical on every rank after the
@@ -99,7 +100,6 @@ void StreamBalancer::record(const std::vector<std::int64_t>& bytes, const std::v
   std::vector<double> times = seconds_;
   RecursiveDoublingAllreduce(comm_, Buffer{times.data(), static_cast<std::int64_t>(times.size()), DType::f64},
                              ReduceOp::kSum).run();
-  std::fill(bytes_.begin(), bytes_.end(), 0.0);
   std::fill(seconds_.begin(), seconds_.end(), 0.0);
   const auto& old = comm_->stream_weights();
   double mean = 0;

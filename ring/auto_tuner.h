@@ -60,12 +60,15 @@ class StreamBalancer {
   // Adds one ring run's per-stream bytes and seconds (RingAllreduce::stream_bytes/seconds).
   // Collective every `every_runs` calls (all ranks call it after the same runs).
   void record(const std::vector<std::int64_t>& bytes, const std::vector<double>& seconds);
+  // Drops the runs recorded since the last update: call it when the set of active streams
+  // changes (a stream that was off would otherwise look fast).
+  void reset();
 
  private:
   std::shared_ptr<Communicator> comm_;
   int every_runs_;
   int runs_ = 0;
-  std::vector<double> bytes_, seconds_;
+  std::vector<double> seconds_;
 };
 
 }  // namespace aiacc::ring

@@ -208,7 +208,10 @@ void GradientFuser::finish_step() {
   const TuningCandidate before = tuner_->current();
   if (tuner_->record(step_seconds)) {
     const TuningCandidate& now = tuner_->current();
-    if (now.streams != before.streams) comm_->set_active_streams(now.streams);
+    if (now.streams != before.streams) {
+      comm_->set_active_streams(now.streams);
+      if (balancer_) balancer_->reset();
+    }
     if (now.bucket_bytes != before.bucket_bytes) build(now.bucket_bytes);
   }
 }

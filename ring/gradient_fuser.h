@@ -8,8 +8,8 @@
 // before it), so every rank issues the same collectives in the same order even if hooks fire in
 // a different order. By default the last bucket runs on the thread that calls finish_step()
 // (FusionOptions::last_bucket_on_caller). With auto-tuning on, the bucket size and stream count
-// are chosen during the first steps (AutoTuner) and stream weights rebalanced from measured
-// rates (StreamBalancer).
+// are chosen during the first steps (AutoTuner) and stream weights rebalanced toward equal
+// finishing times (StreamBalancer).
 #pragma once
 
 #include <condition_variable>
@@ -41,7 +41,7 @@ struct FusionOptions {
   bool tune_streams = false;
   int tune_warmup_steps = 1;
   int tune_measured_steps = 3;
-  // Rebalance stream weights from measured rates every this many ring runs (0: never).
+  // Rebalance stream weights from measured stream times every this many ring runs (0: never).
   int rebalance_every_runs = 16;
   // Run the last bucket on the thread that calls finish_step(), not the communication thread.
   // It completes at the end of backward; when the caller goes straight to finish_step(), this

@@ -200,10 +200,11 @@ int run_worker(const Args& a) {
   std::vector<float> data(static_cast<std::size_t>(all_sizes.back() / 4 + 1));
 
   // --streams auto: the fastest stream count for each size (AutoTuner over 1, 2, 4, ...), as a
-  // trainer tunes for its bucket size; sizes that recursive doubling serves use one stream.
+  // trainer tunes for its bucket size; recursive doubling (small sizes) uses one stream, and a
+  // world of one has nothing to tune.
   auto tune_streams = [&](ring::Allreduce& allreduce, std::int64_t bytes) {
     if (!tune) return;
-    if (allreduce.ring() == nullptr) {
+    if (std::string_view(allreduce.algorithm()) == "recursive doubling" || comm->world_size() == 1) {
       comm->set_active_streams(1);
       return;
     }
@@ -340,7 +341,7 @@ Results parse_results(const std::string& text) {
     const auto j = nlohmann::json::parse(line.substr(7));
     if (j.contains("streams")) {
       results.streams = j["streams"];
-      results.algorithms = j["algorithms"];
+      results.algorithms = j.value("algorithms", "");
       results.transport = j.value("transport", "");
     } else {
       results.rows.push_back({j["bytes"], j["seconds"], j.value("row_streams", 1)});
@@ -447,8 +448,8 @@ int run_launcher(Args a) {
     for (std::string t; std::getline(list, t, ',');) mpi[t] = run_mpi(a, t, world);
   }
   std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {}{} stream{}{}, wire {}, fp32, transport {}; algorithms: {}\n",
-                           world, hosts, hosts == 1 ? "" : "s", tuned ? "1 to " : "", streams, streams == 1 ? "" : "s",
-                           tuned ? " auto-tuned per size (K)" : "", a.wire, results.transport, results.algorithms);
+                           world, hosts, hosts == 1 ? "" : "s", tuned ? "up to " : "", streams, streams == 1 ? "" : "s",
+                           tuned ? " (powers of two) auto-tuned per size (K)" : "", a.wire, results.transport, results.algorithms);
   std::cout << fmt::format("{:>12} {:>11} {:>9} {:>9}", "size(B)", "time(us)", "algbw", "busbw");
   if (tuned) std::cout << fmt::format(" {:>3}", "K");
   for (const auto& [t, _] : mpi) std::cout << fmt::format(" {:>12} {:>9} {:>7}", "mpi-" + t + "(us)", "busbw", "ratio");

@@ -135,14 +135,7 @@ std::shared_ptr<Context> context_with(const std::string& token) {
   return token.empty() ? Context::create() : Context::create(1, CurveKeys::from_token(token));
 }
 
-MeshSpec spec_for(int rank, int world) {
-  MeshSpec spec;
-  spec.rank = rank;
-  spec.world_size = world;
-  spec.streams = 2;
-  spec.channel = fast_options();
-  return spec;
-}
+MeshSpec spec_for(int rank, int world) { return aiacc::testing::mesh_spec(rank, world, 2); }
 
 TEST(SecuredMesh, RanksWithTheTokenExchangeDataOverCurve) {
   constexpr int kWorld = 3;
