@@ -1,12 +1,8 @@
 #include "ring/allgather.h"
 
-#include <cstring>
-#include <deque>
-
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "ring/detail/recv_exact.h"
 
 namespace aiacc::ring {
 
@@ -26,17 +22,14 @@ void Allgather::run() {
   const std::size_t block = buffer_.bytes() / static_cast<std::size_t>(n);
   auto* base = static_cast<std::byte*>(buffer_.data);
   net::Link& out = comm_->to(right, 0);
-  std::deque<net::Message> held;
   try {
     out.post({base + static_cast<std::size_t>(rank) * block, block}, deadline, "allgather step 0");
     for (int step = 0; step < n - 1; ++step) {
       const int index = (rank - step - 1 + n) % n;
-      net::Message message = detail::recv_exact(comm_->from(left, 0), block, deadline, fmt::format("allgather step {}", step));
-      if (block > 0) std::memcpy(base + static_cast<std::size_t>(index) * block, message.bytes().data(), block);
-      if (step < n - 2) {
-        held.push_back(std::move(message));
-        out.post(held.back().bytes(), deadline, fmt::format("allgather step {}", step + 1));
-      }
+      // Received in place and forwarded from there (each block is written once, never changed).
+      const std::span<std::byte> place{base + static_cast<std::size_t>(index) * block, block};
+      comm_->from(left, 0).recv_into(place, deadline, fmt::format("allgather step {}", step));
+      if (step < n - 2) out.post(place, deadline, fmt::format("allgather step {}", step + 1));
     }
     out.wait_posted(deadline, "allgather: sending the last block");
   } catch (...) {

@@ -1,12 +1,8 @@
 #include "ring/broadcast.h"
 
-#include <cstring>
-#include <deque>
-
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "ring/detail/recv_exact.h"
 
 namespace aiacc::ring {
 
@@ -30,19 +26,14 @@ void Broadcast::run() {
   auto* base = static_cast<std::byte*>(buffer_.data);
 
   const std::string label = fmt::format("broadcast from root {}", root_);
-  std::deque<net::Message> held;  // forwarded straight from the transport's buffers
   net::Link* out = forwards ? &comm_->to(next, 0) : nullptr;
   try {
     for (std::int64_t c = 0; c < chunks; ++c) {
       const std::int64_t begin = c * chunk_bytes_;
       const auto size = static_cast<std::size_t>(std::min(chunk_bytes_, total - begin));
-      std::span<const std::byte> bytes{base + begin, size};
-      if (position > 0) {
-        net::Message message = detail::recv_exact(comm_->from(previous, 0), size, deadline, label);
-        std::memcpy(base + begin, message.bytes().data(), size);
-        held.push_back(std::move(message));
-        bytes = held.back().bytes();
-      }
+      // Received in place and forwarded from there (each chunk is written once).
+      const std::span<std::byte> bytes{base + begin, size};
+      if (position > 0) comm_->from(previous, 0).recv_into(bytes, deadline, label);
       if (out) out->post(bytes, deadline, label);
     }
     if (out) out->wait_posted(deadline, "broadcast: sending the last chunks");

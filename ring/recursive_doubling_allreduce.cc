@@ -38,6 +38,10 @@ void RecursiveDoublingAllreduce::run() {
     out.send(bytes, deadline, what);
   };
   auto receive_into = [&](int peer, const char* what, bool add) {
+    if (!add && !format_.converts()) {
+      comm_->from(peer, 0).recv_into({buffer_.at(0), bytes.size()}, deadline, what);
+      return;
+    }
     net::Message message = detail::recv_exact(comm_->from(peer, 0), bytes.size(), deadline, what);
     if (add) {
       detail::accumulate(format_, buffer_.data, message.bytes().data(), count);

@@ -135,6 +135,15 @@ void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) 
       const std::string next_step = label("all-gather", step + 1);
       for (std::int64_t c = 0; c < chunks(seg); ++c) {
         const Range r = chunk(seg, c);
+        if (!converts) {
+          // Straight into place, and forwarded from there. Safe: this rank's own sends of these
+          // elements (reduce-scatter) were read by its right neighbour before the finished
+          // values could come round from the left.
+          const std::span<std::byte> place{buffer_.at(r.begin), static_cast<std::size_t>(r.size()) * wire_bytes};
+          in.recv_into(place, deadline, this_step);
+          if (step < n - 2) out.post(place, deadline, next_step);
+          continue;
+        }
         net::Message message = receive(r, this_step);
         detail::decode(format_, buffer_.at(r.begin), message.bytes().data(), static_cast<std::size_t>(r.size()));
         if (step < n - 2) {

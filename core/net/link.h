@@ -31,11 +31,19 @@ class Link {
   virtual void abandon_posted() noexcept = 0;
   // The next message.
   virtual Message recv(Deadline deadline, std::string_view what) = 0;
+  // The next message, which must be exactly `out.size()` bytes, written into `out` (CommError
+  // naming both sizes otherwise: the ranks disagree on a buffer). TcpLink reads it from the
+  // socket straight into `out`; the default receives a Message and copies it.
+  virtual void recv_into(std::span<std::byte> out, Deadline deadline, std::string_view what);
 
   virtual int peer() const = 0;
   // The stream index in the mesh's numbering (ring/communicator.h: 2s or 2s + 1 for data
   // stream s, by direction).
   virtual int stream() const = 0;
+
+ // The CommError for a received message of `got` bytes where `expected` were due, naming the
+  // peer, the stream and `what`.
+  [[noreturn]] void throw_size_mismatch(std::size_t got, std::size_t expected, std::string_view what) const;
 
  protected:
   Link() = default;

@@ -256,4 +256,23 @@ Message TcpLink::recv(Deadline deadline, std::string_view what) {
   }
 }
 
+void TcpLink::recv_into(std::span<std::byte> out, Deadline deadline, std::string_view what) {
+  require_open(what);
+  const auto start = Clock::now();
+  std::uint64_t header = 0;
+  std::size_t consumed = 0;
+  try {
+    read_exact(reinterpret_cast<std::byte*>(&header), kHeaderBytes, deadline, what, start, consumed);
+    const std::uint64_t size = le64toh(header);
+    if (size != out.size()) {
+      close();
+      throw_size_mismatch(static_cast<std::size_t>(size), out.size(), what);
+    }
+    read_exact(out.data(), out.size(), deadline, what, start, consumed);
+  } catch (...) {
+    if (consumed > 0) close();
+    throw;
+  }
+}
+
 }  // namespace aiacc::net

@@ -58,6 +58,9 @@ class TcpLink final : public Link {
   void abandon_posted() noexcept override;
   // Messages the peer sent before closing are delivered; then CommError "disconnected".
   Message recv(Deadline deadline, std::string_view what) override;
+  // Reads the message straight into `out` (no allocation, no copy). A size that differs
+  // closes the link (its bytes stay unread) before the CommError.
+  void recv_into(std::span<std::byte> out, Deadline deadline, std::string_view what) override;
 
   int peer() const override { return peer_; }
   int stream() const override { return stream_; }

@@ -6,9 +6,6 @@
 #include <cstddef>
 #include <string_view>
 
-#include <fmt/format.h>
-
-#include "core/error.h"
 #include "core/net/link.h"
 
 namespace aiacc::ring::detail {
@@ -16,11 +13,7 @@ namespace aiacc::ring::detail {
 inline net::Message recv_exact(net::Link& link, std::size_t expected_bytes, net::Deadline deadline,
                                std::string_view what) {
   net::Message message = link.recv(deadline, what);
-  if (message.size() != expected_bytes) {
-    throw CommError(fmt::format("{}: rank {} sent {} bytes on stream {}, expected {}: the ranks disagree on the "
-                                "buffer size, dtype or wire type",
-                                what, link.peer(), message.size(), link.stream() / 2, expected_bytes));
-  }
+  if (message.size() != expected_bytes) link.throw_size_mismatch(message.size(), expected_bytes, what);
   return message;
 }
 

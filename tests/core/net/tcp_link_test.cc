@@ -64,9 +64,13 @@ TEST_P(TcpLinkExchange, BothDirectionsAtOnceDeliverExactBytesInOrder) {
       ASSERT_TRUE(same_bytes(message.bytes(), expected)) << "message " << i << " of " << kSizes[i] << " bytes";
     }
     out.wait_posted(deadline, "test drain");
-    // A blocking send after the posts, on the same links.
-    out.send(sent[3], deadline, "test send");
-    EXPECT_TRUE(same_bytes(in.recv(deadline, "test recv").bytes(), pattern(kSizes[3], 100 * peer + 3)));
+    // Once more on the same links, received in place (a blocking send of 3 MiB each way would
+    // wait forever with small buffers: neither side would be reading).
+    out.post(sent[6], deadline, "test post");
+    std::vector<std::byte> place(kSizes[6]);
+    in.recv_into(place, deadline, "test recv_into");
+    out.wait_posted(deadline, "test drain");
+    EXPECT_TRUE(same_bytes(place, pattern(kSizes[6], 100 * peer + 6)));
   });
 }
 
@@ -129,6 +133,29 @@ TEST(TcpLink, BlockedSenderTimesOutNamingPeerAndClosesTheLink) {
     EXPECT_FALSE(link.is_open());
     EXPECT_THROW(link.send(big, deadline_after(1), "after"), CommError);
     done.count_down();
+  });
+}
+
+TEST(TcpLink, RecvIntoABufferOfAnotherSizeNamesBothSizesAndClosesTheLink) {
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
+    TcpMesh tcp(mesh, {}, deadline_after(10));
+    TcpLink& link = tcp.link(1 - rank, 0);
+    if (rank == 1) {
+      link.send(pattern(1000, 1), deadline_after(5), "bucket");
+      return;
+    }
+    std::vector<std::byte> place(999);
+    try {
+      link.recv_into(place, deadline_after(5), "ring allreduce all-gather step 1");
+      ADD_FAILURE() << "expected CommError";
+    } catch (const CommError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("rank 1 sent 1000 bytes"));
+      EXPECT_THAT(e.what(), HasSubstr("expected 999"));
+      EXPECT_THAT(e.what(), HasSubstr("all-gather step 1"));
+    }
+    EXPECT_FALSE(link.is_open());
   });
 }
 
