@@ -1,6 +1,7 @@
 // Communicator: what every CPU collective of one job shares. The ranks, a full mesh of
-// core/net channels with K streams per direction, the stream threads, the stream weights that
-// split buffers across streams, and the timeout every collective's deadline derives from.
+// core/net links (TCP links or ZeroMQ channels) with K streams per direction, the stream
+// threads, the stream weights that split buffers across streams, and the timeout every
+// collective's deadline derives from.
 //
 // Directed links: a message from rank a to rank b on stream s always travels on mesh stream
 // 2s + (a < b ? 0 : 1), so each socket carries one direction only and the sending and the

@@ -26,7 +26,7 @@ namespace aiacc::ring {
 class HierarchicalAllreduce {
  public:
   // Collective among all ranks (the leader creates the segment and passes its name to its local
-  // ranks over their channels). `buffer` stays valid for the object's lifetime. Native wire only
+  // ranks over their links). `buffer` stays valid for the object's lifetime. Native wire only
   // (ConfigError otherwise); the leaders' ring uses spec.chunk_bytes.
   HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec);
 
