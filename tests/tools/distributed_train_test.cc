@@ -104,8 +104,12 @@ constexpr const char* kTokenEnv = "AIACC_JOB_TOKEN=distributed-train-test-token-
 // The torchrun-style variables of a loopback job of `world` ranks (prefix each rank's command
 // with RANK=r and these), with this job's token unless `token` is false. `salt` gives each test
 // its own port, so tests that run back to back never meet a store still closing.
+// A rendezvous port below Linux's ephemeral range (32768-60999 by default): there, the local
+// port of any connection another test process opened could already hold it.
+int rendezvous_port(int salt) { return 20000 + (::getpid() + salt) % 12000; }
+
 std::string external_env(int world, int salt, bool token = true) {
-  const int port = 20000 + (::getpid() + salt) % 20000;
+  const int port = rendezvous_port(salt);
   return fmt::format("{} WORLD_SIZE={} MASTER_ADDR=127.0.0.1 MASTER_PORT={}", token ? kTokenEnv : "",
                      world, port);
 }
@@ -594,7 +598,7 @@ TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {
   const std::string cluster = "  workers: 2\n  servers: 1\n  master_port: {}\n  placement: [{{match: 'deep.*', place: ps}}]\n";
   auto local = train("wd_local3", wide_deep_job("wd_local3", 32, fmt::format(fmt::runtime(cluster), 0 + 29500)));
   ASSERT_EQ(local.status, 0) << local.output;
-  const int port = 20000 + ::getpid() % 20000;
+  const int port = rendezvous_port(0);
   auto mpi = train("wd_mpi3", wide_deep_job("wd_mpi3", 32, fmt::format(fmt::runtime(cluster), port)),
                    fmt::format("{} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
                                "OMPI_MCA_plm_rsh_agent=", kTokenEnv),
