@@ -71,14 +71,6 @@ detail::Hello receive_hello(Socket& socket) {
   return detail::decode_hello(message.bytes(), socket.endpoint());
 }
 
-// The proof a hello or accept carries in a mesh with a hello key: a MAC over every field the
-// receiver checks and the binder's nonce, so a proof is valid for one link of one mesh only.
-std::string hello_proof(const CurveKey& key, detail::Hello::Kind kind, int from, int to,
-                        int stream, const std::string& job, const std::string& nonce) {
-  return keyed_hash(key, fmt::format("{}|{}|{}|{}|{}|{}", static_cast<int>(kind), from, to, stream,
-                                   job, nonce));
-}
-
 }  // namespace
 
 bool parse_mesh_address(const std::string& entry, int& peer, int& stream, std::string& endpoint) {
@@ -205,7 +197,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
         detail::Hello hello{link.binds ? detail::Hello::kAccept : detail::Hello::kHello, rank_,
                             link.peer, link.stream, spec.job, "", ""};
         if (spec.hello_key) {
-          hello.proof = hello_proof(*spec.hello_key, hello.kind, rank_, link.peer, link.stream,
+          hello.proof = detail::hello_proof(*spec.hello_key, hello.kind, rank_, link.peer, link.stream,
                                     spec.job, nonce_of(link));
         }
         if (!try_send(link.socket, detail::encode_hello(hello))) continue;
@@ -220,7 +212,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       const bool matches = hello.from_rank == link.peer && hello.to_rank == rank_ &&
                            hello.stream == link.stream && hello.job == spec.job;
       if (spec.hello_key && hello.kind != detail::Hello::kReject &&
-          !same_mac(hello.proof, hello_proof(*spec.hello_key, hello.kind, hello.from_rank,
+          !same_mac(hello.proof, detail::hello_proof(*spec.hello_key, hello.kind, hello.from_rank,
                                              hello.to_rank, hello.stream, hello.job,
                                              nonce_of(link)))) {
         // Not one of the job's processes (or a replayed handshake): refuse, say so, and count it.

@@ -13,6 +13,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -21,66 +22,42 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/detail/hello.h"
 #include "core/net/security.h"
 
 namespace aiacc::net {
 namespace {
 
-constexpr std::array<char, 8> kHelloMagic = {'A', 'I', 'A', 'C', 'C', 'T', 'L', '1'};
-constexpr std::size_t kNonceChars = 64;   // generate_job_token(): 32 random bytes in hex
-constexpr std::size_t kProofBytes = 32;   // keyed_hash(); zeros in a mesh without a hello key
-constexpr std::size_t kHelloBytes = kHelloMagic.size() + 3 * sizeof(std::uint32_t) + kNonceChars + kProofBytes;
-constexpr char kAccepted = 'A';
-constexpr std::size_t kAnswerBytes = 1 + kProofBytes;  // kAccepted and the acceptor's proof
+constexpr std::size_t kNonceChars = 64;  // generate_job_token(): 32 random bytes in hex
+// Handshake frames are a little-endian u32 length and an encoded detail::Hello (the ZeroMQ
+// mesh's own handshake message); a longer frame is not ours.
+constexpr std::uint32_t kMaxHandshakeBytes = 4096;
 // Connections accepted whose hello has not arrived yet; more are refused at once, so a
 // scanner cannot use up this process's file descriptors.
 constexpr std::size_t kMaxPendingHellos = 64;
 
-struct Hello {
-  int from = -1, to = -1, stream = -1;
-  std::string nonce;
-  std::string proof;
-};
-
-// In a mesh with a hello key (plain TCP in a job with a token), hellos and answers carry a MAC
-// of the link and the acceptor's nonce, as the mesh's own handshakes do: only the job's
-// processes can make one, and one is good for one link of one mesh.
-std::string link_proof(const Mesh& control, const char* kind, int from, int to, int stream, const std::string& nonce) {
-  if (!control.hello_key()) return std::string(kProofBytes, '\0');
-  return keyed_hash(*control.hello_key(), fmt::format("tcp-{}|{}|{}|{}|{}|{}", kind, from, to, stream, control.job(), nonce));
+// What the handshakes name as the job: the mesh's job and the acceptor's nonce for this set-up,
+// so a hello from another mesh, or another set-up of this one, does not match.
+std::string tcp_job(const Mesh& control, const std::string& nonce) {
+  return fmt::format("{}/tcp/{}", control.job(), nonce);
 }
 
-std::array<std::byte, kHelloBytes> encode_hello(const Hello& hello) {
-  std::array<std::byte, kHelloBytes> out{};
-  std::byte* p = out.data();
-  std::memcpy(p, kHelloMagic.data(), kHelloMagic.size());
-  p += kHelloMagic.size();
-  for (int value : {hello.from, hello.to, hello.stream}) {
-    const std::uint32_t le = htole32(static_cast<std::uint32_t>(value));
-    std::memcpy(p, &le, sizeof le);
-    p += sizeof le;
-  }
-  std::memcpy(p, hello.nonce.data(), std::min(hello.nonce.size(), kNonceChars));
-  p += kNonceChars;
-  std::memcpy(p, hello.proof.data(), std::min(hello.proof.size(), kProofBytes));
-  return out;
+// In a mesh with a hello key (plain TCP in a job with a token), hellos and accepts carry the
+// mesh's proof (detail::hello_proof): only the job's processes can make one.
+std::string proof_for(const Mesh& control, detail::Hello::Kind kind, int from, int to, int stream,
+                      const std::string& job, const std::string& nonce) {
+  return control.hello_key() ? detail::hello_proof(*control.hello_key(), kind, from, to, stream, job, nonce) : "";
 }
 
-// False if the bytes do not start with the magic (not one of ours).
-bool decode_hello(const std::array<std::byte, kHelloBytes>& in, Hello& hello) {
-  const std::byte* p = in.data();
-  if (std::memcmp(p, kHelloMagic.data(), kHelloMagic.size()) != 0) return false;
-  p += kHelloMagic.size();
-  for (int* value : {&hello.from, &hello.to, &hello.stream}) {
-    std::uint32_t le = 0;
-    std::memcpy(&le, p, sizeof le);
-    *value = static_cast<int>(le32toh(le));
-    p += sizeof le;
-  }
-  hello.nonce.assign(reinterpret_cast<const char*>(p), kNonceChars);
-  p += kNonceChars;
-  hello.proof.assign(reinterpret_cast<const char*>(p), kProofBytes);
-  return true;
+bool proof_holds(const Mesh& control, const detail::Hello& hello, const std::string& nonce) {
+  return !control.hello_key() ||
+         same_mac(hello.proof, proof_for(control, hello.kind, hello.from_rank, hello.to_rank, hello.stream, hello.job, nonce));
+}
+
+std::uint32_t frame_length(const std::byte* bytes) {
+  std::uint32_t le = 0;
+  std::memcpy(&le, bytes, sizeof le);
+  return le32toh(le);
 }
 
 [[noreturn]] void fail_errno(const std::string& call, const std::string& context) {
@@ -193,6 +170,25 @@ bool read_all(int fd, std::byte* bytes, std::size_t size, Deadline deadline, con
   return true;
 }
 
+void write_handshake(int fd, const detail::Hello& hello, Deadline deadline, const std::string& context) {
+  const std::string body = detail::encode_hello(hello);
+  const std::uint32_t length = htole32(static_cast<std::uint32_t>(body.size()));
+  std::string frame(reinterpret_cast<const char*>(&length), sizeof length);
+  frame += body;
+  write_all(fd, reinterpret_cast<const std::byte*>(frame.data()), frame.size(), deadline, context);
+}
+
+// The answer to our hello; nullopt if the acceptor closed the connection (it refused).
+std::optional<detail::Hello> read_handshake(int fd, Deadline deadline, const std::string& context) {
+  std::array<std::byte, sizeof(std::uint32_t)> length{};
+  if (!read_all(fd, length.data(), length.size(), deadline, context)) return std::nullopt;
+  const std::uint32_t size = frame_length(length.data());
+  if (size > kMaxHandshakeBytes) throw CommError(fmt::format("{}: a {}-byte answer is not an aiacc handshake", context, size));
+  std::vector<std::byte> body(size);
+  if (!read_all(fd, body.data(), body.size(), deadline, context)) return std::nullopt;
+  return detail::decode_hello(body, context);
+}
+
 io::FileDescriptor listen_on(const TcpMeshOptions& options, std::string& host, std::string& port) {
   const std::string context = fmt::format("tcp mesh: listening on {}", options.interface);
   AddressList addresses;
@@ -250,8 +246,7 @@ PeerAddress parse_peer_address(const Message& message, int peer) {
 // A connection accepted but whose hello is not complete yet.
 struct PendingHello {
   io::FileDescriptor fd;
-  std::array<std::byte, kHelloBytes> bytes{};
-  std::size_t got = 0;
+  std::vector<std::byte> bytes;  // of the frame so far
   std::string from;  // remote address, for logs
 };
 
@@ -278,7 +273,7 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
   struct Outbound {
     int peer, stream;
     io::FileDescriptor fd;
-    std::string endpoint, nonce, context;
+    std::string endpoint, job, nonce, context;
   };
   std::vector<Outbound> outbound;
   for (int peer : lower) {
@@ -288,10 +283,13 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
       std::string context = fmt::format("tcp mesh: rank {} connecting to rank {} (stream {}) at {}:{}", rank, peer,
                                         stream, address.host, address.port);
       io::FileDescriptor fd = connect_to(address.host, address.port, options, deadline, context);
-      const auto hello = encode_hello(
-          {rank, peer, stream, address.nonce, link_proof(control, "hello", rank, peer, stream, address.nonce)});
-      write_all(fd.get(), hello.data(), hello.size(), deadline, context);
-      outbound.push_back({peer, stream, std::move(fd), address.host + ":" + address.port, address.nonce, std::move(context)});
+      const std::string job = tcp_job(control, address.nonce);
+      write_handshake(fd.get(),
+                      {detail::Hello::kHello, rank, peer, stream, job, "",
+                       proof_for(control, detail::Hello::kHello, rank, peer, stream, job, address.nonce)},
+                      deadline, context);
+      outbound.push_back({peer, stream, std::move(fd), address.host + ":" + address.port, job, address.nonce,
+                          std::move(context)});
     }
   }
   // 3. Accept the higher peers' connections.
@@ -304,26 +302,31 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
     log::get("net")->warn("tcp mesh: rank {} refused a connection from {}: {}", rank, connection.from, why);
     connection.fd = io::FileDescriptor();
   };
+  const std::string job = tcp_job(control, nonce);
   auto accept_hello = [&](PendingHello& connection) {
-    Hello hello;
-    if (!decode_hello(connection.bytes, hello)) return refuse(connection, "not an aiacc tcp hello");
-    if (hello.to != rank || !same_mac(hello.nonce, nonce)) {
-      return refuse(connection, fmt::format("a hello for rank {} of another mesh (claims rank {})", hello.to, hello.from));
+    const std::span<const std::byte> body(connection.bytes.data() + sizeof(std::uint32_t),
+                                          connection.bytes.size() - sizeof(std::uint32_t));
+    detail::Hello hello;
+    try {
+      hello = detail::decode_hello(body, connection.from);
+    } catch (const CommError& e) {
+      return refuse(connection, e.what());
     }
-    if (!same_mac(hello.proof, link_proof(control, "hello", hello.from, rank, hello.stream, nonce))) {
-      return refuse(connection, fmt::format("claims rank {} stream {} without the job token's proof", hello.from, hello.stream));
+    if (hello.kind != detail::Hello::kHello || hello.to_rank != rank || !same_mac(hello.job, job)) {
+      return refuse(connection, fmt::format("a hello for rank {} of another mesh (claims rank {})", hello.to_rank, hello.from_rank));
     }
-    if (missing.erase({hello.from, hello.stream}) == 0) {
-      return refuse(connection, fmt::format("rank {} stream {} is not expected here or already connected", hello.from, hello.stream));
+    if (!proof_holds(control, hello, nonce)) {
+      return refuse(connection, fmt::format("claims rank {} stream {} without the job token's proof", hello.from_rank, hello.stream));
     }
-    std::array<std::byte, kAnswerBytes> answer{};
-    answer[0] = static_cast<std::byte>(kAccepted);
-    const std::string proof = link_proof(control, "accept", hello.from, rank, hello.stream, nonce);
-    std::memcpy(answer.data() + 1, proof.data(), kProofBytes);
-    write_all(connection.fd.get(), answer.data(), answer.size(), deadline,
-              fmt::format("tcp mesh: rank {} confirming rank {} stream {}", rank, hello.from, hello.stream));
-    links_.try_emplace({hello.from, hello.stream}, std::move(connection.fd), hello.from, hello.stream, connection.from,
-                       spin_us_.get());
+    if (missing.erase({hello.from_rank, hello.stream}) == 0) {
+      return refuse(connection, fmt::format("rank {} stream {} is not expected here or already connected", hello.from_rank, hello.stream));
+    }
+    write_handshake(connection.fd.get(),
+                    {detail::Hello::kAccept, rank, hello.from_rank, hello.stream, job, "",
+                     proof_for(control, detail::Hello::kAccept, rank, hello.from_rank, hello.stream, job, nonce)},
+                    deadline, fmt::format("tcp mesh: rank {} confirming rank {} stream {}", rank, hello.from_rank, hello.stream));
+    links_.try_emplace({hello.from_rank, hello.stream}, std::move(connection.fd), hello.from_rank, hello.stream,
+                       connection.from, spin_us_.get());
   };
   while (!missing.empty()) {
     std::vector<pollfd> fds{{listener.get(), POLLIN, 0}};
@@ -339,15 +342,24 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
     for (std::size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       PendingHello& connection = pending[i - 1];
-      const ssize_t n = ::recv(connection.fd.get(), connection.bytes.data() + connection.got,
-                               kHelloBytes - connection.got, MSG_DONTWAIT);
+      // The frame's length first, then as much of the frame as it announced.
+      const std::size_t have = connection.bytes.size();
+      const std::size_t want = have < sizeof(std::uint32_t)
+                                   ? sizeof(std::uint32_t)
+                                   : sizeof(std::uint32_t) + frame_length(connection.bytes.data());
+      connection.bytes.resize(want);
+      const ssize_t n = ::recv(connection.fd.get(), connection.bytes.data() + have, want - have, MSG_DONTWAIT);
+      connection.bytes.resize(have + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
       if (n <= 0) {
         refuse(connection, "closed or failed before its hello");
-        continue;
+      } else if (connection.bytes.size() == sizeof(std::uint32_t) &&
+                 frame_length(connection.bytes.data()) > kMaxHandshakeBytes) {
+        refuse(connection, "not an aiacc tcp hello");
+      } else if (connection.bytes.size() > sizeof(std::uint32_t) &&
+                 connection.bytes.size() == sizeof(std::uint32_t) + frame_length(connection.bytes.data())) {
+        accept_hello(connection);
       }
-      connection.got += static_cast<std::size_t>(n);
-      if (connection.got == kHelloBytes) accept_hello(connection);
     }
     std::erase_if(pending, [](const PendingHello& connection) { return !connection.fd.valid(); });
     if ((fds[0].revents & POLLIN) == 0) continue;
@@ -365,7 +377,7 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
       continue;
     }
     const auto [host, port] = numeric_address(fd.get(), true);
-    PendingHello connection{std::move(fd), {}, 0, host + ":" + port};
+    PendingHello connection{std::move(fd), {}, host + ":" + port};
     if (pending.size() >= kMaxPendingHellos) {
       refuse(connection, fmt::format("{} connections are already waiting for their hellos", pending.size()));
       continue;
@@ -375,15 +387,15 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
   }
   // 4. The lower peers' confirmations.
   for (Outbound& connection : outbound) {
-    std::array<std::byte, kAnswerBytes> answer{};
-    const bool answered = read_all(connection.fd.get(), answer.data(), answer.size(), deadline, connection.context);
-    const std::string expected = link_proof(control, "accept", rank, connection.peer, connection.stream, connection.nonce);
-    if (!answered || answer[0] != static_cast<std::byte>(kAccepted)) {
+    const auto answer = read_handshake(connection.fd.get(), deadline, connection.context);
+    if (!answer) {
       throw CommError(fmt::format("tcp mesh: rank {} refused rank {}'s connection on stream {} (its log says why)",
                                   connection.peer, rank, connection.stream));
     }
-    if (!same_mac({reinterpret_cast<const char*>(answer.data() + 1), kProofBytes}, expected)) {
-      throw CommError(fmt::format("tcp mesh: the process answering as rank {} (stream {}, {}) lacks the job token's proof",
+    if (answer->kind != detail::Hello::kAccept || answer->from_rank != connection.peer || answer->to_rank != rank ||
+        answer->stream != connection.stream || answer->job != connection.job || !proof_holds(control, *answer, connection.nonce)) {
+      throw CommError(fmt::format("tcp mesh: the process answering as rank {} (stream {}, {}) is not that rank of "
+                                  "this mesh or lacks the job token's proof",
                                   connection.peer, connection.stream, connection.endpoint));
     }
     links_.try_emplace({connection.peer, connection.stream}, std::move(connection.fd), connection.peer,

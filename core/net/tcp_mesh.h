@@ -5,13 +5,14 @@
 //   1. each rank listens on one OS-chosen port of `interface` and sends every higher peer its
 //      address and a fresh random nonce over the mesh (stream 0), whose handshake already
 //      proved the job (its token, or CURVE);
-//   2. each rank connects to every lower peer once per stream and sends a hello: its rank, the
-//      rank it expects, the stream, that peer's nonce and, when the mesh has a hello key (plain
-//      TCP in a job with a token), a MAC of all of them;
+//   2. each rank connects to every lower peer once per stream and sends a hello, the mesh's own
+//      handshake message (detail::Hello, framed by its length): its rank, the rank it expects,
+//      the stream, the job with that peer's nonce and, when the mesh has a hello key (plain TCP
+//      in a job with a token), the mesh's proof of them (detail::hello_proof);
 //   3. each rank accepts its higher peers' connections and answers a hello that names it, a
-//      stream not yet taken, its own nonce and a valid MAC with an accept carrying its own MAC;
+//      stream not yet taken, its own nonce and a valid proof with an accept and its own proof;
 //      anything else is refused, logged and closed (a scanner, a stale process, another job);
-//   4. each rank waits for its lower peers' answers and checks their MACs.
+//   4. each rank waits for its lower peers' accepts and checks them.
 // Lower ranks never wait for higher ones before accepting, so set-up cannot deadlock.
 // The links carry bytes in the clear, like the mesh's channels without CURVE: whoever can read
 // the network can read the gradients and the nonces. Communicator keeps CURVE meshes on their

@@ -1,6 +1,8 @@
 // Hello encoding: magic, kind, ranks, stream, job, reason, proof.
 #include "core/net/detail/hello.h"
 
+#include <fmt/format.h>
+
 #include "core/net/detail/wire.h"
 
 namespace aiacc::net::detail {
@@ -37,6 +39,11 @@ Hello decode_hello(std::span<const std::byte> bytes, const std::string& source) 
   hello.proof = reader.str();
   reader.finish();
   return hello;
+}
+
+std::string hello_proof(const CurveKey& key, Hello::Kind kind, int from, int to, int stream, const std::string& job,
+                        const std::string& nonce) {
+  return keyed_hash(key, fmt::format("{}|{}|{}|{}|{}|{}", static_cast<int>(kind), from, to, stream, job, nonce));
 }
 
 }  // namespace aiacc::net::detail

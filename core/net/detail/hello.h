@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 
+#include "core/net/security.h"
+
 namespace aiacc::net::detail {
 
 struct Hello {
@@ -24,5 +26,10 @@ struct Hello {
 std::string encode_hello(const Hello& hello);
 // Throws CommError naming `source` if the bytes are not a Hello.
 Hello decode_hello(std::span<const std::byte> bytes, const std::string& source);
+
+// The proof a hello or accept carries where the mesh has a hello key: a MAC over every field
+// the receiver checks and the acceptor's nonce, so a proof is valid for one link of one mesh.
+std::string hello_proof(const CurveKey& key, Hello::Kind kind, int from, int to, int stream, const std::string& job,
+                        const std::string& nonce);
 
 }  // namespace aiacc::net::detail
