@@ -191,12 +191,7 @@ void TcpLink::wait_posted(Deadline deadline, std::string_view what) {
 }
 
 void TcpLink::send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) {
-  try {
-    post(bytes, deadline, what);
-  } catch (...) {
-    abandon_posted();
-    throw;
-  }
+  post(bytes, deadline, what);  // a failing post leaves nothing queued (the link is closed)
   wait_posted(deadline, what);
 }
 
@@ -226,16 +221,25 @@ void TcpLink::read_exact(std::byte* out, std::size_t size, Deadline deadline, st
   }
 }
 
-Message TcpLink::recv(Deadline deadline, std::string_view what) {
+template <class ReadBody>
+auto TcpLink::receive(Deadline deadline, std::string_view what, ReadBody&& read_body) {
   require_open(what);
   const auto start = Clock::now();
-  std::uint64_t header = 0;
   std::size_t consumed = 0;  // of this message, header included
   try {
+    std::uint64_t header = 0;
     read_exact(reinterpret_cast<std::byte*>(&header), kHeaderBytes, deadline, what, start, consumed);
-    const std::uint64_t size = le64toh(header);
+    return read_body(le64toh(header), start, consumed);
+  } catch (...) {
+    // Inside a message, the position of the next one is lost: nothing after it can be trusted.
+    if (consumed > 0) close();
+    throw;
+  }
+}
+
+Message TcpLink::recv(Deadline deadline, std::string_view what) {
+  return receive(deadline, what, [&](std::uint64_t size, Clock::time_point start, std::size_t& consumed) {
     if (size > kMaxMessageBytes) {
-      close();
       throw CommError(fmt::format("a message of {} bytes announced: {}: the stream is corrupt or not from "
                                   "aiacc, during: {}",
                                   size, describe(POLLIN), what));
@@ -244,35 +248,18 @@ Message TcpLink::recv(Deadline deadline, std::string_view what) {
     zmq_msg_close(message.raw());
     if (zmq_msg_init_size(message.raw(), static_cast<std::size_t>(size)) != 0) {
       zmq_msg_init(message.raw());
-      close();
       throw CommError(fmt::format("cannot allocate {} bytes for a message: {}: {}", size, describe(POLLIN), what));
     }
     read_exact(message.mutable_bytes().data(), message.size(), deadline, what, start, consumed);
     return message;
-  } catch (...) {
-    // Inside a message, the position of the next one is lost: nothing after it can be trusted.
-    if (consumed > 0) close();
-    throw;
-  }
+  });
 }
 
 void TcpLink::recv_into(std::span<std::byte> out, Deadline deadline, std::string_view what) {
-  require_open(what);
-  const auto start = Clock::now();
-  std::uint64_t header = 0;
-  std::size_t consumed = 0;
-  try {
-    read_exact(reinterpret_cast<std::byte*>(&header), kHeaderBytes, deadline, what, start, consumed);
-    const std::uint64_t size = le64toh(header);
-    if (size != out.size()) {
-      close();
-      throw_size_mismatch(static_cast<std::size_t>(size), out.size(), what);
-    }
+  receive(deadline, what, [&](std::uint64_t size, Clock::time_point start, std::size_t& consumed) {
+    if (size != out.size()) throw_size_mismatch(static_cast<std::size_t>(size), out.size(), what);
     read_exact(out.data(), out.size(), deadline, what, start, consumed);
-  } catch (...) {
-    if (consumed > 0) close();
-    throw;
-  }
+  });
 }
 
 }  // namespace aiacc::net

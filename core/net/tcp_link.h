@@ -79,6 +79,10 @@ class TcpLink final : public Link {
 
   // Writes queued messages until the kernel refuses more; true once the queue is empty.
   bool flush(std::string_view what);
+  // Reads the next message's length, then lets read_body(length, start, consumed) read its
+  // bytes; a failure after the first byte of the message closes the link.
+  template <class ReadBody>
+  auto receive(Deadline deadline, std::string_view what, ReadBody&& read_body);
   // Reads exactly `size` bytes into `out`, adding each byte read to `consumed`.
   void read_exact(std::byte* out, std::size_t size, Deadline deadline, std::string_view what,
                   Clock::time_point start, std::size_t& consumed);
