@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <latch>
 #include <string>
 #include <vector>
@@ -32,6 +33,16 @@ using aiacc::testing::pattern;
 using aiacc::testing::run_ranks;
 using aiacc::testing::same_bytes;
 using ::testing::HasSubstr;
+
+// Two ranks joined by one TCP stream: fn(rank, the link to the other rank).
+void with_one_link(const TcpMeshOptions& options, const std::function<void(int rank, TcpLink& link)>& fn) {
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
+    TcpMesh tcp(mesh, options, deadline_after(10));
+    fn(rank, tcp.link(1 - rank, 0));
+  });
+}
 
 const std::vector<std::size_t> kSizes = {0, 1, 7, 8, 4096, 65537, 3 << 20};
 
@@ -81,12 +92,8 @@ INSTANTIATE_TEST_SUITE_P(SpinAndBuffers, TcpLinkExchange,
                          });
 
 TEST(TcpLink, SilentPeerTimesOutNamingPeerAndOperationAndTheLinkStaysUsable) {
-  LocalExchange exchange(2);
   std::latch timed_out(1);
-  run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
-    TcpMesh tcp(mesh, {}, deadline_after(10));
-    TcpLink& link = tcp.link(1 - rank, 0);
+  with_one_link({}, [&](int rank, TcpLink& link) {
     if (rank == 1) {
       timed_out.wait();
       link.send(pattern(100, 9), deadline_after(5), "late message");
@@ -108,15 +115,11 @@ TEST(TcpLink, SilentPeerTimesOutNamingPeerAndOperationAndTheLinkStaysUsable) {
 }
 
 TEST(TcpLink, BlockedSenderTimesOutNamingPeerAndClosesTheLink) {
-  LocalExchange exchange(2);
   std::latch done(1);
-  run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
-    TcpMeshOptions options;
-    options.send_buffer_bytes = 4096;
-    options.recv_buffer_bytes = 4096;
-    TcpMesh tcp(mesh, options, deadline_after(10));
-    TcpLink& link = tcp.link(1 - rank, 0);
+  TcpMeshOptions options;
+  options.send_buffer_bytes = 4096;
+  options.recv_buffer_bytes = 4096;
+  with_one_link(options, [&](int rank, TcpLink& link) {
     if (rank == 1) {  // never reads
       done.wait();
       return;
@@ -137,11 +140,7 @@ TEST(TcpLink, BlockedSenderTimesOutNamingPeerAndClosesTheLink) {
 }
 
 TEST(TcpLink, RecvIntoABufferOfAnotherSizeNamesBothSizesAndClosesTheLink) {
-  LocalExchange exchange(2);
-  run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
-    TcpMesh tcp(mesh, {}, deadline_after(10));
-    TcpLink& link = tcp.link(1 - rank, 0);
+  with_one_link({}, [&](int rank, TcpLink& link) {
     if (rank == 1) {
       link.send(pattern(1000, 1), deadline_after(5), "bucket");
       return;
@@ -160,11 +159,7 @@ TEST(TcpLink, RecvIntoABufferOfAnotherSizeNamesBothSizesAndClosesTheLink) {
 }
 
 TEST(TcpLink, DeadPeerDeliversWhatItSentThenFailsAtOnceNamingIt) {
-  LocalExchange exchange(2);
-  run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
-    TcpMesh tcp(mesh, {}, deadline_after(10));
-    TcpLink& link = tcp.link(1 - rank, 0);
+  with_one_link({}, [&](int rank, TcpLink& link) {
     if (rank == 1) {
       link.send(pattern(10, 1), deadline_after(5), "first");
       link.send(pattern(70000, 2), deadline_after(5), "second");
