@@ -10,6 +10,9 @@
 namespace aiacc::trainer {
 namespace {
 
+// How many rows ahead the merge asks for a slot: enough misses in flight to cover one.
+constexpr std::size_t kMergePrefetchDistance = 16;
+
 // One table's part of a message, padded to 8 bytes so the next part's 64-bit fields stay aligned.
 std::size_t part_bytes(std::size_t rows, std::size_t dim) { return (16 + rows * 8 + rows * dim * 4 + 7) / 8 * 8; }
 
@@ -100,7 +103,12 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
     const auto* ids = reinterpret_cast<const std::int64_t*>(message.data() + offset + 16);
     const auto* grads = reinterpret_cast<const float*>(message.data() + offset + 16 + n * 8);
     offset += part_bytes(n, dim);
+    // The merge slots are cold after the step's compute and probed in random order: each
+    // probe waited for its miss alone until the slots of the ids a few positions ahead were
+    // asked for first.
+    for (std::size_t i = 0; i < std::min(n, kMergePrefetchDistance); ++i) __builtin_prefetch(&merge_slots_[home(ids[i])]);
     for (std::size_t i = 0; i < n; ++i) {
+      if (i + kMergePrefetchDistance < n) __builtin_prefetch(&merge_slots_[home(ids[i + kMergePrefetchDistance])]);
       const std::int64_t id = ids[i];
       const float* g = grads + i * dim;
       std::size_t h = home(id);
