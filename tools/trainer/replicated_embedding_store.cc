@@ -20,8 +20,9 @@ std::size_t part_bytes(std::size_t rows, std::size_t dim) { return (16 + rows * 
 
 ReplicatedEmbeddingStore::ReplicatedEmbeddingStore(const EmbeddingTableSpec& spec,
                                                    const optim::OptimizerOptions& optimizer,
-                                                   ProcessGroup& group)
-    : replica_(spec, optimizer), group_(group) {}
+                                                   ProcessGroup& group,
+                                                   const LocalEmbeddingStoreOptions& replica_options)
+    : replica_(spec, optimizer, replica_options), group_(group) {}
 
 void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
   const auto dim = static_cast<std::size_t>(spec().dim);

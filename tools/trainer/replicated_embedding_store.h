@@ -20,7 +20,7 @@ namespace aiacc::trainer {
 class ReplicatedEmbeddingStore final : public EmbeddingStore {
  public:
   ReplicatedEmbeddingStore(const EmbeddingTableSpec& spec, const optim::OptimizerOptions& optimizer,
-                           ProcessGroup& group);
+                           ProcessGroup& group, const LocalEmbeddingStoreOptions& replica_options = {});
   const EmbeddingTableSpec& spec() const override { return replica_.spec(); }
   void pull(std::span<const std::int64_t> ids, float* rows) override { replica_.pull(ids, rows); }
   // Records the gradient rows of this step (applied by synchronize()).
