@@ -26,6 +26,7 @@
 #include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
 #include "core/trace.h"
+#include "core/util/float_mode.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "ps/remote_embedding_store.h"
@@ -264,6 +265,10 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.options = options;
   s.group = std::move(group);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
+  // Before any thread of the job starts (loader, fusion, parameter-server clients): they inherit it.
+  if (options.job.flush_denormals && !util::flush_denormals(true)) {
+    s.log->warn("job.flush_denormals: this CPU has no flush-to-zero mode; subnormal floats stay exact (and slow)");
+  }
 
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
