@@ -26,6 +26,12 @@ Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, Allreduc
     small_.emplace(comm_, buffer, spec.op);
     return;
   }
+  const int world = comm_->world_size();
+  const bool power_of_two = (world & (world - 1)) == 0;
+  if (spec.wire == WireType::kNative && world > 2 && power_of_two && bytes < tuning.halving_doubling_bytes) {
+    medium_.emplace(comm_, buffer, spec);
+    return;
+  }
   if (spec.wire == WireType::kNative) {
     ring_.emplace(comm_, buffer, spec);
     return;
@@ -41,7 +47,17 @@ Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, Allreduc
 }
 
 const char* Allreduce::algorithm() const {
-  return small_ ? "recursive doubling" : hierarchical_ ? "hierarchical" : "ring";
+  return small_ ? "recursive doubling" : medium_ ? "halving-doubling" : hierarchical_ ? "hierarchical" : "ring";
+}
+
+const std::vector<std::int64_t>& Allreduce::stream_bytes() const {
+  static const std::vector<std::int64_t> none;
+  return medium_ ? medium_->stream_bytes() : ring_ ? ring_->stream_bytes() : none;
+}
+
+const std::vector<double>& Allreduce::stream_seconds() const {
+  static const std::vector<double> none;
+  return medium_ ? medium_->stream_seconds() : ring_ ? ring_->stream_seconds() : none;
 }
 
 bool Allreduce::run() {
@@ -51,6 +67,10 @@ bool Allreduce::run() {
   }
   if (small_) {
     small_->run();
+    return false;
+  }
+  if (medium_) {
+    medium_->run();
     return false;
   }
   if (!fallback_) {

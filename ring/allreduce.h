@@ -1,5 +1,6 @@
 // Allreduce: the allreduce the trainer and benchmarks call. Picks the algorithm by size
-// (recursive doubling below `small_bytes`, the multi-stream ring above) and implements the
+// (recursive doubling below `small_bytes`, halving-doubling up to `halving_doubling_bytes` on
+// power-of-two worlds above 2, the multi-stream ring above) and implements the
 // compressed wire's safety net: with fp16/bf16 on the wire, an average is pre-scaled by 1/n
 // before conversion (partial sums then stay within the input's range), and if the result holds
 // an inf or NaN (an overflow on the wire, or non-finite inputs) the bucket is reduced again in
@@ -13,6 +14,7 @@
 
 #include "ring/buffer.h"
 #include "ring/communicator.h"
+#include "ring/halving_doubling_allreduce.h"
 #include "ring/hierarchical_allreduce.h"
 #include "ring/recursive_doubling_allreduce.h"
 #include "ring/ring_allreduce.h"
@@ -25,6 +27,12 @@ struct AllreduceTuning {
   // log2(n) full-buffer transfers (aiacc-bench allreduce over TCP, 2 and 4 ranks: 512 KiB took
   // 151 vs 317 us and 539 vs 716 us; 1 MiB was about even, 4 MiB 1.6x faster on the ring).
   std::int64_t small_bytes = 512 * 1024;
+  // Native-wire buffers from small_bytes up to below this use halving-doubling where the world
+  // is a power of two above 2 (the ring's bytes in 2 log2(n) rounds instead of 2(n-1); other
+  // sizes would fold, moving more bytes); 0: never. 8 MiB: 4 ranks on this 2-core VM over TCP,
+  // unbound, 1 MiB took 0.98-1.31 ms against the ring's 1.72-1.97, 4 MiB 5.5-6.4 against
+  // 6.7-7.6; at 16 MiB the ring's pipeline wins (24-27 against 27-29 ms).
+  std::int64_t halving_doubling_bytes = 8 << 20;
   // Below this a buffer is bound by message latency alone. A compressed wire uses recursive
   // doubling only there (it sends native values; above, the halved bytes pay), and where ranks
   // share hosts across several hosts only such buffers skip the shared-memory stage.
@@ -46,9 +54,11 @@ class Allreduce {
 
   // How many run() calls fell back to fp32 so far.
   std::int64_t fallbacks() const { return fallbacks_; }
-  const char* algorithm() const;  // "recursive doubling", "hierarchical", "ring"
-  // The ring, when this buffer uses it (its per-stream timings feed the StreamBalancer).
-  const RingAllreduce* ring() const { return ring_ ? &*ring_ : nullptr; }
+  const char* algorithm() const;  // "recursive doubling", "halving-doubling", "hierarchical", "ring"
+  // Per stream, the bytes each carried and the seconds it took in the last run(), for the
+  // StreamBalancer; empty where this buffer's algorithm runs on stream 0 alone.
+  const std::vector<std::int64_t>& stream_bytes() const;
+  const std::vector<double>& stream_seconds() const;
   const Buffer& buffer() const { return buffer_; }
 
  private:
@@ -56,6 +66,7 @@ class Allreduce {
   Buffer buffer_;
   AllreduceSpec spec_;
   std::optional<RecursiveDoublingAllreduce> small_;
+  std::optional<HalvingDoublingAllreduce> medium_;
   std::optional<HierarchicalAllreduce> hierarchical_;
   std::optional<RingAllreduce> ring_;       // with spec_.wire
   std::optional<RingAllreduce> fallback_;   // fp32 wire, for a compressed ring's overflow

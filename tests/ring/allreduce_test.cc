@@ -53,7 +53,7 @@ TEST(ElementOps, NonFiniteIsFoundAnywhereAndFiniteExtremesAreNot) {
   }
 }
 
-enum class Algorithm { kRing, kRecursiveDoubling, kAuto };
+enum class Algorithm { kRing, kRecursiveDoubling, kAuto, kHalvingDoubling };
 
 struct Case {
   int world;
@@ -64,7 +64,7 @@ struct Case {
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const char* names[] = {"ring", "doubling", "auto"};
+  const char* names[] = {"ring", "doubling", "auto", "halving"};
   return fmt::format("w{}_n{}_k{}_{}_{}", info.param.world, info.param.count, info.param.streams,
                      names[static_cast<int>(info.param.algorithm)], info.param.transport);
 }
@@ -74,6 +74,7 @@ void run_algorithm(Algorithm algorithm, std::shared_ptr<Communicator> comm, Buff
     case Algorithm::kRing: RingAllreduce(comm, buffer, spec).run(); break;
     case Algorithm::kRecursiveDoubling: RecursiveDoublingAllreduce(comm, buffer, spec.op).run(); break;
     case Algorithm::kAuto: Allreduce(comm, buffer, spec).run(); break;
+    case Algorithm::kHalvingDoubling: HalvingDoublingAllreduce(comm, buffer, spec).run(); break;
   }
 }
 
@@ -101,6 +102,7 @@ std::vector<Case> sum_cases() {
     for (std::int64_t count : {std::int64_t{1}, std::int64_t{5}, std::int64_t{1000}, std::int64_t{40009}}) {
       cases.push_back({world, count, 1, Algorithm::kRing});
       cases.push_back({world, count, 1, Algorithm::kRecursiveDoubling});
+      cases.push_back({world, count, 1, Algorithm::kHalvingDoubling});
     }
   }
   for (int world : {2, 3, 5}) {
@@ -108,11 +110,15 @@ std::vector<Case> sum_cases() {
     cases.push_back({world, 100003, 3, Algorithm::kRing});
     cases.push_back({world, 100003, 3, Algorithm::kAuto});
     cases.push_back({world, 100, 3, Algorithm::kAuto});
+    cases.push_back({world, 2, 3, Algorithm::kHalvingDoubling});
+    cases.push_back({world, 100003, 3, Algorithm::kHalvingDoubling});
   }
+  for (int world : {4, 8}) cases.push_back({world, 100003, 3, Algorithm::kHalvingDoubling});
   // The ZeroMQ channels (the transport under CURVE) run the same algorithms.
   for (int world : {2, 3, 5}) {
     cases.push_back({world, 40009, 1, Algorithm::kRing, "zmq"});
     cases.push_back({world, 1000, 1, Algorithm::kRecursiveDoubling, "zmq"});
+    cases.push_back({world, 40009, 1, Algorithm::kHalvingDoubling, "zmq"});
     cases.push_back({world, 100003, 3, Algorithm::kAuto, "zmq"});
   }
   return cases;
@@ -156,7 +162,7 @@ void check_dtype(Algorithm algorithm) {
 }
 
 TEST(AllreduceDtypes, EveryReducibleTypeSumsExactly) {
-  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling}) {
     check_dtype<double>(algorithm);
     check_dtype<std::int32_t>(algorithm);
     check_dtype<std::int64_t>(algorithm);
@@ -195,8 +201,58 @@ TEST(AllreduceChoice, RecursiveDoublingBelowSmallBytesRingAbove) {
   });
 }
 
+// Between small_bytes and halving_doubling_bytes, a power-of-two world of more than two ranks
+// takes halving-doubling; two ranks (where it is the ring's two messages) and other world sizes
+// (where folding moves more bytes) keep the ring.
+TEST(AllreduceChoice, HalvingDoublingBetweenItsBoundsOnMoreThanTwoRanks) {
+  for (int world : {2, 3, 4}) {
+    run_world(world, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+      std::vector<int> hosts(static_cast<std::size_t>(world));
+      for (int r = 0; r < world; ++r) hosts[static_cast<std::size_t>(r)] = r;
+      comm->set_hosts(hosts);
+      AllreduceTuning tuning;
+      tuning.halving_doubling_bytes = 4 * tuning.small_bytes;
+      const std::int64_t first = tuning.small_bytes / 4, last = tuning.halving_doubling_bytes / 4 - 1;
+      std::vector<float> data(static_cast<std::size_t>(last + 1), 1.0f);
+      const char* expected = world == 4 ? "halving-doubling" : "ring";
+      EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), first - 1, DType::f32}, {}, tuning).algorithm(), "recursive doubling");
+      EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), first, DType::f32}, {}, tuning).algorithm(), expected);
+      EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), last, DType::f32}, {}, tuning).algorithm(), expected);
+      EXPECT_STREQ(Allreduce(comm, Buffer{data.data(), last + 1, DType::f32}, {}, tuning).algorithm(), "ring");
+    });
+  }
+}
+
+// Sums of non-integers depend on the order of additions: one rank finalises each element and
+// the others copy it, so every rank ends with the same bits.
+TEST(AllreduceHalvingDoubling, EveryRankEndsBitwiseEqual) {
+  for (int world : {3, 4, 6, 8}) {
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+    run_world(world, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+      std::vector<float> data(10007);
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + comm->rank()));
+      AllreduceSpec spec;
+      spec.op = ReduceOp::kAverage;
+      spec.chunk_bytes = 1000;
+      HalvingDoublingAllreduce(comm, Buffer{data.data(), 10007, DType::f32}, spec).run();
+      results[static_cast<std::size_t>(comm->rank())] = data;
+    });
+    for (int r = 1; r < world; ++r) {
+      ASSERT_EQ(std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), results[0].size() * sizeof(float)), 0)
+          << "world " << world << " rank " << r;
+    }
+    double worst = 0;
+    for (std::size_t i = 0; i < results[0].size(); ++i) {
+      double exact = 0;
+      for (int r = 0; r < world; ++r) exact += static_cast<float>(std::sin(0.37 * static_cast<double>(i) + r));
+      worst = std::max(worst, std::abs(results[0][i] - exact / world));
+    }
+    EXPECT_LT(worst, 1e-6) << "world " << world;
+  }
+}
+
 TEST(AllreduceAverage, EqualsSumOverWorld) {
-  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling}) {
     run_world(4, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
       std::vector<float> data(5000);
       for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(input_value(comm->rank(), static_cast<std::int64_t>(i)));
@@ -326,6 +382,30 @@ TEST_P(AllreduceFailures, DeadPeerIsACommErrorNamingIt) {
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
   }
+}
+
+TEST_P(AllreduceFailures, HalvingDoublingSilentPartnerTimesOutNamingIt) {
+  // Rank 1 never joins: rank 0, which meets it in the second halving round (after swapping with
+  // rank 2), must name it and the round; rank 3 (its first partner) and rank 2 fail too, at
+  // their deadline or when a peer quits.
+  std::vector<std::string> errors(4);
+  run_world(4, ring_options(1, 1.0, GetParam()), [&](std::shared_ptr<Communicator> comm) {
+    std::vector<float> data(100000, 1.0f);
+    if (comm->rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      return;
+    }
+    try {
+      HalvingDoublingAllreduce(comm, Buffer{data.data(), 100000, DType::f32}, {}).run();
+    } catch (const CommError& e) {
+      errors[static_cast<std::size_t>(comm->rank())] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("timed out"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("rank 1"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("halving-doubling allreduce reduce-scatter"), std::string::npos) << errors[0];
+  EXPECT_FALSE(errors[2].empty()) << "rank 2 should fail too";
+  EXPECT_FALSE(errors[3].empty()) << "rank 3 should fail too";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, AllreduceFailures, ::testing::Values("tcp", "zmq"),

@@ -71,6 +71,7 @@ struct Args {
   int max_streams = 8;
   std::string wire = "native";
   bool hierarchical = true;
+  std::int64_t halving_doubling_bytes = -1;  // -1: AllreduceTuning's default
   bool pin = false;
   int cpu = -1;  // a rank's CPU under --pin on (set by the launcher)
   std::int64_t chunk_bytes = 1 << 20;
@@ -116,6 +117,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--max-bytes") a.max_bytes = parse_bytes(value());
     else if (key == "--mpi") a.mpi = value();
     else if (key == "--chunk-bytes") a.chunk_bytes = parse_bytes(value());
+    else if (key == "--halving-doubling-bytes") a.halving_doubling_bytes = parse_bytes(value());
     else if (key == "--rebalance") a.rebalance = std::stoi(value());
     else if (key == "--hierarchical") {
       const std::string v = value();
@@ -231,6 +233,7 @@ int run_worker(const Args& a) {
     // wire would otherwise overflow and measure its fp32 fallback). Same cost either way.
     ring::AllreduceTuning tuning;
     tuning.hierarchical = a.hierarchical;
+    if (a.halving_doubling_bytes >= 0) tuning.halving_doubling_bytes = a.halving_doubling_bytes;
     ring::Allreduce check_sum(comm, ring::Buffer{data.data(), count, DType::f32}, spec, tuning);
     ring::AllreduceSpec timed = spec;
     timed.op = ring::ReduceOp::kAverage;
@@ -240,7 +243,9 @@ int run_worker(const Args& a) {
     ring::StreamBalancer balancer(comm, std::max(1, a.rebalance));
     auto once = [&] {
       allreduce.run();
-      if (a.rebalance > 0 && allreduce.ring() && comm->streams() > 1) balancer.record(allreduce.ring()->stream_bytes(), allreduce.ring()->stream_seconds());
+      if (a.rebalance > 0 && !allreduce.stream_bytes().empty() && comm->streams() > 1) {
+        balancer.record(allreduce.stream_bytes(), allreduce.stream_seconds());
+      }
     };
     check_sum.run();
     if (a.check) {
@@ -420,6 +425,7 @@ int run_launcher(Args a) {
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
                               "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds),
                               "--hierarchical", a.hierarchical ? "on" : "off", "--chunk-bytes", std::to_string(a.chunk_bytes),
+                              "--halving-doubling-bytes", std::to_string(a.halving_doubling_bytes),
                               "--rebalance", std::to_string(a.rebalance), "--transport", a.transport,
                               "--spin-us", std::to_string(a.spin_us)}));
   }
