@@ -50,14 +50,9 @@ const char* Allreduce::algorithm() const {
   return small_ ? "recursive doubling" : medium_ ? "halving-doubling" : hierarchical_ ? "hierarchical" : "ring";
 }
 
-const std::vector<std::int64_t>& Allreduce::stream_bytes() const {
-  static const std::vector<std::int64_t> none;
-  return medium_ ? medium_->stream_bytes() : ring_ ? ring_->stream_bytes() : none;
-}
-
-const std::vector<double>& Allreduce::stream_seconds() const {
-  static const std::vector<double> none;
-  return medium_ ? medium_->stream_seconds() : ring_ ? ring_->stream_seconds() : none;
+const StreamTimings& Allreduce::stream_timings() const {
+  static const StreamTimings none;
+  return medium_ ? medium_->stream_timings() : ring_ ? ring_->stream_timings() : none;
 }
 
 bool Allreduce::run() {

@@ -57,8 +57,7 @@ class Allreduce {
   const char* algorithm() const;  // "recursive doubling", "halving-doubling", "hierarchical", "ring"
   // Per stream, the bytes each carried and the seconds it took in the last run(), for the
   // StreamBalancer; empty where this buffer's algorithm runs on stream 0 alone.
-  const std::vector<std::int64_t>& stream_bytes() const;
-  const std::vector<double>& stream_seconds() const;
+  const StreamTimings& stream_timings() const;
   const Buffer& buffer() const { return buffer_; }
 
  private:

@@ -145,4 +145,11 @@ std::vector<Range> split_weighted(std::int64_t count, const std::vector<double>&
 // `parts` near-equal pieces (the first count % parts get one more element).
 Range split_even(std::int64_t count, int parts, int index);
 
+// Per stream, the bytes of a buffer it carried and the seconds it took in a collective's last
+// run (what StreamBalancer weighs streams by).
+struct StreamTimings {
+  std::vector<std::int64_t> bytes;
+  std::vector<double> seconds;
+};
+
 }  // namespace aiacc::ring

@@ -128,7 +128,9 @@ void GradientFuser::run_bucket(std::size_t b) {
   }
   // Outside the lock: every few runs the balancer agrees on new weights with a collective, and
   // the backward thread's hooks must not wait for it. Buckets run one at a time, so it needs none.
-  if (balancer_ && !allreduce.stream_bytes().empty()) balancer_->record(allreduce.stream_bytes(), allreduce.stream_seconds());
+  if (const auto& timings = allreduce.stream_timings(); balancer_ && !timings.bytes.empty()) {
+    balancer_->record(timings.bytes, timings.seconds);
+  }
 }
 
 void GradientFuser::communicate() {

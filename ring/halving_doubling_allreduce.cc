@@ -5,15 +5,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "ring/detail/stream_slices.h"
 
 namespace aiacc::ring {
-namespace {
-
-// Slices handed to streams are multiples of this many elements (cache lines for f32), as the ring's.
-constexpr std::int64_t kSliceAlign = 64;
-
-}  // namespace
-
 HalvingDoublingAllreduce::HalvingDoublingAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec)
     : comm_(std::move(comm)),
       buffer_(buffer),
@@ -31,16 +25,8 @@ HalvingDoublingAllreduce::HalvingDoublingAllreduce(std::shared_ptr<Communicator>
 void HalvingDoublingAllreduce::run() {
   if (comm_->world_size() == 1 || buffer_.count == 0) return;
   const auto deadline = comm_->deadline();
-  const auto slices = split_weighted(buffer_.count, comm_->stream_weights(), kSliceAlign);
-  stream_bytes_.assign(slices.size(), 0);
-  stream_seconds_.assign(slices.size(), 0.0);
-  comm_->pool().run([&](int stream) {
-    const auto s = static_cast<std::size_t>(stream);
-    const auto start = net::Clock::now();
-    run_stream(stream, slices[s], deadline);
-    stream_bytes_[s] = slices[s].size() * static_cast<std::int64_t>(buffer_.element_bytes());
-    stream_seconds_[s] = net::seconds_since(start);
-  });
+  detail::run_on_stream_slices(*comm_, buffer_.count, buffer_.element_bytes(), timings_,
+                               [&](int stream, Range slice) { run_stream(stream, slice, deadline); });
 }
 
 void HalvingDoublingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) {

@@ -33,10 +33,8 @@ class HalvingDoublingAllreduce {
   // and round. Uses the communicator's stream threads: one collective at a time.
   void run();
 
-  // Per stream, the bytes of the buffer it carried and the seconds it took in the last run()
-  // (for StreamBalancer), as RingAllreduce reports them.
-  const std::vector<std::int64_t>& stream_bytes() const { return stream_bytes_; }
-  const std::vector<double>& stream_seconds() const { return stream_seconds_; }
+  // Per stream, the bytes it carried and the seconds it took in the last run() (StreamBalancer).
+  const StreamTimings& stream_timings() const { return timings_; }
 
  private:
   void run_stream(int stream, Range slice, net::Deadline deadline);
@@ -49,8 +47,7 @@ class HalvingDoublingAllreduce {
   // The partner's chunks in a halving round, received before they are added: each stream uses
   // the part at its own slice (at most half of it is needed), so streams never share bytes.
   std::vector<std::byte> incoming_;
-  std::vector<std::int64_t> stream_bytes_;
-  std::vector<double> stream_seconds_;
+  StreamTimings timings_;
 };
 
 }  // namespace aiacc::ring

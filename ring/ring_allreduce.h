@@ -33,10 +33,8 @@ class RingAllreduce {
   void run();
 
   const Buffer& buffer() const { return buffer_; }
-  // Per stream, the bytes of the buffer it carried and the seconds it took in the last run()
-  // (for StreamBalancer).
-  const std::vector<std::int64_t>& stream_bytes() const { return stream_bytes_; }
-  const std::vector<double>& stream_seconds() const { return stream_seconds_; }
+  // Per stream, the bytes it carried and the seconds it took in the last run() (StreamBalancer).
+  const StreamTimings& stream_timings() const { return timings_; }
 
  private:
   void run_stream(int stream, Range slice, net::Deadline deadline);
@@ -52,8 +50,7 @@ class RingAllreduce {
   // segment this rank finalises, indexed by element (each element is sent at most once from
   // each, so nothing is overwritten while the transport may still read it).
   std::vector<std::byte> scatter_stage_, gather_stage_;
-  std::vector<std::int64_t> stream_bytes_;
-  std::vector<double> stream_seconds_;
+  StreamTimings timings_;
 };
 
 }  // namespace aiacc::ring

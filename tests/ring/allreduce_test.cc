@@ -223,6 +223,31 @@ TEST(AllreduceChoice, HalvingDoublingBetweenItsBoundsOnMoreThanTwoRanks) {
   }
 }
 
+// The StreamBalancer's input: every multi-stream algorithm reports each stream's bytes (which
+// cover the buffer) and seconds; recursive doubling, on stream 0 alone, reports none.
+TEST(AllreduceChoice, MultiStreamAlgorithmsReportEachStreamsTimings) {
+  run_world(4, ring_options(3), [&](std::shared_ptr<Communicator> comm) {
+    comm->set_hosts({0, 1, 2, 3});
+    comm->set_stream_weights({1.0, 3.0, 2.0});
+    AllreduceTuning tuning;
+    std::vector<float> data(static_cast<std::size_t>(tuning.halving_doubling_bytes / 4), 1.0f);
+    for (const std::int64_t count : {tuning.small_bytes / 4, tuning.halving_doubling_bytes / 4}) {
+      Allreduce allreduce(comm, Buffer{data.data(), count, DType::f32}, {}, tuning);
+      allreduce.run();
+      const StreamTimings& timings = allreduce.stream_timings();
+      ASSERT_EQ(timings.bytes.size(), 3u) << allreduce.algorithm();
+      ASSERT_EQ(timings.seconds.size(), 3u) << allreduce.algorithm();
+      EXPECT_EQ(timings.bytes[0] + timings.bytes[1] + timings.bytes[2], count * 4) << allreduce.algorithm();
+      EXPECT_GT(timings.bytes[1], timings.bytes[0]) << allreduce.algorithm();
+      for (double seconds : timings.seconds) EXPECT_GT(seconds, 0.0) << allreduce.algorithm();
+    }
+    Allreduce small(comm, Buffer{data.data(), 1000, DType::f32}, {}, tuning);
+    small.run();
+    EXPECT_STREQ(small.algorithm(), "recursive doubling");
+    EXPECT_TRUE(small.stream_timings().bytes.empty());
+  });
+}
+
 // Sums of non-integers depend on the order of additions: one rank finalises each element and
 // the others copy it, so every rank ends with the same bits.
 TEST(AllreduceHalvingDoubling, EveryRankEndsBitwiseEqual) {

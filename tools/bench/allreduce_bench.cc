@@ -243,9 +243,8 @@ int run_worker(const Args& a) {
     ring::StreamBalancer balancer(comm, std::max(1, a.rebalance));
     auto once = [&] {
       allreduce.run();
-      if (a.rebalance > 0 && !allreduce.stream_bytes().empty() && comm->streams() > 1) {
-        balancer.record(allreduce.stream_bytes(), allreduce.stream_seconds());
-      }
+      const auto& timings = allreduce.stream_timings();
+      if (a.rebalance > 0 && !timings.bytes.empty() && comm->streams() > 1) balancer.record(timings.bytes, timings.seconds);
     };
     check_sum.run();
     if (a.check) {
