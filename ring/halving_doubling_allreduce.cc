@@ -66,10 +66,13 @@ void HalvingDoublingAllreduce::run_stream(int stream, Range slice, net::Deadline
 
   // Reduce-scatter: each round halves the span this rank reduces; the lower rank of a pair keeps
   // the lower half. Partners hold the same span in every round (it depends only on the bits
-  // above the round's), so they split it alike. Kept for the all-gather, which retraces it.
+  // of earlier rounds, which they share), so they split it alike. Kept for the all-gather,
+  // which retraces it. The nearest partner comes first, with the largest half: neighbouring
+  // ranks are the ones most likely to share a host (or, bound r mod 2 on two cores, a cross-core
+  // pair: 4 ranks, 4 MiB, 5.1-6.1 ms against 5.8-6.2 with the farthest partner first).
   std::vector<Range> parents;
   Range mine = slice;
-  for (int mask = p / 2; mask >= 1; mask /= 2) {
+  for (int mask = 1; mask < p; mask *= 2) {
     const int partner = rank ^ mask;
     const std::int64_t middle = mine.begin + mine.size() / 2;
     const bool low = (rank & mask) == 0;
@@ -101,7 +104,7 @@ void HalvingDoublingAllreduce::run_stream(int stream, Range slice, net::Deadline
 
   // All-gather: the rounds in reverse; each rank sends what it holds and receives its partner's
   // half of the span they split, straight into place.
-  for (int mask = 1; mask < p; mask *= 2) {
+  for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int partner = rank ^ mask;
     const Range parent = parents.back();
     parents.pop_back();
