@@ -6,6 +6,9 @@
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
 //                         [--hierarchical on|off] [--chunk-bytes 1M] [--rebalance RUNS|0] [--seconds S] [--no-check]
 //                         [--curve on|off] [--pin on|off] [--transport auto|tcp|zmq] [--spin-us N|-1]
+//                         [--halving-doubling-bytes N]
+// --halving-doubling-bytes sets AllreduceTuning::halving_doubling_bytes (0: the ring instead of
+// halving-doubling for every size it would serve).
 // --transport picks the ring's links (ring/communicator.h): tcp, plain sockets the ranks'
 // threads read and write (auto's choice without CURVE), or zmq, the ZeroMQ channels. --spin-us
 // is how long a tcp wait polls before sleeping (-1, the default: 50 when the ranks fit the
