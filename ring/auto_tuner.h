@@ -57,7 +57,7 @@ class AutoTuner {
 class StreamBalancer {
  public:
   StreamBalancer(std::shared_ptr<Communicator> comm, int every_runs = 8);
-  // Adds one ring run's per-stream bytes and seconds (RingAllreduce::stream_bytes/seconds).
+  // Adds one run's per-stream bytes and seconds (Allreduce::stream_timings()).
   // Collective every `every_runs` calls (all ranks call it after the same runs).
   void record(const std::vector<std::int64_t>& bytes, const std::vector<double>& seconds);
   // Drops the runs recorded since the last update: call it when the set of active streams

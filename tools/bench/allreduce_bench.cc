@@ -215,7 +215,10 @@ int run_worker(const Args& a) {
     }
     std::vector<ring::TuningCandidate> candidates;
     for (int k = 1; k <= a.max_streams; k *= 2) candidates.push_back({bytes, k});
-    ring::AutoTuner tuner(comm, candidates, 1, 3);
+    // Each candidate is timed as it will run: balanced. Its first runs rebalance the streams
+    // after every run (streams that share a capped path get less), then three are timed.
+    ring::AutoTuner tuner(comm, candidates, a.rebalance > 0 ? 4 : 1, 3);
+    ring::StreamBalancer balancer(comm, 1);
     comm->set_active_streams(tuner.current().streams);
     // Back to back, as timed below: a pause between runs lets a rate-capped link refill its
     // burst allowance, which flattered some stream counts in tuning but not in the timed runs.
@@ -223,7 +226,13 @@ int run_worker(const Args& a) {
     while (!tuner.done()) {
       const auto start = net::Clock::now();
       allreduce.run();
-      if (tuner.record(net::seconds_since(start))) comm->set_active_streams(tuner.current().streams);
+      const double seconds = net::seconds_since(start);
+      const auto& timings = allreduce.stream_timings();
+      if (a.rebalance > 0 && !timings.bytes.empty() && comm->active_streams() > 1) balancer.record(timings.bytes, timings.seconds);
+      if (tuner.record(seconds)) {
+        comm->set_active_streams(tuner.current().streams);
+        balancer.reset();
+      }
     }
   };
 
