@@ -223,8 +223,9 @@ TEST(AllreduceChoice, HalvingDoublingBetweenItsBoundsOnMoreThanTwoRanks) {
   }
 }
 
-// The StreamBalancer's input: every multi-stream algorithm reports each stream's bytes (which
-// cover the buffer) and seconds; recursive doubling, on stream 0 alone, reports none.
+// Through Allreduce (halving-doubling, then the ring): exact sums, and the StreamBalancer's
+// input: every multi-stream algorithm reports each stream's bytes (which cover the buffer) and
+// seconds; recursive doubling, on stream 0 alone, reports none.
 TEST(AllreduceChoice, MultiStreamAlgorithmsReportEachStreamsTimings) {
   run_world(4, ring_options(3), [&](std::shared_ptr<Communicator> comm) {
     comm->set_hosts({0, 1, 2, 3});
@@ -232,8 +233,12 @@ TEST(AllreduceChoice, MultiStreamAlgorithmsReportEachStreamsTimings) {
     AllreduceTuning tuning;
     std::vector<float> data(static_cast<std::size_t>(tuning.halving_doubling_bytes / 4), 1.0f);
     for (const std::int64_t count : {tuning.small_bytes / 4, tuning.halving_doubling_bytes / 4}) {
+      for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i));
       Allreduce allreduce(comm, Buffer{data.data(), count, DType::f32}, {}, tuning);
       allreduce.run();
+      for (std::int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(data[static_cast<std::size_t>(i)], expected_sum(4, i)) << allreduce.algorithm() << " element " << i;
+      }
       const StreamTimings& timings = allreduce.stream_timings();
       ASSERT_EQ(timings.bytes.size(), 3u) << allreduce.algorithm();
       ASSERT_EQ(timings.seconds.size(), 3u) << allreduce.algorithm();

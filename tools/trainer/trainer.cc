@@ -265,8 +265,9 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.options = options;
   s.group = std::move(group);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
-  // Before any thread of the job starts (loader, fusion, parameter-server clients): they inherit it.
-  if (options.job.flush_denormals && !util::flush_denormals(true)) {
+  // On this thread and OpenMP's; threads started later (loader, fusion) inherit it. aiacc-train
+  // sets it once more before the process group starts its stream threads, and on servers.
+  if (!util::flush_denormals(options.job.flush_denormals) && options.job.flush_denormals) {
     s.log->warn("job.flush_denormals: this CPU has no flush-to-zero mode; subnormal floats stay exact (and slow)");
   }
 
