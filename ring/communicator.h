@@ -43,7 +43,7 @@ struct CommunicatorOptions {
   // the ZeroMQ channels provide (tcp with CURVE is a ConfigError).
   std::string transport = "auto";
   // TCP links: microseconds a wait polls before it sleeps (-1: auto, 50 when this host's ranks
-  // times streams fit its CPUs and this rank's streams fit the CPUs it may use, else 20: a
+  // times streams fit its CPUs and this rank's streams fit the CPUs it may use, else 5: a
   // longer spin would hold the core a peer needs).
   int spin_us = -1;
   // Not configured: set by the trainer when the ring runs plain TCP in a job with a token

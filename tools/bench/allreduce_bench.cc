@@ -12,7 +12,7 @@
 // --transport picks the ring's links (ring/communicator.h): tcp, plain sockets the ranks'
 // threads read and write (auto's choice without CURVE), or zmq, the ZeroMQ channels. --spin-us
 // is how long a tcp wait polls before sleeping (-1, the default: 50 when the ranks fit the
-// CPUs, else 0).
+// CPUs, else 5).
 // --curve on runs every connection under the job's CURVE keys (authenticated and encrypted, as
 // aiacc-train does by default); off (the default here) is plain TCP, the comparison for MPI.
 // --pin on binds rank r to the (r mod n)-th of the n CPUs the launcher may use, as aiacc-train's
