@@ -85,8 +85,11 @@ void StreamBalancer::reset() {
   std::fill(seconds_.begin(), seconds_.end(), 0.0);
 }
 
-void StreamBalancer::record(const std::vector<std::int64_t>& /*bytes*/, const std::vector<double>& seconds) {
-  for (std::size_t s = 0; s < seconds_.size() && s < seconds.size(); ++s) seconds_[s] += seconds[s];
+void StreamBalancer::set_every_runs(int every_runs) { every_runs_ = std::max(1, every_runs); }
+
+void StreamBalancer::record(const StreamTimings& run) {
+  if (run.seconds.empty()) return;
+  for (std::size_t s = 0; s < seconds_.size() && s < run.seconds.size(); ++s) seconds_[s] += run.seconds[s];
   if (++runs_ < every_runs_) return;
   runs_ = 0;
   // Each stream's time, summed over the runs and the ranks: identical on every rank after the

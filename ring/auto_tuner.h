@@ -57,12 +57,15 @@ class AutoTuner {
 class StreamBalancer {
  public:
   StreamBalancer(std::shared_ptr<Communicator> comm, int every_runs = 8);
-  // Adds one run's per-stream bytes and seconds (Allreduce::stream_timings()).
-  // Collective every `every_runs` calls (all ranks call it after the same runs).
-  void record(const std::vector<std::int64_t>& bytes, const std::vector<double>& seconds);
+  // Adds one run's per-stream seconds (Allreduce::stream_timings()); a run on stream 0 alone
+  // (empty timings) is not counted. Collective every `every_runs` counted runs (all ranks
+  // record the same runs).
+  void record(const StreamTimings& run);
   // Drops the runs recorded since the last update: call it when the set of active streams
   // changes (a stream that was off would otherwise look fast).
   void reset();
+  // Updates every `every_runs` counted runs from now on (a tuner rebalances after every run).
+  void set_every_runs(int every_runs);
 
  private:
   std::shared_ptr<Communicator> comm_;

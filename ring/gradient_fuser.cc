@@ -33,12 +33,11 @@ GradientFuser::GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Par
   }
   tuner_.emplace(comm_, candidates, options_.tune_warmup_steps, options_.tune_measured_steps);
   if (options_.rebalance_every_runs > 0 && comm_->streams() > 1) {
-    balancer_.emplace(comm_, options_.rebalance_every_runs);
     // While stream counts are tried, rebalance after every run: a count whose streams share a
     // capped path is then timed balanced, as it would run, not at equal shares.
-    if (streams.size() > 1) tuning_balancer_.emplace(comm_, 1);
+    const bool tuning_streams = streams.size() > 1 && !tuner_->done();
+    balancer_.emplace(comm_, tuning_streams ? 1 : options_.rebalance_every_runs);
   }
-  tuning_ = !tuner_->done();
 
   // Every rank must derive the same layout; checked once with the tensors alone (bucket size
   // 0), since tuning may change the bucket boundaries later (identically on every rank).
@@ -134,11 +133,7 @@ void GradientFuser::run_bucket(std::size_t b) {
   }
   // Outside the lock: every few runs the balancer agrees on new weights with a collective, and
   // the backward thread's hooks must not wait for it. Buckets run one at a time, so it needs none.
-  if (const auto& timings = allreduce.stream_timings(); !timings.bytes.empty()) {
-    // tuning_ changes in finish_step only, after this step's buckets are done.
-    StreamBalancer* balancer = tuning_ && tuning_balancer_ ? &*tuning_balancer_ : balancer_ ? &*balancer_ : nullptr;
-    if (balancer != nullptr) balancer->record(timings.bytes, timings.seconds);
-  }
+  if (balancer_) balancer_->record(allreduce.stream_timings());
 }
 
 void GradientFuser::communicate() {
@@ -221,11 +216,11 @@ void GradientFuser::finish_step() {
     if (now.streams != before.streams) {
       comm_->set_active_streams(now.streams);
       if (balancer_) balancer_->reset();
-      if (tuning_balancer_) tuning_balancer_->reset();
     }
     if (now.bucket_bytes != before.bucket_bytes) build(now.bucket_bytes);
   }
-  tuning_ = !tuner_->done();
+  // Tuning is over: back to the configured period (set between steps, while no bucket runs).
+  if (tuner_->done() && balancer_) balancer_->set_every_runs(options_.rebalance_every_runs);
 }
 
 }  // namespace aiacc::ring

@@ -95,8 +95,6 @@ class GradientFuser {
   std::vector<std::unique_ptr<Allreduce>> allreduces_;  // one per bucket
   std::optional<AutoTuner> tuner_;
   std::optional<StreamBalancer> balancer_;
-  std::optional<StreamBalancer> tuning_balancer_;  // every run, while stream counts are tried
-  bool tuning_ = false;                            // the tuner is not done yet
 
   std::mutex mutex_;
   std::condition_variable work_;     // to the communication thread: a step or a bucket is ready

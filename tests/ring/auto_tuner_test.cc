@@ -53,7 +53,7 @@ std::vector<double> balance(const std::vector<double>& rates, std::vector<double
         sent[s] = static_cast<std::int64_t>(w[s] * bytes);
         seconds[s] = latency + w[s] * bytes / rates[s];
       }
-      balancer.record(sent, seconds);
+      balancer.record({sent, seconds});
     }
     result = comm->stream_weights();
   });

@@ -227,8 +227,7 @@ int run_worker(const Args& a) {
       const auto start = net::Clock::now();
       allreduce.run();
       const double seconds = net::seconds_since(start);
-      const auto& timings = allreduce.stream_timings();
-      if (a.rebalance > 0 && !timings.bytes.empty() && comm->active_streams() > 1) balancer.record(timings.bytes, timings.seconds);
+      if (a.rebalance > 0 && comm->active_streams() > 1) balancer.record(allreduce.stream_timings());
       if (tuner.record(seconds)) {
         comm->set_active_streams(tuner.current().streams);
         balancer.reset();
@@ -255,8 +254,7 @@ int run_worker(const Args& a) {
     ring::StreamBalancer balancer(comm, std::max(1, a.rebalance));
     auto once = [&] {
       allreduce.run();
-      const auto& timings = allreduce.stream_timings();
-      if (a.rebalance > 0 && !timings.bytes.empty() && comm->streams() > 1) balancer.record(timings.bytes, timings.seconds);
+      if (a.rebalance > 0 && comm->streams() > 1) balancer.record(allreduce.stream_timings());
     };
     check_sum.run();
     if (a.check) {
