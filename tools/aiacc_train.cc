@@ -15,7 +15,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net/message_memory.h"
-#include "core/util/float_mode.h"
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
@@ -52,9 +51,7 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   }
   // Before the process group starts its stream threads (they inherit it), on servers too: their
   // sparse optimiser state decays like a worker's.
-  if (!util::flush_denormals(job.job.flush_denormals) && job.job.flush_denormals) {
-    log::get("trainer")->warn("job.flush_denormals: this CPU has no flush-to-zero mode; subnormal floats stay exact (and slow)");
-  }
+  trainer::apply_float_mode(job);
   auto group = std::make_shared<trainer::ProcessGroup>(cluster, role);
   group->check_agreement("resolved configuration", trainer::agreement_yaml(job));
   if (!group->is_worker()) {

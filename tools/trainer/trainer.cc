@@ -265,11 +265,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.options = options;
   s.group = std::move(group);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
-  // On this thread and OpenMP's; threads started later (loader, fusion) inherit it. aiacc-train
-  // sets it once more before the process group starts its stream threads, and on servers.
-  if (!util::flush_denormals(options.job.flush_denormals) && options.job.flush_denormals) {
-    s.log->warn("job.flush_denormals: this CPU has no flush-to-zero mode; subnormal floats stay exact (and slow)");
-  }
+  apply_float_mode(options);  // before the loader and fusion threads start: they inherit it
 
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
@@ -415,6 +411,13 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
 }
 
 Trainer::~Trainer() = default;
+
+void apply_float_mode(const JobOptions& options) {
+  if (!util::flush_denormals(options.job.flush_denormals) && options.job.flush_denormals) {
+    log::get("trainer")->warn("job.flush_denormals: this CPU has no flush-to-zero mode; subnormal floats stay "
+                              "exact (and slow)");
+  }
+}
 
 std::vector<std::pair<std::string, Tensor>> Trainer::model_tensors() const {
   return state_->model_tensors();

@@ -82,4 +82,9 @@ class Trainer {
   std::unique_ptr<State> state_;
 };
 
+// Applies job.flush_denormals to the calling thread and OpenMP's (threads started later inherit
+// it); warns where the CPU has no flush-to-zero mode. The Trainer calls it; aiacc-train calls it
+// first, before the process group starts its stream threads, and in server processes.
+void apply_float_mode(const JobOptions& options);
+
 }  // namespace aiacc::trainer
