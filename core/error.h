@@ -50,6 +50,13 @@ class CudaError : public Error {
   using Error::Error;
 };
 
+// A memory allocation could not be served (device memory, pinned host memory): the message
+// names the memory, the request and what the allocator holds.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 // An internal invariant did not hold (AIACC_CHECK): a bug in aiacc-train, not in the input.
 class InternalError : public Error {
  public:
