@@ -1,15 +1,15 @@
-#include "ring/nccl/detail/cuda_handles.h"
+#include "core/cuda/stream.h"
 
 #include "core/cuda/cuda_check.h"
 #include "core/log.h"
 
-namespace aiacc::ring::detail {
+namespace aiacc::cuda {
 
 namespace {
 // Destructors must not throw, not even when logging fails.
 void warn_quietly(const char* what, cudaError_t status) noexcept {
   try {
-    log::get("ring")->warn("{} failed: {}", what, cudaGetErrorString(status));
+    log::get("cuda")->warn("{} failed: {}", what, cudaGetErrorString(status));
   } catch (...) {
     // Nothing more to do in a noexcept path.
   }
@@ -79,4 +79,4 @@ DeviceGuard::~DeviceGuard() {
   if (status != cudaSuccess) warn_quietly("cudaSetDevice (restoring the previous device)", status);
 }
 
-}  // namespace aiacc::ring::detail
+}  // namespace aiacc::cuda

@@ -1,10 +1,10 @@
-// Move-only RAII owners for the CUDA objects the NCCL backend creates (streams, events) and a
-// guard that makes a device current for a scope. Destructors never throw; they log failures.
+// Move-only RAII owners of CUDA streams and events, and a guard that makes a device current
+// for a scope. Destructors never throw; they log failures. Built only with CUDA.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-namespace aiacc::ring::detail {
+namespace aiacc::cuda {
 
 // A stream created with cudaStreamNonBlocking (no implicit sync with the legacy default stream).
 class CudaStream {
@@ -59,4 +59,4 @@ class DeviceGuard {
   bool restore_ = false;
 };
 
-}  // namespace aiacc::ring::detail
+}  // namespace aiacc::cuda

@@ -67,23 +67,23 @@ NcclCommunicator::NcclCommunicator(net::RendezvousClient& rendezvous, int rank, 
   }
   weights_.assign(static_cast<std::size_t>(streams), 1.0);
   const auto start = net::Clock::now();
-  detail::DeviceGuard guard(cuda_device_);
+  cuda::DeviceGuard guard(cuda_device_);
 
   const std::vector<ncclUniqueId> ids = exchange_ids(rendezvous, rank, streams, name_, deadline);
   streams_.reserve(ids.size());
   done_events_.reserve(ids.size());
   for (std::size_t k = 0; k < ids.size(); ++k) {
-    streams_.push_back(detail::CudaStream::create_non_blocking());
-    done_events_.push_back(detail::CudaEvent::create_for_ordering());
+    streams_.push_back(cuda::CudaStream::create_non_blocking());
+    done_events_.push_back(cuda::CudaEvent::create_for_ordering());
   }
-  start_event_ = detail::CudaEvent::create_for_ordering();
+  start_event_ = cuda::CudaEvent::create_for_ordering();
   comms_ = std::make_unique<detail::NcclCommGroup>(ids, rank, world_size, name_, deadline);
   log::get("ring")->info("{}: {} communicator(s) on CUDA device {} ready in {:.2f} s",
                          comms_->where(), ids.size(), cuda_device_, net::seconds_since(start));
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  std::optional<detail::DeviceGuard> guard;
+  std::optional<cuda::DeviceGuard> guard;
   try {
     guard.emplace(cuda_device_);
   } catch (const std::exception& e) {
@@ -95,7 +95,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   comms_.reset();  // finalize or abort; never throws
   done_events_.clear();
-  start_event_ = detail::CudaEvent();
+  start_event_ = cuda::CudaEvent();
   streams_.clear();
 }
 
@@ -120,7 +120,7 @@ bool NcclCommunicator::aborted() const { return comms_->aborted(); }
 
 void NcclCommunicator::abort() noexcept {
   try {
-    detail::DeviceGuard guard(cuda_device_);
+    cuda::DeviceGuard guard(cuda_device_);
     comms_->abort("abort() was called");
     return;
   } catch (...) {
@@ -163,7 +163,7 @@ void NcclCommunicator::allreduce(void* device_data, std::int64_t count, DType dt
   const ncclRedOp_t reduction = detail::nccl_reduce_op(op);
   AIACC_CHECK_GE(count, std::int64_t{0}, "{}: NCCL allreduce count", comms_->where());
   if (count == 0) return;  // every rank skips alike: no collective is issued
-  detail::DeviceGuard guard(cuda_device_);
+  cuda::DeviceGuard guard(cuda_device_);
   check_device_pointer(device_data, kOp, "buffer");
   const std::vector<detail::StreamPart> parts = plan(count, dtype);
   const std::size_t element_size = dtype_size(dtype);
@@ -205,7 +205,7 @@ void NcclCommunicator::broadcast(void* device_data, std::int64_t count, DType dt
   }
   AIACC_CHECK_GE(count, std::int64_t{0}, "{}: NCCL broadcast count", comms_->where());
   if (count == 0) return;
-  detail::DeviceGuard guard(cuda_device_);
+  cuda::DeviceGuard guard(cuda_device_);
   check_device_pointer(device_data, kOp, "buffer");
   AIACC_CUDA_CHECK(cudaEventRecord(start_event_.get(), caller_stream));
   AIACC_CUDA_CHECK(cudaStreamWaitEvent(streams_[0].get(), start_event_.get(), 0));
@@ -227,7 +227,7 @@ void NcclCommunicator::allgather(const void* send, void* recv, std::int64_t coun
   const ncclDataType_t type = detail::nccl_dtype(dtype, /*reducing=*/false, kOp);
   AIACC_CHECK_GE(count_per_rank, std::int64_t{0}, "{}: NCCL allgather count", comms_->where());
   if (count_per_rank == 0) return;
-  detail::DeviceGuard guard(cuda_device_);
+  cuda::DeviceGuard guard(cuda_device_);
   check_device_pointer(send, kOp, "send buffer");
   check_device_pointer(recv, kOp, "receive buffer");
   AIACC_CUDA_CHECK(cudaEventRecord(start_event_.get(), caller_stream));
@@ -271,7 +271,7 @@ void NcclCommunicator::synchronize(double timeout_s) {
     throw ConfigError(fmt::format("{}: synchronize timeout {} s must be finite and >= 0",
                                   comms_->where(), timeout_s));
   }
-  detail::DeviceGuard guard(cuda_device_);
+  cuda::DeviceGuard guard(cuda_device_);
   const auto start = net::Clock::now();
   const net::Deadline deadline = net::deadline_after(timeout_s);
   const std::string ops = pending_ops();

@@ -25,10 +25,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/cuda/stream.h"
 #include "core/net/deadline.h"
 #include "core/net/rendezvous_client.h"
 #include "core/tensor.h"
-#include "ring/nccl/detail/cuda_handles.h"
 #include "ring/nccl/detail/stream_split.h"
 #include "ring/reduce_op.h"
 
@@ -138,9 +138,9 @@ class NcclCommunicator {
   std::vector<double> weights_;
   std::vector<std::string> pending_ops_;
   // Declared before comms_ so they are destroyed after the communicators that use them.
-  std::vector<detail::CudaStream> streams_;
-  detail::CudaEvent start_event_;               // recorded on caller_stream before a collective
-  std::vector<detail::CudaEvent> done_events_;  // one per stream, recorded after its part
+  std::vector<cuda::CudaStream> streams_;
+  cuda::CudaEvent start_event_;               // recorded on caller_stream before a collective
+  std::vector<cuda::CudaEvent> done_events_;  // one per stream, recorded after its part
   std::unique_ptr<detail::NcclCommGroup> comms_;
 };
 
