@@ -1,6 +1,6 @@
 // Embedding-bag kernels (see embedding_bag.h). Forward parallelises over examples (each owns
 // its output row); backward transposes the CSR (position -> row) into (row -> bags) with a
-// counting sort so each unique row is summed by one thread, in a fixed order.
+// counting sort (make_backward_plan) so each unique row is summed by one thread, in a fixed order.
 #include "core/kernels/embedding_bag.h"
 
 #include <omp.h>
@@ -65,23 +65,31 @@ void embedding_bag_forward(const EmbeddingBagGeometry& g, BagMode mode, const T*
   }
 }
 
+EmbeddingBagBackwardPlan make_backward_plan(const EmbeddingBagGeometry& g,
+                                            const std::int64_t* indices,
+                                            const std::int64_t* offsets) {
+  validate_bags(g, indices, offsets);
+  EmbeddingBagBackwardPlan plan;
+  plan.row_start.assign(static_cast<std::size_t>(g.num_unique) + 1, 0);
+  for (std::int64_t p = 0; p < g.num_positions; ++p) ++plan.row_start[indices[p] + 1];
+  for (std::int64_t u = 0; u < g.num_unique; ++u) plan.row_start[u + 1] += plan.row_start[u];
+  std::vector<std::int64_t> fill(plan.row_start.begin(), plan.row_start.end() - 1);
+  plan.bag_of.resize(static_cast<std::size_t>(g.num_positions));
+  for (std::int64_t i = 0; i < g.batch; ++i) {
+    for (std::int64_t p = offsets[i]; p < offsets[i + 1]; ++p) plan.bag_of[fill[indices[p]]++] = i;
+  }
+  return plan;
+}
+
 template <class T>
 void embedding_bag_backward(const EmbeddingBagGeometry& g, BagMode mode, const T* grad_out,
                             const std::int64_t* indices, const std::int64_t* offsets,
                             T* grad_unique_rows) {
-  validate_bags(g, indices, offsets);
+  const EmbeddingBagBackwardPlan plan = make_backward_plan(g, indices, offsets);
+  const std::vector<std::int64_t>& row_start = plan.row_start;
+  const std::vector<std::int64_t>& bag_of = plan.bag_of;
   const std::int64_t d = g.dim;
   const std::int64_t u_count = g.num_unique;
-  // Counting sort of positions by unique row: row_start[u]..row_start[u+1] lists the bags
-  // (examples) that use row u, in position order, so the sum order never depends on threads.
-  std::vector<std::int64_t> row_start(static_cast<std::size_t>(u_count) + 1, 0);
-  for (std::int64_t p = 0; p < g.num_positions; ++p) ++row_start[indices[p] + 1];
-  for (std::int64_t u = 0; u < u_count; ++u) row_start[u + 1] += row_start[u];
-  std::vector<std::int64_t> fill(row_start.begin(), row_start.end() - 1);
-  std::vector<std::int64_t> bag_of(static_cast<std::size_t>(g.num_positions));
-  for (std::int64_t i = 0; i < g.batch; ++i) {
-    for (std::int64_t p = offsets[i]; p < offsets[i + 1]; ++p) bag_of[fill[indices[p]]++] = i;
-  }
   const bool parallel = (g.num_positions + u_count) * d >= kMinParallelElements;
   // Dynamic chunks: hot ids (a few rows used by most bags) would unbalance a static split.
 #pragma omp parallel for schedule(dynamic, 64) if (parallel)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace aiacc::kernels {
 
@@ -38,5 +39,18 @@ template <class T>
 void embedding_bag_backward(const EmbeddingBagGeometry& g, BagMode mode, const T* grad_out,
                             const std::int64_t* indices, const std::int64_t* offsets,
                             T* grad_unique_rows);
+
+// The transpose backward needs (row -> bags that use it), built by a counting sort: bags
+// using unique row u are bag_of[row_start[u] .. row_start[u + 1]), in position order, so
+// sums run in an order no thread count changes. Shared by the CPU backward and the GPU one
+// (core/cuda/kernels/embedding_bag.h), which gets these two arrays copied to the device.
+struct EmbeddingBagBackwardPlan {
+  std::vector<std::int64_t> row_start;  // [U + 1]
+  std::vector<std::int64_t> bag_of;     // [P]
+};
+// Validates the bags like the kernels (InternalError) and builds the plan.
+EmbeddingBagBackwardPlan make_backward_plan(const EmbeddingBagGeometry& g,
+                                            const std::int64_t* indices,
+                                            const std::int64_t* offsets);
 
 }  // namespace aiacc::kernels

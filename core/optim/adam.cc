@@ -8,16 +8,11 @@
 namespace aiacc::optim {
 namespace {
 
-struct AdamScalars {
-  float step_size, correction2_sqrt, one_minus_b1, b2, one_minus_b2, epsilon, wd, shrink;
-  bool decoupled;
-};
-
 // __restrict: weights, gradient and moments never overlap. Without it GCC guards its vector loop
 // with an overlap test that a parameter-server row fails (its moments follow the weights a few
 // dozen bytes later), and the row is updated one scalar sqrt and divide at a time.
 void adam_elements(float* __restrict w, const float* __restrict g, float* __restrict exp_avg,
-                   float* __restrict exp_avg_sq, std::size_t n, const AdamScalars& c) {
+                   float* __restrict exp_avg_sq, std::size_t n, const AdamStepScalars& c) {
   for (std::size_t i = 0; i < n; ++i) {
     float grad = g[i];
     if (c.decoupled) {
@@ -42,21 +37,24 @@ void AdamRule::update(std::span<float> w, std::span<const float> g, std::span<fl
   AIACC_CHECK_EQ(g.size(), n, "adam: gradient vs weights");
   AIACC_CHECK_EQ(exp_avg.size(), n, "adam: exp_avg vs weights");
   AIACC_CHECK_EQ(exp_avg_sq.size(), n, "adam: exp_avg_sq vs weights");
+  adam_elements(w.data(), g.data(), exp_avg.data(), exp_avg_sq.data(), n, step_scalars(step, lr));
+}
+
+AdamStepScalars AdamRule::step_scalars(std::int64_t step, double lr) const {
   AIACC_CHECK_GE(step, 1, "adam: steps are 1-based");
   // Scalars in double (as PyTorch computes them in Python), the per-element work in float.
   const double t = static_cast<double>(step);
   const double correction1 = 1.0 - std::pow(beta1, t);
   const double correction2 = 1.0 - std::pow(beta2, t);
-  const float step_size = static_cast<float>(lr / correction1);
-  const float correction2_sqrt = static_cast<float>(std::sqrt(correction2));
-  const float one_minus_b1 = static_cast<float>(1.0 - beta1);
-  const float b2 = static_cast<float>(beta2);
-  const float one_minus_b2 = static_cast<float>(1.0 - beta2);
-  const float epsilon = static_cast<float>(eps);
-  const float wd = static_cast<float>(weight_decay);
-  const float shrink = static_cast<float>(1.0 - lr * weight_decay);
-  const AdamScalars scalars{step_size, correction2_sqrt, one_minus_b1, b2, one_minus_b2, epsilon, wd, shrink, decoupled};
-  adam_elements(w.data(), g.data(), exp_avg.data(), exp_avg_sq.data(), n, scalars);
+  return AdamStepScalars{static_cast<float>(lr / correction1),
+                         static_cast<float>(std::sqrt(correction2)),
+                         static_cast<float>(1.0 - beta1),
+                         static_cast<float>(beta2),
+                         static_cast<float>(1.0 - beta2),
+                         static_cast<float>(eps),
+                         static_cast<float>(weight_decay),
+                         static_cast<float>(1.0 - lr * weight_decay),
+                         decoupled};
 }
 
 }  // namespace aiacc::optim

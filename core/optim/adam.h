@@ -7,6 +7,20 @@
 
 namespace aiacc::optim {
 
+// Per-step scalars of one Adam update, computed in double as PyTorch does and rounded to float
+// once; shared by the CPU update below and the GPU kernel (core/cuda/kernels/optimizer_update.h).
+struct AdamStepScalars {
+  float step_size;          // lr / (1 - beta1^t)
+  float correction2_sqrt;   // sqrt(1 - beta2^t)
+  float one_minus_b1;
+  float b2;
+  float one_minus_b2;
+  float epsilon;
+  float wd;                 // Adam's L2 coefficient
+  float shrink;             // AdamW: 1 - lr * wd
+  bool decoupled;
+};
+
 struct AdamRule {
   double beta1 = 0.9;         // decay of the first moment (exp_avg)
   double beta2 = 0.999;       // decay of the second moment (exp_avg_sq)
@@ -23,6 +37,9 @@ struct AdamRule {
   //   w -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
   void update(std::span<float> w, std::span<const float> g, std::span<float> exp_avg,
               std::span<float> exp_avg_sq, std::int64_t step, double lr) const;
+
+  // The scalars of step `step` (1-based) at learning rate `lr`.
+  AdamStepScalars step_scalars(std::int64_t step, double lr) const;
 };
 
 }  // namespace aiacc::optim

@@ -167,5 +167,22 @@ TEST(EmbeddingBagKernel, RejectsMalformedInput) {
                InternalError);
 }
 
+// The (row -> bags) transpose the CPU and GPU backward share, on a case worked by hand:
+// bags {0: [2, 0], 1: [], 2: [0, 0, 3]} over 4 unique rows (row 1 unused).
+TEST(EmbeddingBagKernel, BackwardPlanListsEachRowsBagsInPositionOrder) {
+  const std::vector<std::int64_t> indices{2, 0, 0, 0, 3};
+  const std::vector<std::int64_t> offsets{0, 2, 2, 5};
+  EmbeddingBagGeometry g;
+  g.batch = 3;
+  g.num_positions = 5;
+  g.num_unique = 4;
+  g.dim = 1;
+  const EmbeddingBagBackwardPlan plan = make_backward_plan(g, indices.data(), offsets.data());
+  EXPECT_EQ(plan.row_start, (std::vector<std::int64_t>{0, 3, 3, 4, 5}));
+  EXPECT_EQ(plan.bag_of, (std::vector<std::int64_t>{0, 2, 2, 0, 2}));
+  const std::vector<std::int64_t> bad_indices{2, 0, 0, 0, 4};  // 4 is not a unique row
+  EXPECT_THROW(make_backward_plan(g, bad_indices.data(), offsets.data()), InternalError);
+}
+
 }  // namespace
 }  // namespace aiacc::kernels

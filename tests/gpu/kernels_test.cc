@@ -1,0 +1,207 @@
+// Each of our CUDA kernels against its CPU reference on random inputs: conversions bit for bit
+// (core/util/half.h), the unscale-and-check step, Adam/AdamW/SGD against core/optim's rules over
+// several steps, and the embedding bag against core/kernels in both modes, with empty bags and
+// repeated rows. Skipped (exit 77) where no GPU is present.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_memory.h"
+#include "core/cuda/kernels/embedding_bag.h"
+#include "core/cuda/kernels/optimizer_update.h"
+#include "core/cuda/kernels/precision.h"
+#include "core/cuda/stream.h"
+#include "core/kernels/embedding_bag.h"
+#include "core/optim/adam.h"
+#include "core/optim/sgd.h"
+
+namespace aiacc::cuda {
+namespace {
+
+// A device copy of a host vector, and back.
+template <class T>
+class DeviceVector {
+ public:
+  explicit DeviceVector(const std::vector<T>& host)
+      : size_(host.size()), buffer_(device_allocator(0), std::max<std::size_t>(host.size(), 1) * sizeof(T), 0) {
+    AIACC_CUDA_CHECK(cudaMemcpy(buffer_.get(), host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  T* get() const { return buffer_.data<T>(); }
+  std::vector<T> to_host() const {
+    std::vector<T> host(size_);
+    AIACC_CUDA_CHECK(cudaDeviceSynchronize());
+    AIACC_CUDA_CHECK(cudaMemcpy(host.data(), buffer_.get(), size_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  std::size_t size_;
+  memory::PooledBuffer buffer_;
+};
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel,
+                  const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * std::max(1.0f, std::fabs(want[i]))) << what << " element " << i;
+  }
+}
+
+// Inputs that exercise rounding: random magnitudes over the whole float range, ties, the
+// limits of fp16, subnormals, infinities and NaN.
+std::vector<float> conversion_inputs() {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 5.96e-8f,
+                          6.1e-5f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 512,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::denorm_min(), 3.4e38f};
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 100000; ++i) {
+    const auto bits = static_cast<std::uint32_t>(rng());
+    v.push_back(bits_float(bits));
+  }
+  return v;
+}
+
+TEST(GpuKernels, ConversionsMatchTheCpuBitForBit) {
+  const std::vector<float> input = conversion_inputs();
+  const std::int64_t n = static_cast<std::int64_t>(input.size());
+  const DeviceVector<float> in(input);
+  DeviceVector<BFloat16> bf(std::vector<BFloat16>(input.size()));
+  DeviceVector<Half> half(std::vector<Half>(input.size()));
+  launch_float_to_bf16(in.get(), bf.get(), n, nullptr);
+  launch_float_to_half(in.get(), half.get(), n, nullptr);
+  const auto bf_host = bf.to_host();
+  const auto half_host = half.to_host();
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const float x = input[i];
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(to_float(bf_host[i]))) << i;
+      EXPECT_TRUE(std::isnan(to_float(half_host[i]))) << i;
+      continue;
+    }
+    ASSERT_EQ(bf_host[i].bits, to_bf16(x).bits) << "bf16 of " << x;
+    ASSERT_EQ(half_host[i].bits, to_half(x).bits) << "fp16 of " << x;
+  }
+  DeviceVector<float> back_bf(std::vector<float>(input.size()));
+  DeviceVector<float> back_half(std::vector<float>(input.size()));
+  launch_bf16_to_float(bf.get(), back_bf.get(), n, nullptr);
+  launch_half_to_float(half.get(), back_half.get(), n, nullptr);
+  const auto wide_bf = back_bf.to_host();
+  const auto wide_half = back_half.to_host();
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    if (std::isnan(input[i])) continue;
+    ASSERT_EQ(float_bits(wide_bf[i]), float_bits(to_float(bf_host[i]))) << i;
+    ASSERT_EQ(float_bits(wide_half[i]), float_bits(to_float(half_host[i]))) << i;
+  }
+}
+
+TEST(GpuKernels, UnscaleMultipliesAndFlagsNonFiniteValues) {
+  std::vector<float> grads = random_floats(1 << 20, 3, 1000.0f);
+  DeviceVector<float> finite(grads);
+  DeviceVector<int> flag(std::vector<int>{0});
+  launch_unscale_and_check(finite.get(), static_cast<std::int64_t>(grads.size()), 1.0f / 1024, flag.get(), nullptr);
+  const auto scaled = finite.to_host();
+  for (std::size_t i = 0; i < grads.size(); ++i) ASSERT_EQ(scaled[i], grads[i] * (1.0f / 1024)) << i;
+  EXPECT_EQ(flag.to_host()[0], 0);
+  grads[777777] = std::numeric_limits<float>::infinity();
+  DeviceVector<float> overflowed(grads);
+  launch_unscale_and_check(overflowed.get(), static_cast<std::int64_t>(grads.size()), 0.5f, flag.get(), nullptr);
+  EXPECT_EQ(flag.to_host()[0], 1);
+}
+
+TEST(GpuKernels, AdamAndAdamWFollowTheCpuRule) {
+  for (bool decoupled : {false, true}) {
+    optim::AdamRule rule;
+    rule.weight_decay = 0.01;
+    rule.decoupled = decoupled;
+    const std::size_t n = 100003;
+    std::vector<float> w = random_floats(n, 1), m(n, 0.0f), v(n, 0.0f);
+    DeviceVector<float> dw(w), dm(m), dv(v);
+    for (int step = 1; step <= 5; ++step) {
+      const std::vector<float> g = random_floats(n, 100 + step, 0.1f);
+      DeviceVector<float> dg(g);
+      rule.update(w, g, m, v, step, 1e-3);
+      launch_adam_update(rule, dw.get(), dg.get(), dm.get(), dv.get(), static_cast<std::int64_t>(n), step, 1e-3, nullptr);
+    }
+    expect_close(dw.to_host(), w, 1e-6f, decoupled ? "adamw weights" : "adam weights");
+    expect_close(dm.to_host(), m, 1e-6f, "exp_avg");
+    expect_close(dv.to_host(), v, 1e-6f, "exp_avg_sq");
+  }
+}
+
+TEST(GpuKernels, SgdWithAndWithoutMomentumFollowsTheCpuRule) {
+  for (double momentum : {0.0, 0.9}) {
+    for (bool nesterov : {false, true}) {
+      if (nesterov && momentum == 0.0) continue;
+      optim::SgdRule rule;
+      rule.momentum = momentum;
+      rule.nesterov = nesterov;
+      rule.dampening = nesterov ? 0.0 : 0.1;
+      rule.weight_decay = 1e-4;
+      const std::size_t n = 65537;
+      std::vector<float> w = random_floats(n, 5), buf(n, 0.0f);
+      DeviceVector<float> dw(w), dbuf(buf);
+      for (int step = 1; step <= 4; ++step) {
+        const std::vector<float> g = random_floats(n, 50 + step);
+        DeviceVector<float> dg(g);
+        rule.update(w, g, momentum > 0 ? std::span<float>(buf) : std::span<float>(), step, 0.05);
+        launch_sgd_update(rule, dw.get(), dg.get(), momentum > 0 ? dbuf.get() : nullptr,
+                          static_cast<std::int64_t>(n), step, 0.05, nullptr);
+      }
+      expect_close(dw.to_host(), w, 1e-6f, "sgd weights");
+    }
+  }
+}
+
+TEST(GpuKernels, EmbeddingBagMatchesTheCpuKernels) {
+  // 300 bags (some empty), 40 unique rows of dim 19, rows used many times.
+  std::mt19937_64 rng(9);
+  kernels::EmbeddingBagGeometry g;
+  g.batch = 300;
+  g.num_unique = 40;
+  g.dim = 19;
+  std::vector<std::int64_t> offsets{0}, indices;
+  for (std::int64_t i = 0; i < g.batch; ++i) {
+    const int size = static_cast<int>(rng() % 6);  // 0..5: empty bags included
+    for (int k = 0; k < size; ++k) indices.push_back(static_cast<std::int64_t>(rng() % 40));
+    offsets.push_back(static_cast<std::int64_t>(indices.size()));
+  }
+  g.num_positions = static_cast<std::int64_t>(indices.size());
+  const std::vector<float> rows = random_floats(static_cast<std::size_t>(g.num_unique * g.dim), 21);
+  const std::vector<float> grad_out = random_floats(static_cast<std::size_t>(g.batch * g.dim), 22);
+  const DeviceVector<std::int64_t> d_indices(indices), d_offsets(offsets);
+  const DeviceVector<float> d_rows(rows), d_grad_out(grad_out);
+  const kernels::EmbeddingBagBackwardPlan plan = kernels::make_backward_plan(g, indices.data(), offsets.data());
+  const DeviceVector<std::int64_t> d_row_start(plan.row_start), d_bag_of(plan.bag_of);
+  for (kernels::BagMode mode : {kernels::BagMode::sum, kernels::BagMode::mean}) {
+    std::vector<float> out(static_cast<std::size_t>(g.batch * g.dim));
+    std::vector<float> grad_rows(static_cast<std::size_t>(g.num_unique * g.dim));
+    kernels::embedding_bag_forward(g, mode, rows.data(), indices.data(), offsets.data(), out.data());
+    kernels::embedding_bag_backward(g, mode, grad_out.data(), indices.data(), offsets.data(), grad_rows.data());
+    DeviceVector<float> d_out(std::vector<float>(out.size(), 7.0f));
+    DeviceVector<float> d_grad_rows(std::vector<float>(grad_rows.size(), 7.0f));
+    launch_embedding_bag_forward(g, mode, d_rows.get(), d_indices.get(), d_offsets.get(), d_out.get(), nullptr);
+    launch_embedding_bag_backward(g, mode, d_grad_out.get(), d_row_start.get(), d_bag_of.get(),
+                                  d_offsets.get(), d_grad_rows.get(), nullptr);
+    expect_close(d_out.to_host(), out, 1e-6f, "bag forward");
+    expect_close(d_grad_rows.to_host(), grad_rows, 1e-6f, "bag backward");
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::cuda
