@@ -1,9 +1,10 @@
-// Shape, Storage and Tensor. CUDA storage arrives with the GPU path (core/cuda/).
+// Shape, Storage and Tensor. Non-CPU storage goes through a registered DeviceBackend (core/cuda's).
 #include "core/tensor.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -87,20 +88,62 @@ bool Shape::operator==(const Shape& other) const {
   return rank_ == other.rank_ && std::equal(dims_, dims_ + rank_, other.dims_);
 }
 
+namespace {
+
+// One slot per device kind; backends are never destroyed (storage may be freed during exit).
+std::atomic<DeviceBackend*> device_backends[2] = {};
+
+DeviceBackend& backend_of(Device device) {
+  DeviceBackend* backend = device_backends[static_cast<int>(device.kind)].load(std::memory_order_acquire);
+  if (backend == nullptr) {
+    throw Error(fmt::format("no tensor backend for {}: device storage is provided by the GPU path "
+                            "(core/cuda, cuda::register_tensor_backend())", device.str()));
+  }
+  return *backend;
+}
+
+// `bytes` from src to dst on any pair of devices.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  backend_of(dst_device.is_cpu() ? src_device : dst_device).copy(dst, dst_device, src, src_device, bytes);
+}
+
+}  // namespace
+
+void register_device_backend(DeviceKind kind, std::unique_ptr<DeviceBackend> backend) {
+  AIACC_CHECK(kind != DeviceKind::cpu && backend != nullptr, "register_device_backend");
+  // The old one is kept (leaked) on purpose: storages it allocated release through it.
+  device_backends[static_cast<int>(kind)].store(backend.release(), std::memory_order_release);
+}
+
 std::shared_ptr<Storage> Storage::allocate(std::size_t num_bytes, Device device) {
   if (!device.is_cpu()) {
-    throw Error(fmt::format("cannot allocate {} bytes on {}: device storage is provided by the GPU "
-                            "path (core/cuda)", num_bytes, device.str()));
+    DeviceBackend& backend = backend_of(device);
+    void* data = backend.allocate(num_bytes, device.index);
+    try {
+      return std::shared_ptr<Storage>(new Storage(data, num_bytes, device, &backend));
+    } catch (...) {
+      backend.release(data, device.index);
+      throw;
+    }
   }
   constexpr std::size_t kAlignment = 64;  // a cache line, and enough for AVX-512 loads
   std::size_t rounded = std::max<std::size_t>(kAlignment, (num_bytes + kAlignment - 1) / kAlignment * kAlignment);
   void* data = std::aligned_alloc(kAlignment, rounded);
   if (!data) throw Error(fmt::format("out of host memory allocating {} bytes", num_bytes));
-  return std::shared_ptr<Storage>(new Storage(data, num_bytes, device));
+  return std::shared_ptr<Storage>(new Storage(data, num_bytes, device, nullptr));
 }
 
 Storage::~Storage() {
-  if (device_.is_cpu()) std::free(data_);
+  if (backend_ != nullptr) {
+    backend_->release(data_, device_.index);
+  } else {
+    std::free(data_);
+  }
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
@@ -156,8 +199,7 @@ Tensor Tensor::clone() const {
 void Tensor::copy_from(const Tensor& source) {
   AIACC_CHECK(shape_ == source.shape_ && dtype_ == source.dtype_, "copy {} {} <- {} {}",
               dtype_name(dtype_), shape_.str(), dtype_name(source.dtype_), source.shape_.str());
-  AIACC_CHECK(device().is_cpu() && source.device().is_cpu(), "Tensor::copy_from is host-only");
-  if (num_bytes() > 0) std::memmove(raw_data(), source.raw_data(), num_bytes());
+  copy_bytes(raw_data(), device(), source.raw_data(), source.device(), num_bytes());
 }
 
 namespace {
@@ -230,15 +272,19 @@ void Tensor::fill(double value) {
 }
 
 void Tensor::zero() {
-  AIACC_CHECK(device().is_cpu(), "Tensor::zero is host-only");
-  if (num_bytes() > 0) std::memset(raw_data(), 0, num_bytes());
+  if (num_bytes() == 0) return;
+  if (device().is_cpu()) {
+    std::memset(raw_data(), 0, num_bytes());
+  } else {
+    backend_of(device()).zero(raw_data(), device().index, num_bytes());
+  }
 }
 
 void Tensor::rebind(const Tensor& view) {
   AIACC_CHECK(view.shape_ == shape_ && view.dtype_ == dtype_, "rebind {} {} to {} {}",
               dtype_name(dtype_), shape_.str(), dtype_name(view.dtype_), view.shape_.str());
-  if (defined() && view.raw_data() != raw_data() && num_bytes() > 0) {
-    std::memmove(view.raw_data(), raw_data(), num_bytes());
+  if (defined() && view.raw_data() != raw_data()) {
+    copy_bytes(view.raw_data(), view.device(), raw_data(), device(), num_bytes());
   }
   storage_ = view.storage_;
   offset_bytes_ = view.offset_bytes_;

@@ -65,6 +65,25 @@ class Shape {
   int rank_ = 0;
 };
 
+// Memory and copies for a non-CPU device kind. core knows no device API: the module that does
+// registers its backend at start-up (cuda::register_tensor_backend() in core/cuda/tensor_backend.h),
+// after which tensors on that kind allocate, copy and zero through it.
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  // `bytes` on device `index` (throws OutOfMemoryError or the backend's error).
+  virtual void* allocate(std::size_t bytes, int index) = 0;
+  virtual void release(void* ptr, int index) noexcept = 0;
+  // `bytes` from src to dst, one of them on this backend's kind, the other on the CPU or this
+  // kind. Returns once `src` may be changed and, for a CPU `dst`, once dst holds the bytes.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
+                    std::size_t bytes) = 0;
+  virtual void zero(void* dst, int index, std::size_t bytes) = 0;
+};
+// Installs the backend of `kind` for the storages allocated from now on (each storage releases
+// through the backend that allocated it). Backends are kept until the process exits.
+void register_device_backend(DeviceKind kind, std::unique_ptr<DeviceBackend> backend);
+
 // Owns device or host memory. CPU memory is 64-byte aligned. Move-only through shared_ptr.
 class Storage {
  public:
@@ -78,11 +97,12 @@ class Storage {
   Device device() const { return device_; }
 
  private:
-  Storage(void* data, std::size_t num_bytes, Device device)
-      : data_(data), num_bytes_(num_bytes), device_(device) {}
+  Storage(void* data, std::size_t num_bytes, Device device, DeviceBackend* backend)
+      : data_(data), num_bytes_(num_bytes), device_(device), backend_(backend) {}
   void* data_;
   std::size_t num_bytes_;
   Device device_;
+  DeviceBackend* backend_;  // null for CPU memory
 };
 
 class Tensor {
@@ -129,10 +149,10 @@ class Tensor {
   Tensor flat() const { return reshape(Shape{numel()}); }
 
   Tensor clone() const;                        // deep copy on the same device
-  void copy_from(const Tensor& source);        // same shape and dtype; CPU for now
-  Tensor to(DType dtype) const;                // converted copy (float types and integers)
-  void fill(double value);
-  void zero();
+  void copy_from(const Tensor& source);        // same shape and dtype; any devices (see DeviceBackend::copy)
+  Tensor to(DType dtype) const;                // converted copy (float types and integers); CPU only
+  void fill(double value);                     // CPU only
+  void zero();                                 // any device
 
   // Points this tensor's handle at `view`'s storage, keeping its contents (used to move
   // gradients into a flat buffer). Shapes and dtypes must match.

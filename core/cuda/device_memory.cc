@@ -141,7 +141,8 @@ memory::CachingAllocator& per_device(std::map<int, memory::CachingAllocator*>& t
   auto it = table.find(device);
   if (it != table.end()) return *it->second;
   // Never deleted: see the header.
-  auto* allocator = new memory::CachingAllocator(make(device));
+  auto [source, options] = make(device);
+  auto* allocator = new memory::CachingAllocator(std::move(source), options);
   table.emplace(device, allocator);
   return *allocator;
 }
@@ -158,12 +159,18 @@ std::unique_ptr<memory::MemorySource> make_pinned_memory_source(int device) {
 
 memory::CachingAllocator& device_allocator(int device) {
   static std::map<int, memory::CachingAllocator*> allocators;
-  return per_device(allocators, device, make_device_memory_source);
+  return per_device(allocators, device, [](int d) {
+    return std::make_pair(make_device_memory_source(d), memory::CachingAllocatorOptions{});
+  });
 }
 
 memory::CachingAllocator& pinned_allocator(int device) {
   static std::map<int, memory::CachingAllocator*> allocators;
-  return per_device(allocators, device, make_pinned_memory_source);
+  return per_device(allocators, device, [](int d) {
+    memory::CachingAllocatorOptions options;
+    options.free_waits_for_own_stream = true;  // the CPU fills staging blocks without waiting
+    return std::make_pair(make_pinned_memory_source(d), options);
+  });
 }
 
 }  // namespace aiacc::cuda

@@ -65,6 +65,16 @@ void CudaEvent::reset() noexcept {
   event_ = nullptr;
 }
 
+namespace {
+thread_local cudaStream_t current = nullptr;
+}  // namespace
+
+cudaStream_t current_stream() { return current; }
+
+StreamScope::StreamScope(cudaStream_t stream) : previous_(current) { current = stream; }
+
+StreamScope::~StreamScope() { current = previous_; }
+
 DeviceGuard::DeviceGuard(int device) {
   AIACC_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ != device) {

@@ -46,6 +46,22 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+// The stream this thread's tensor work goes to (allocations, copies, zeroing): the legacy
+// default stream (null) unless a StreamScope says otherwise.
+cudaStream_t current_stream();
+
+// Makes `stream` this thread's current stream until the scope dies (scopes nest).
+class StreamScope {
+ public:
+  explicit StreamScope(cudaStream_t stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
+
 // Makes `device` current for this thread until the guard dies, then restores the previous one.
 class DeviceGuard {
  public:

@@ -89,6 +89,7 @@ class CachingAllocator::Pools {
     // Record every event before changing anything, so a failing record leaves the block as it was.
     std::vector<EventId> events;
     try {
+      if (options_.free_waits_for_own_stream) events.push_back(source_.record_event(block->stream));
       for (StreamId s : block->other_streams) events.push_back(source_.record_event(s));
     } catch (...) {
       for (EventId e : events) source_.release_event(e);

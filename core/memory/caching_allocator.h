@@ -17,7 +17,8 @@
 //     stream may be reused at once by later work on the same stream, without any sync.
 //   - A block also used on another stream (record_stream) goes back to the cache only when the
 //     work queued on those streams at free() time has finished (an event per stream, polled
-//     at the next allocate()).
+//     at the next allocate()). With free_waits_for_own_stream (pinned host memory, which the
+//     CPU writes without waiting for any stream) its own stream's work counts too.
 //   - Best fit: the smallest free block of the stream that is large enough; the rest is split
 //     off when it is at least round_bytes (small) or above small_limit (large). Freed blocks
 //     merge with free neighbours of their segment.
@@ -63,6 +64,10 @@ struct CachingAllocatorOptions {
   std::size_t small_segment = 2u << 20;    // size of a small segment
   std::size_t large_segment = 20u << 20;   // shared segment for large requests below half of it
   std::size_t large_round = 2u << 20;      // bigger requests: own segment rounded up to this
+  // Pinned host memory: the CPU writes a reused block at once, without waiting for the streams,
+  // so a freed block must first finish even its own stream's work (an event on that stream
+  // too). Device memory is only touched by stream work, which runs in order: false.
+  bool free_waits_for_own_stream = false;
 };
 
 // Counters since construction; bytes are rounded block sizes unless said otherwise.

@@ -1,7 +1,12 @@
-// Tensors: shapes, views sharing storage, dtype conversion (fp16/bf16 rounding), rebind.
+// Tensors: shapes, views sharing storage, dtype conversion (fp16/bf16 rounding), rebind, and
+// device tensors through a registered backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -70,6 +75,66 @@ TEST(Tensor, RebindMovesContentsIntoView) {
   EXPECT_EQ(flat.data<float>()[7], 3.0f);
   grad.data<float>()[0] = 9.0f;
   EXPECT_EQ(flat.data<float>()[4], 9.0f);
+}
+
+// A device backed by host memory that records what the tensors asked of it.
+struct FakeDeviceLog {
+  int allocations = 0, releases = 0, zeros = 0;
+  int to_device = 0, to_host = 0, on_device = 0;
+};
+
+class FakeBackend : public DeviceBackend {
+ public:
+  explicit FakeBackend(FakeDeviceLog& log) : log_(log) {}
+  void* allocate(std::size_t bytes, int) override {
+    ++log_.allocations;
+    return std::malloc(std::max<std::size_t>(bytes, 1));
+  }
+  void release(void* ptr, int) noexcept override {
+    ++log_.releases;
+    std::free(ptr);
+  }
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) override {
+    ++(src_device.is_cpu() ? log_.to_device : dst_device.is_cpu() ? log_.to_host : log_.on_device);
+    std::memcpy(dst, src, bytes);
+  }
+  void zero(void* dst, int, std::size_t bytes) override {
+    ++log_.zeros;
+    std::memset(dst, 0, bytes);
+  }
+
+ private:
+  FakeDeviceLog& log_;
+};
+
+TEST(Tensor, DeviceTensorsGoThroughTheRegisteredBackend) {
+  try {
+    Tensor::empty({4}, DType::f32, Device::cuda(0));
+    FAIL() << "a device tensor without a backend";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no tensor backend for cuda:0"), std::string::npos) << e.what();
+  }
+  static FakeDeviceLog log;  // outlives the backend, which is never destroyed
+  register_device_backend(DeviceKind::cuda, std::make_unique<FakeBackend>(log));
+  {
+    const Tensor host = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2});
+    Tensor device = Tensor::empty({3, 2}, DType::f32, Device::cuda(1));
+    EXPECT_EQ(device.device(), Device::cuda(1));
+    device.copy_from(host);
+    Tensor twin = device.clone();  // device to device
+    EXPECT_EQ(twin.device(), Device::cuda(1));
+    twin.rows(1, 2).zero();
+    Tensor back = Tensor::zeros({3, 2});
+    back.copy_from(twin);
+    EXPECT_EQ(back.to_vector<float>(), (std::vector<float>{1, 2, 0, 0, 5, 6}));
+    EXPECT_EQ(log.allocations, 2);
+    EXPECT_EQ(log.to_device, 1);
+    EXPECT_EQ(log.on_device, 1);
+    EXPECT_EQ(log.to_host, 1);
+    EXPECT_EQ(log.zeros, 1);
+    EXPECT_EQ(log.releases, 0);
+  }
+  EXPECT_EQ(log.releases, 2);
 }
 
 }  // namespace

@@ -201,6 +201,23 @@ TEST(CachingAllocator, AUseOnAnotherStreamDelaysReuseUntilItsWorkIsDone) {
   f.allocator->free(c);
 }
 
+// Pinned staging memory: the host writes a reused block at once, so even a block used only on
+// its own stream waits for that stream's work (an async copy may still read it).
+TEST(CachingAllocator, HostWrittenMemoryWaitsForItsOwnStream) {
+  CachingAllocatorOptions options;
+  options.free_waits_for_own_stream = true;
+  Fixture f(options);
+  void* staging = f.allocator->allocate(64 * KiB, kCopy);
+  f.allocator->free(staging);  // the copy queued on kCopy may still read it
+  void* next = f.allocator->allocate(64 * KiB, kCopy);
+  EXPECT_NE(next, staging);
+  f.device->finish(kCopy);
+  f.allocator->free(next);
+  void* again = f.allocator->allocate(64 * KiB, kCopy);
+  EXPECT_EQ(again, staging);
+  f.allocator->free(again);
+}
+
 TEST(CachingAllocator, EmptyCacheWaitsForPendingUses) {
   Fixture f;
   void* a = f.allocator->allocate(KiB, kCompute);
