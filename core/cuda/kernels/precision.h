@@ -21,7 +21,8 @@ void launch_bf16_to_float(const BFloat16* in, float* out, std::int64_t n, cudaSt
 void launch_half_to_float(const Half* in, float* out, std::int64_t n, cudaStream_t stream);
 
 // grads[n] *= inv_scale, and *found_nonfinite = 1 when any element is an infinity or a NaN
-// (fp16 loss scaling: such a step is skipped and the scale lowered). *found_nonfinite is a
+// (fp16 loss scaling: such a step is skipped and the scale lowered; optim::DynamicLossScaler).
+// The CPU reference is optim::unscale_gradients. *found_nonfinite is a
 // device int the caller zeroes; it is only ever set, so one flag can cover many tensors.
 void launch_unscale_and_check(float* grads, std::int64_t n, float inv_scale, int* found_nonfinite,
                               cudaStream_t stream);
