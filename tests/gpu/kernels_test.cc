@@ -1,7 +1,7 @@
 // Each of our CUDA kernels against its CPU reference on random inputs: conversions bit for bit
 // (core/util/half.h), the unscale-and-check step, Adam/AdamW/SGD against core/optim's rules over
 // several steps, and the embedding bag against core/kernels in both modes, with empty bags and
-// repeated rows. Skipped (exit 77) where no GPU is present.
+// repeated rows, and both losses with their gradients and bad-label reports. Skipped (exit 77) where no GPU is present.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,10 +13,13 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/cuda/kernels/embedding_bag.h"
+#include "core/cuda/kernels/losses.h"
 #include "core/cuda/kernels/optimizer_update.h"
 #include "core/cuda/kernels/precision.h"
 #include "core/cuda/stream.h"
+#include "core/error.h"
 #include "core/kernels/embedding_bag.h"
+#include "core/kernels/losses.h"
 #include "core/optim/adam.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/sgd.h"
@@ -203,6 +206,48 @@ TEST(GpuKernels, EmbeddingBagMatchesTheCpuKernels) {
     expect_close(d_out.to_host(), out, 1e-6f, "bag forward");
     expect_close(d_grad_rows.to_host(), grad_rows, 1e-6f, "bag backward");
   }
+}
+
+TEST(GpuKernels, LossesMatchTheCpuKernels) {
+  const std::int64_t batch = 333, classes = 10;
+  const std::vector<float> logits = random_floats(static_cast<std::size_t>(batch * classes), 31, 3.0f);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch));
+  for (std::int64_t i = 0; i < batch; ++i) labels[static_cast<std::size_t>(i)] = (i * 7) % classes;
+  for (double smoothing : {0.0, 0.1}) {
+    std::vector<float> dlogits(logits.size());
+    const double loss = kernels::softmax_cross_entropy<float>(batch, classes, logits.data(), labels.data(),
+                                                              smoothing, dlogits.data());
+    const DeviceVector<float> d_logits(logits);
+    const DeviceVector<std::int64_t> d_labels(labels);
+    DeviceVector<float> d_dlogits(std::vector<float>(logits.size(), 9.0f));
+    const LossOnDevice result = launch_softmax_cross_entropy(batch, classes, d_logits.get(), d_labels.get(),
+                                                             smoothing, d_dlogits.get(), 0, nullptr);
+    EXPECT_NEAR(read_loss(result, nullptr), loss, 1e-12 * std::fabs(loss));
+    expect_close(d_dlogits.to_host(), dlogits, 1e-6f, "softmax cross-entropy gradient");
+  }
+  // A label outside [0, C) is named, like the CPU's DataError.
+  labels[200] = classes;
+  const DeviceVector<float> d_logits(logits);
+  const DeviceVector<std::int64_t> d_bad(labels);
+  const LossOnDevice bad = launch_softmax_cross_entropy(batch, classes, d_logits.get(), d_bad.get(), 0.0,
+                                                        nullptr, 0, nullptr);
+  try {
+    read_loss(bad, nullptr);
+    FAIL() << "no DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("example 200"), std::string::npos) << e.what();
+  }
+
+  std::vector<float> targets(static_cast<std::size_t>(batch));
+  for (std::int64_t i = 0; i < batch; ++i) targets[static_cast<std::size_t>(i)] = i % 3 == 0 ? 0.25f : float(i % 2);
+  const std::vector<float> x = random_floats(targets.size(), 32, 4.0f);
+  std::vector<float> dx(x.size());
+  const double bce = kernels::binary_cross_entropy_with_logits<float>(batch, x.data(), targets.data(), dx.data());
+  const DeviceVector<float> d_x(x), d_targets(targets);
+  DeviceVector<float> d_dx(std::vector<float>(x.size(), 9.0f));
+  const LossOnDevice result = launch_binary_cross_entropy_with_logits(batch, d_x.get(), d_targets.get(), d_dx.get(), 0, nullptr);
+  EXPECT_NEAR(read_loss(result, nullptr), bce, 1e-12 * std::fabs(bce));
+  expect_close(d_dx.to_host(), dx, 1e-6f, "binary cross-entropy gradient");
 }
 
 }  // namespace
