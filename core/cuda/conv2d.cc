@@ -4,11 +4,11 @@
 
 #include <fmt/format.h>
 
-#include <limits>
 #include <optional>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/detail/cudnn_descriptors.h"
 #include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
@@ -17,6 +17,10 @@
 
 namespace aiacc::cuda {
 namespace {
+
+using detail::ConvDescriptor;
+using detail::FilterDescriptor;
+using detail::TensorDescriptor;
 
 enum class Direction { forward, data, weight };
 
@@ -27,51 +31,6 @@ const char* direction_name(Direction d) {
     case Direction::weight: return "weight";
   }
   return "?";
-}
-
-// A cuDNN descriptor, destroyed with it. Move-less: it lives inside Descriptors.
-template <class Handle, cudnnStatus_t (*Create)(Handle*), cudnnStatus_t (*Destroy)(Handle)>
-class Descriptor {
- public:
-  Descriptor() { AIACC_CUDNN_CHECK(Create(&handle_)); }
-  ~Descriptor() {
-    const cudnnStatus_t status = Destroy(handle_);
-    if (status != CUDNN_STATUS_SUCCESS) {
-      try {
-        log::get("cuda")->warn("destroying a cuDNN descriptor failed: {}", cudnnGetErrorString(status));
-      } catch (...) {
-        // Nothing more to do in a destructor.
-      }
-    }
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  Handle get() const { return handle_; }
-
- private:
-  Handle handle_ = nullptr;
-};
-
-using TensorDescriptor = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
-using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
-using ConvDescriptor = Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
-                                  cudnnDestroyConvolutionDescriptor>;
-
-cudnnDataType_t cudnn_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    case DType::f16: return CUDNN_DATA_HALF;
-    default:
-      throw ConfigError(fmt::format("cuDNN convolution: dtype {} (expected f32, bf16 or f16)", dtype_name(dtype)));
-  }
-}
-
-int as_int(std::int64_t v, const char* what) {
-  if (v > std::numeric_limits<int>::max()) {
-    throw ConfigError(fmt::format("cuDNN convolution: {} = {} does not fit cuDNN's int", what, v));
-  }
-  return static_cast<int>(v);
 }
 
 // The algorithm a direction runs with, its workspace and the math type it was measured with.
@@ -111,25 +70,23 @@ struct CudnnConv2d::Descriptors {
 CudnnConv2d::CudnnConv2d(const kernels::Conv2dGeometry& geometry, CudnnConvOptions options, int device)
     : geometry_(geometry), options_(options), device_(device) {
   geometry_.validate();
-  const cudnnDataType_t type = cudnn_type(options_.dtype);
-  const cudnnTensorFormat_t format =
-      options_.layout == TensorLayout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  constexpr const char* kLayer = "cuDNN convolution";
+  const cudnnDataType_t type = detail::cudnn_type(options_.dtype, kLayer);
   DeviceGuard guard(device_);
   descriptors_ = std::make_unique<Descriptors>();
   const auto& g = geometry_;
-  AIACC_CUDNN_CHECK(cudnnSetTensor4dDescriptor(descriptors_->x.get(), format, type, as_int(g.batch, "N"),
-                                               as_int(g.in_channels, "C"), as_int(g.height, "H"),
-                                               as_int(g.width, "W")));
-  AIACC_CUDNN_CHECK(cudnnSetTensor4dDescriptor(descriptors_->y.get(), format, type, as_int(g.batch, "N"),
-                                               as_int(g.out_channels, "O"), as_int(g.out_height(), "OH"),
-                                               as_int(g.out_width(), "OW")));
-  AIACC_CUDNN_CHECK(cudnnSetFilter4dDescriptor(descriptors_->w.get(), type, format, as_int(g.out_channels, "O"),
-                                               as_int(g.in_channels, "C"), as_int(g.kernel_h, "KH"),
-                                               as_int(g.kernel_w, "KW")));
+  detail::set_4d(descriptors_->x, options_.layout, type, g.batch, g.in_channels, g.height, g.width, kLayer);
+  detail::set_4d(descriptors_->y, options_.layout, type, g.batch, g.out_channels, g.out_height(), g.out_width(),
+                 kLayer);
+  AIACC_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+      descriptors_->w.get(), type, detail::cudnn_format(options_.layout), detail::cudnn_dim(g.out_channels, kLayer, "O"),
+      detail::cudnn_dim(g.in_channels, kLayer, "C"), detail::cudnn_dim(g.kernel_h, kLayer, "KH"),
+      detail::cudnn_dim(g.kernel_w, kLayer, "KW")));
   // fp32 accumulation for every storage type (fp16 too: "pseudo-half" in cuDNN's terms).
   AIACC_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-      descriptors_->conv.get(), as_int(g.pad_h, "pad_h"), as_int(g.pad_w, "pad_w"),
-      as_int(g.stride_h, "stride_h"), as_int(g.stride_w, "stride_w"), 1, 1, CUDNN_CROSS_CORRELATION,
+      descriptors_->conv.get(), detail::cudnn_dim(g.pad_h, kLayer, "pad_h"), detail::cudnn_dim(g.pad_w, kLayer, "pad_w"),
+      detail::cudnn_dim(g.stride_h, kLayer, "stride_h"), detail::cudnn_dim(g.stride_w, kLayer, "stride_w"), 1, 1,
+      CUDNN_CROSS_CORRELATION,
       CUDNN_DATA_FLOAT));
   const cudnnMathType_t math = options_.dtype != DType::f32 ? CUDNN_TENSOR_OP_MATH
                                : options_.allow_tf32        ? CUDNN_DEFAULT_MATH
@@ -151,7 +108,7 @@ namespace {
 // The key of a direction's choice in the process-wide cache.
 std::string choice_key(const kernels::Conv2dGeometry& g, const CudnnConvOptions& o, int device, Direction d) {
   return fmt::format("{} {} {} tf32={} ws={} cuda:{} {}", g.str(), dtype_name(o.dtype),
-                     o.layout == TensorLayout::nhwc ? "nhwc" : "nchw", o.allow_tf32, o.workspace_limit,
+                     layout_name(o.layout), o.allow_tf32, o.workspace_limit,
                      device, direction_name(d));
 }
 
@@ -271,7 +228,7 @@ void CudnnConv2d::backward_weight(const CudnnHandle& cudnn, const void* x, const
 
 std::string CudnnConv2d::describe() const {
   std::string out = fmt::format("{} {} {}", geometry_.str(), dtype_name(options_.dtype),
-                                options_.layout == TensorLayout::nhwc ? "nhwc" : "nchw");
+                                layout_name(options_.layout));
   for (Direction dir : {Direction::forward, Direction::data, Direction::weight}) {
     const auto& c = descriptors_->chosen[static_cast<int>(dir)];
     out += c ? fmt::format(", {} algo {} ({} B workspace)", direction_name(dir), c->algo, c->workspace)

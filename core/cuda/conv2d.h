@@ -18,12 +18,11 @@
 #include <string>
 
 #include "core/cuda/cudnn_handle.h"
+#include "core/cuda/tensor_layout.h"
 #include "core/kernels/conv2d.h"
 #include "core/tensor.h"
 
 namespace aiacc::cuda {
-
-enum class TensorLayout { nchw, nhwc };
 
 struct CudnnConvOptions {
   DType dtype = DType::f32;        // storage of x, w, y: f32, bf16 or f16

@@ -15,19 +15,14 @@
 #include "core/error.h"
 #include "core/kernels/conv2d.h"
 #include "core/util/half.h"
+#include "tests/testing/gradient_check.h"
 
 namespace aiacc::cuda {
 namespace {
 
 using kernels::Conv2dGeometry;
 
-std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using testing::random_floats;
 
 // [A, B, C, D] (NCHW, or OIHW for weights) <-> [A, C, D, B] (NHWC, OHWI).
 std::vector<float> to_channels_last(const std::vector<float>& v, std::int64_t a, std::int64_t b,

@@ -23,30 +23,13 @@
 #include "core/optim/adam.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/sgd.h"
+#include "tests/gpu/device_vector.h"
 
 namespace aiacc::cuda {
 namespace {
 
-// A device copy of a host vector, and back.
-template <class T>
-class DeviceVector {
- public:
-  explicit DeviceVector(const std::vector<T>& host)
-      : size_(host.size()), buffer_(device_allocator(0), std::max<std::size_t>(host.size(), 1) * sizeof(T), 0) {
-    AIACC_CUDA_CHECK(cudaMemcpy(buffer_.get(), host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  T* get() const { return buffer_.data<T>(); }
-  std::vector<T> to_host() const {
-    std::vector<T> host(size_);
-    AIACC_CUDA_CHECK(cudaDeviceSynchronize());
-    AIACC_CUDA_CHECK(cudaMemcpy(host.data(), buffer_.get(), size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  std::size_t size_;
-  memory::PooledBuffer buffer_;
-};
+using testing::DeviceVector;
+using testing::expect_close;
 
 std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);
@@ -54,14 +37,6 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale 
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng);
   return v;
-}
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel,
-                  const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], rel * std::max(1.0f, std::fabs(want[i]))) << what << " element " << i;
-  }
 }
 
 // Inputs that exercise rounding: random magnitudes over the whole float range, ties, the

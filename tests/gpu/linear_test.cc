@@ -13,45 +13,15 @@
 #include "core/cuda/linear.h"
 #include "core/kernels/linear.h"
 #include "core/util/half.h"
+#include "tests/gpu/device_vector.h"
+#include "tests/testing/gradient_check.h"
 
 namespace aiacc::cuda {
 namespace {
 
-template <class T>
-class OnDevice {
- public:
-  explicit OnDevice(const std::vector<T>& host)
-      : size_(host.size()), buffer_(device_allocator(0), std::max<std::size_t>(size_, 1) * sizeof(T), 0) {
-    AIACC_CUDA_CHECK(cudaMemcpy(buffer_.get(), host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  T* get() const { return buffer_.data<T>(); }
-  std::vector<T> to_host() const {
-    std::vector<T> host(size_);
-    AIACC_CUDA_CHECK(cudaDeviceSynchronize());
-    AIACC_CUDA_CHECK(cudaMemcpy(host.data(), buffer_.get(), size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  std::size_t size_;
-  memory::PooledBuffer buffer_;
-};
-
-std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, float tolerance,
-                  const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tolerance * std::max(1.0f, std::fabs(want[i]))) << what << " " << i;
-  }
-}
+using testing::DeviceVector;
+using testing::expect_close;
+using testing::random_floats;
 
 // Runs the GPU layer with inputs stored as T and the CPU layer on the same (rounded) values.
 template <class T>
@@ -80,10 +50,10 @@ void compare_with_cpu(const kernels::LinearGeometry& g, bool with_bias, float to
   kernels::linear_backward<float>(g, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
 
   const CublasHandle cublas = CublasHandle::create();
-  const OnDevice<T> d_x(xs), d_w(ws), d_dy(dys);
-  const OnDevice<float> d_b(b);
-  OnDevice<float> d_y(std::vector<float>(y.size(), 9.0f)), d_dx(std::vector<float>(dx.size(), 9.0f));
-  OnDevice<float> d_dw(std::vector<float>(dw.size(), 9.0f)), d_db(std::vector<float>(db.size(), 9.0f));
+  const DeviceVector<T> d_x(xs), d_w(ws), d_dy(dys);
+  const DeviceVector<float> d_b(b);
+  DeviceVector<float> d_y(std::vector<float>(y.size(), 9.0f)), d_dx(std::vector<float>(dx.size(), 9.0f));
+  DeviceVector<float> d_dw(std::vector<float>(dw.size(), 9.0f)), d_db(std::vector<float>(db.size(), 9.0f));
   linear_forward<T>(cublas, g, d_x.get(), d_w.get(), with_bias ? d_b.get() : nullptr, d_y.get(), nullptr);
   linear_backward<T>(cublas, g, d_x.get(), d_w.get(), d_dy.get(), d_dx.get(), d_dw.get(), d_db.get(), nullptr);
   expect_close(d_y.to_host(), y, tolerance, "y");

@@ -18,28 +18,16 @@ __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__
   }
 }
 
-__device__ float widen(float v) { return v; }
-__device__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 template <class D>
 __global__ void bias_grad_kernel(const D* __restrict__ dy, float* __restrict__ db, std::int64_t rows,
                                  std::int64_t cols) {
   for (std::int64_t c = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; c < cols;
        c += std::int64_t{blockDim.x} * gridDim.x) {
     double sum = 0.0;
-    for (std::int64_t r = 0; r < rows; ++r) sum += widen(dy[r * cols + c]);
+    for (std::int64_t r = 0; r < rows; ++r) sum += detail::widen(dy[r * cols + c]);
     db[c] = static_cast<float>(sum);
   }
 }
-
-template <class T>
-struct DeviceType {
-  using type = T;
-};
-template <>
-struct DeviceType<BFloat16> {
-  using type = __nv_bfloat16;
-};
 
 }  // namespace
 
@@ -54,7 +42,7 @@ template <class T>
 void launch_bias_grad_rows(const T* dy, float* db, std::int64_t rows, std::int64_t cols,
                            cudaStream_t stream) {
   if (cols <= 0) return;
-  using D = typename DeviceType<T>::type;
+  using D = typename detail::DeviceType<T>::type;
   bias_grad_kernel<D><<<detail::blocks_for(cols), detail::kThreads, 0, stream>>>(
       reinterpret_cast<const D*>(dy), db, rows, cols);
   AIACC_CHECK_LAUNCH();

@@ -1,4 +1,5 @@
-// Internal to core/cuda/kernels: grid sizing for element-wise kernels and the launch check.
+// Internal to core/cuda/kernels (.cu files): grid sizing for element-wise kernels, the launch
+// check, and our storage types' device counterparts.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,6 +8,11 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "core/util/half.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
 
 namespace aiacc::cuda::detail {
 
@@ -15,6 +21,21 @@ constexpr int kThreads = 256;
 inline unsigned blocks_for(std::int64_t n) {
   return static_cast<unsigned>(std::clamp<std::int64_t>((n + kThreads - 1) / kThreads, 1, 65535));
 }
+
+#if defined(__CUDACC__)
+// Our storage types as CUDA's: BFloat16 is __nv_bfloat16 (same bits), float is float.
+template <class T>
+struct DeviceType {
+  using type = T;
+};
+template <>
+struct DeviceType<BFloat16> {
+  using type = __nv_bfloat16;
+};
+
+__device__ inline float widen(float v) { return v; }
+__device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+#endif
 
 }  // namespace aiacc::cuda::detail
 

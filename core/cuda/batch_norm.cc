@@ -1,0 +1,73 @@
+// CudnnBatchNorm2d: one activation descriptor (x, y, dy, dx share it) and the derived [1, C, 1, 1]
+// fp32 descriptor of the per-channel tensors.
+#include "core/cuda/batch_norm.h"
+
+#include "core/cuda/detail/cudnn_descriptors.h"
+#include "core/cuda/stream.h"
+
+namespace aiacc::cuda {
+
+struct CudnnBatchNorm2d::Descriptors {
+  detail::TensorDescriptor activation;
+  detail::TensorDescriptor per_channel;
+};
+
+namespace {
+constexpr const char* kLayer = "cuDNN batch norm";
+}  // namespace
+
+CudnnBatchNorm2d::CudnnBatchNorm2d(std::int64_t batch, std::int64_t channels, std::int64_t height,
+                                   std::int64_t width, CudnnBatchNormOptions options, int device)
+    : options_(options), device_(device) {
+  kernels::BatchNormGeometry{batch, channels, height * width}.validate();
+  if (options_.math.eps < CUDNN_BN_MIN_EPSILON) {
+    throw ConfigError(fmt::format("{}: eps {} is below cuDNN's minimum {}", kLayer, options_.math.eps,
+                                  CUDNN_BN_MIN_EPSILON));
+  }
+  const cudnnDataType_t type = detail::cudnn_type(options_.dtype, kLayer);
+  DeviceGuard guard(device_);
+  descriptors_ = std::make_unique<Descriptors>();
+  detail::set_4d(descriptors_->activation, options_.layout, type, batch, channels, height, width, kLayer);
+  AIACC_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(descriptors_->per_channel.get(), descriptors_->activation.get(),
+                                                  CUDNN_BATCHNORM_SPATIAL));
+}
+
+CudnnBatchNorm2d::~CudnnBatchNorm2d() = default;
+
+void CudnnBatchNorm2d::forward_train(const CudnnHandle& cudnn, const void* x, const float* gamma,
+                                     const float* beta, void* y, float* running_mean, float* running_var,
+                                     float* save_mean, float* save_inv_std, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  const float one = 1.0f, zero = 0.0f;
+  const Descriptors& d = *descriptors_;
+  // cuDNN's running update is running = (1 - factor) running + factor batch: PyTorch's momentum.
+  AIACC_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+      cudnn.on(stream), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.activation.get(), x, d.activation.get(), y,
+      d.per_channel.get(), gamma, beta, options_.math.momentum, running_mean, running_var, options_.math.eps,
+      save_mean, save_inv_std));
+}
+
+void CudnnBatchNorm2d::forward_eval(const CudnnHandle& cudnn, const void* x, const float* gamma,
+                                    const float* beta, const float* running_mean, const float* running_var,
+                                    void* y, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  const float one = 1.0f, zero = 0.0f;
+  const Descriptors& d = *descriptors_;
+  AIACC_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+      cudnn.on(stream), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.activation.get(), x, d.activation.get(), y,
+      d.per_channel.get(), gamma, beta, running_mean, running_var, options_.math.eps));
+}
+
+void CudnnBatchNorm2d::backward(const CudnnHandle& cudnn, const void* x, const void* dy, const float* gamma,
+                                const float* save_mean, const float* save_inv_std, void* dx, float* dgamma,
+                                float* dbeta, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  const float one = 1.0f, zero = 0.0f;
+  const Descriptors& d = *descriptors_;
+  AIACC_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      cudnn.on(stream), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, d.activation.get(), x,
+      d.activation.get(), dy, d.activation.get(), dx, d.per_channel.get(), gamma, dgamma, dbeta,
+      options_.math.eps, save_mean, save_inv_std));
+}
+
+}  // namespace aiacc::cuda

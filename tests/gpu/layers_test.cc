@@ -1,0 +1,145 @@
+// cuDNN batch norm and pooling and our ReLU kernels against core/kernels' CPU versions:
+// training forward with the running-statistic update, evaluation forward and backward for
+// batch norm; max and average pooling forward and backward (odd sizes, padding, overlapping
+// windows); ReLU in fp32 and bf16, NaN kept. Skipped (exit 77) where no GPU is present.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/cuda/batch_norm.h"
+#include "core/cuda/kernels/activation.h"
+#include "core/cuda/pooling.h"
+#include "core/kernels/activation.h"
+#include "core/kernels/batch_norm.h"
+#include "core/kernels/pooling.h"
+#include "core/util/half.h"
+#include "tests/gpu/device_vector.h"
+#include "tests/testing/gradient_check.h"
+
+namespace aiacc::cuda {
+namespace {
+
+using testing::DeviceVector;
+using testing::expect_close;
+using testing::random_floats;
+
+TEST(GpuLayers, BatchNormMatchesTheCpu) {
+  const std::int64_t n = 6, c = 5, h = 7, w = 3;
+  const kernels::BatchNormGeometry g{n, c, h * w};
+  kernels::BatchNormOptions math;
+  math.momentum = 0.2;
+  const auto size = static_cast<std::size_t>(n * c * h * w);
+  std::vector<float> x = random_floats(size, 1, -2.0f, 3.0f);
+  const std::vector<float> gamma = random_floats(static_cast<std::size_t>(c), 2, 0.5f, 1.5f);
+  const std::vector<float> beta = random_floats(static_cast<std::size_t>(c), 3);
+  const std::vector<float> dy = random_floats(size, 4);
+  std::vector<float> y(size), mean(static_cast<std::size_t>(c)), inv_std(static_cast<std::size_t>(c));
+  std::vector<float> running_mean(static_cast<std::size_t>(c), 0.1f), running_var(static_cast<std::size_t>(c), 0.9f);
+  std::vector<float> dx(size), dgamma(static_cast<std::size_t>(c)), dbeta(static_cast<std::size_t>(c)), y_eval(size);
+  const std::vector<float> running_mean_before = running_mean, running_var_before = running_var;
+  kernels::batch_norm_forward_train<float>(g, math, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                                           inv_std.data(), running_mean.data(), running_var.data());
+  kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, x.data(), dy.data(), gamma.data(),
+                                      mean.data(), inv_std.data(), dx.data(), dgamma.data(), dbeta.data());
+  kernels::batch_norm_forward_eval<float>(g, math, x.data(), gamma.data(), beta.data(), running_mean.data(),
+                                          running_var.data(), y_eval.data());
+
+  CudnnBatchNormOptions options;
+  options.math = math;
+  CudnnBatchNorm2d bn(n, c, h, w, options, 0);
+  const CudnnHandle cudnn = CudnnHandle::create();
+  const DeviceVector<float> d_x(x), d_gamma(gamma), d_beta(beta), d_dy(dy);
+  DeviceVector<float> d_y(std::vector<float>(size, 9.0f)), d_dx(std::vector<float>(size, 9.0f));
+  DeviceVector<float> d_y_eval(std::vector<float>(size, 9.0f));
+  const std::vector<float> per_channel(static_cast<std::size_t>(c), 9.0f);
+  DeviceVector<float> d_rm(running_mean_before), d_rv(running_var_before), d_mean(per_channel),
+      d_inv_std(per_channel), d_dgamma(per_channel), d_dbeta(per_channel);
+  bn.forward_train(cudnn, d_x.get(), d_gamma.get(), d_beta.get(), d_y.get(), d_rm.get(), d_rv.get(), d_mean.get(),
+                   d_inv_std.get(), nullptr);
+  bn.backward(cudnn, d_x.get(), d_dy.get(), d_gamma.get(), d_mean.get(), d_inv_std.get(), d_dx.get(),
+              d_dgamma.get(), d_dbeta.get(), nullptr);
+  bn.forward_eval(cudnn, d_x.get(), d_gamma.get(), d_beta.get(), d_rm.get(), d_rv.get(), d_y_eval.get(), nullptr);
+  expect_close(d_y.to_host(), y, 1e-5f, "y");
+  expect_close(d_mean.to_host(), mean, 1e-5f, "saved mean");
+  expect_close(d_inv_std.to_host(), inv_std, 1e-5f, "saved inverse std");
+  expect_close(d_rm.to_host(), running_mean, 1e-5f, "running mean");
+  expect_close(d_rv.to_host(), running_var, 1e-5f, "running variance (unbiased)");
+  expect_close(d_dx.to_host(), dx, 1e-4f, "dx");
+  expect_close(d_dgamma.to_host(), dgamma, 1e-4f, "dgamma");
+  expect_close(d_dbeta.to_host(), dbeta, 1e-4f, "dbeta");
+  expect_close(d_y_eval.to_host(), y_eval, 1e-5f, "eval y");
+}
+
+TEST(GpuLayers, PoolingMatchesTheCpu) {
+  // Overlapping, padded 3x3/2 windows on an odd-sized plane.
+  const kernels::Pool2dGeometry g{.batch = 3, .channels = 4, .height = 11, .width = 9, .kernel_h = 3,
+                                  .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1};
+  const auto in = static_cast<std::size_t>(g.input_numel()), out = static_cast<std::size_t>(g.output_numel());
+  const std::vector<float> x = random_floats(in, 5);
+  const std::vector<float> dy = random_floats(out, 6);
+  const CudnnHandle cudnn = CudnnHandle::create();
+  for (PoolMode mode : {PoolMode::max, PoolMode::average}) {
+    std::vector<float> y(out), dx(in);
+    if (mode == PoolMode::max) {
+      std::vector<std::int64_t> argmax(out);
+      kernels::max_pool2d_forward<float>(g, x.data(), y.data(), argmax.data());
+      kernels::max_pool2d_backward<float>(g, dy.data(), argmax.data(), dx.data());
+    } else {
+      kernels::avg_pool2d_forward<float>(g, x.data(), y.data());
+      kernels::avg_pool2d_backward<float>(g, dy.data(), dx.data());
+    }
+    CudnnPool2d pool(g, mode, DType::f32, TensorLayout::nchw, 0);
+    const DeviceVector<float> d_x(x), d_dy(dy);
+    DeviceVector<float> d_y(std::vector<float>(out, 9.0f)), d_dx(std::vector<float>(in, 9.0f));
+    pool.forward(cudnn, d_x.get(), d_y.get(), nullptr);
+    pool.backward(cudnn, d_x.get(), d_y.get(), d_dy.get(), d_dx.get(), nullptr);
+    const char* name = mode == PoolMode::max ? "max" : "average";
+    expect_close(d_y.to_host(), y, 1e-6f, std::string(name) + " y");
+    expect_close(d_dx.to_host(), dx, 1e-6f, std::string(name) + " dx");
+  }
+}
+
+TEST(GpuLayers, ReluMatchesTheCpuInFp32AndBf16) {
+  std::vector<float> x = random_floats(100001, 7);
+  x[5] = 0.0f;
+  x[6] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> dy = random_floats(x.size(), 8);
+  std::vector<float> y(x.size()), dx(x.size());
+  kernels::relu_forward<float>(static_cast<std::int64_t>(x.size()), x.data(), y.data());
+  kernels::relu_backward<float>(static_cast<std::int64_t>(x.size()), y.data(), dy.data(), dx.data());
+  const DeviceVector<float> d_x(x), d_dy(dy);
+  DeviceVector<float> d_y(std::vector<float>(x.size())), d_dx(std::vector<float>(x.size()));
+  launch_relu_forward<float>(d_x.get(), d_y.get(), static_cast<std::int64_t>(x.size()), nullptr);
+  launch_relu_backward<float>(d_y.get(), d_dy.get(), d_dx.get(), static_cast<std::int64_t>(x.size()), nullptr);
+  const auto got_y = d_y.to_host();
+  EXPECT_TRUE(std::isnan(got_y[6]));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (i != 6) {
+      ASSERT_EQ(got_y[i], y[i]) << i;
+    }
+  }
+  EXPECT_EQ(d_dx.to_host(), dx);
+
+  std::vector<BFloat16> xb(x.size()), dyb(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    xb[i] = to_bf16(x[i]);
+    dyb[i] = to_bf16(dy[i]);
+  }
+  const DeviceVector<BFloat16> d_xb(xb), d_dyb(dyb);
+  DeviceVector<BFloat16> d_yb(xb), d_dxb(xb);
+  launch_relu_forward<BFloat16>(d_xb.get(), d_yb.get(), static_cast<std::int64_t>(x.size()), nullptr);
+  launch_relu_backward<BFloat16>(d_yb.get(), d_dyb.get(), d_dxb.get(), static_cast<std::int64_t>(x.size()), nullptr);
+  const auto yb = d_yb.to_host(), dxb = d_dxb.to_host();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (i == 6) continue;
+    const float in = to_float(xb[i]);
+    ASSERT_EQ(to_float(yb[i]), in < 0 ? 0.0f : in) << i;
+    ASSERT_EQ(to_float(dxb[i]), in > 0 ? to_float(dyb[i]) : 0.0f) << i;
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::cuda
