@@ -5,36 +5,24 @@
 
 namespace aiacc::cuda {
 
-CudnnHandle CudnnHandle::create() {
-  cudnnHandle_t handle = nullptr;
-  AIACC_CUDNN_CHECK(cudnnCreate(&handle));
-  return CudnnHandle(handle);
+cudnnHandle_t CudnnTraits::create() {
+  cudnnHandle_t h = nullptr;
+  AIACC_CUDNN_CHECK(cudnnCreate(&h));
+  return h;
 }
 
-CudnnHandle::~CudnnHandle() {
-  if (handle_ == nullptr) return;
-  const cudnnStatus_t status = cudnnDestroy(handle_);
-  if (status != CUDNN_STATUS_SUCCESS) {
-    try {
-      log::get("cuda")->warn("cudnnDestroy failed: {}", cudnnGetErrorString(status));
-    } catch (...) {
-      // Nothing more to do in a destructor.
-    }
+void CudnnTraits::destroy(cudnnHandle_t h) noexcept {
+  const cudnnStatus_t status = cudnnDestroy(h);
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  try {
+    log::get("cuda")->warn("cudnnDestroy failed: {}", cudnnGetErrorString(status));
+  } catch (...) {
+    // Nothing more to do in a noexcept path.
   }
 }
 
-CudnnHandle& CudnnHandle::operator=(CudnnHandle&& other) noexcept {
-  if (this != &other) {
-    CudnnHandle old(handle_);  // destroyed at the end of this scope
-    handle_ = other.handle_;
-    other.handle_ = nullptr;
-  }
-  return *this;
-}
-
-cudnnHandle_t CudnnHandle::on(cudaStream_t stream) const {
-  AIACC_CUDNN_CHECK(cudnnSetStream(handle_, stream));
-  return handle_;
+void CudnnTraits::set_stream(cudnnHandle_t h, cudaStream_t stream) {
+  AIACC_CUDNN_CHECK(cudnnSetStream(h, stream));
 }
 
 }  // namespace aiacc::cuda

@@ -1,27 +1,19 @@
-// A cuDNN handle on the current device. Move-only; the destructor logs failures. Built only
-// with cuDNN.
+// A cuDNN handle on the current device (LibraryHandle). Built only with cuDNN.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "core/cuda/library_handle.h"
+
 namespace aiacc::cuda {
 
-class CudnnHandle {
- public:
-  static CudnnHandle create();  // throws CudaError
-  CudnnHandle() = default;
-  ~CudnnHandle();
-  CudnnHandle(CudnnHandle&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
-  CudnnHandle& operator=(CudnnHandle&& other) noexcept;
-  CudnnHandle(const CudnnHandle&) = delete;
-  CudnnHandle& operator=(const CudnnHandle&) = delete;
-  // The handle with its work queued on `stream` from now on.
-  cudnnHandle_t on(cudaStream_t stream) const;
-
- private:
-  explicit CudnnHandle(cudnnHandle_t handle) : handle_(handle) {}
-  cudnnHandle_t handle_ = nullptr;
+struct CudnnTraits {
+  using handle = cudnnHandle_t;
+  static handle create();                                 // throws CudaError
+  static void destroy(handle h) noexcept;                 // logs failures
+  static void set_stream(handle h, cudaStream_t stream);  // throws CudaError
 };
+using CudnnHandle = LibraryHandle<CudnnTraits>;
 
 }  // namespace aiacc::cuda

@@ -33,36 +33,24 @@ void gemm(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, std:
 
 }  // namespace
 
-CublasHandle CublasHandle::create() {
-  cublasHandle_t handle = nullptr;
-  AIACC_CUBLAS_CHECK(cublasCreate(&handle));
-  return CublasHandle(handle);
+cublasHandle_t CublasTraits::create() {
+  cublasHandle_t h = nullptr;
+  AIACC_CUBLAS_CHECK(cublasCreate(&h));
+  return h;
 }
 
-CublasHandle::~CublasHandle() {
-  if (handle_ == nullptr) return;
-  const cublasStatus_t status = cublasDestroy(handle_);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    try {
-      log::get("cuda")->warn("cublasDestroy failed: {}", cublasGetStatusString(status));
-    } catch (...) {
-      // Nothing more to do in a destructor.
-    }
+void CublasTraits::destroy(cublasHandle_t h) noexcept {
+  const cublasStatus_t status = cublasDestroy(h);
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  try {
+    log::get("cuda")->warn("cublasDestroy failed: {}", cublasGetStatusString(status));
+  } catch (...) {
+    // Nothing more to do in a noexcept path.
   }
 }
 
-CublasHandle& CublasHandle::operator=(CublasHandle&& other) noexcept {
-  if (this != &other) {
-    CublasHandle old(handle_);  // destroyed at the end of this scope
-    handle_ = other.handle_;
-    other.handle_ = nullptr;
-  }
-  return *this;
-}
-
-cublasHandle_t CublasHandle::on(cudaStream_t stream) const {
-  AIACC_CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  return handle_;
+void CublasTraits::set_stream(cublasHandle_t h, cudaStream_t stream) {
+  AIACC_CUBLAS_CHECK(cublasSetStream(h, stream));
 }
 
 template <class T>

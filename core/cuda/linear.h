@@ -8,28 +8,20 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "core/cuda/library_handle.h"
 #include "core/kernels/linear.h"
 #include "core/util/half.h"
 
 namespace aiacc::cuda {
 
-// A cuBLAS handle on the current device. Move-only; the destructor logs failures.
-class CublasHandle {
- public:
-  static CublasHandle create();  // throws CudaError
-  CublasHandle() = default;
-  ~CublasHandle();
-  CublasHandle(CublasHandle&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
-  CublasHandle& operator=(CublasHandle&& other) noexcept;
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  // The handle with its work queued on `stream` from now on.
-  cublasHandle_t on(cudaStream_t stream) const;
-
- private:
-  explicit CublasHandle(cublasHandle_t handle) : handle_(handle) {}
-  cublasHandle_t handle_ = nullptr;
+// A cuBLAS handle on the current device (LibraryHandle).
+struct CublasTraits {
+  using handle = cublasHandle_t;
+  static handle create();                                 // throws CudaError
+  static void destroy(handle h) noexcept;                 // logs failures
+  static void set_stream(handle h, cudaStream_t stream);  // throws CudaError
 };
+using CublasHandle = LibraryHandle<CublasTraits>;
 
 // y[N, O] = x[N, I] * w[O, I]^T + b[O] (b may be null). T: float or BFloat16 (x and w).
 template <class T>
