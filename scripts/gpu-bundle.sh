@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Packs the GPU test programs of ./build, with the Debian libraries they load that a bare GPU
+# machine lacks (yaml-cpp, ZeroMQ, spdlog, fmt, ...), into one folder (default gpu-bundle/)
+# that fits a device call's 64 MiB, and writes gpu-bundle/run.sh, which runs them there.
+#
+#   scripts/build.sh && scripts/gpu-bundle.sh            # here
+#   gpu-bundle/run.sh [gpu_conv2d_test ...]              # on the GPU machine (default: all)
+#
+# CUDA's own libraries (cudart, cuBLAS, cuDNN, NCCL) are not packed: cuBLAS alone is over
+# 500 MiB. run.sh puts the GPU machine's on the library path (the NVIDIA Python wheels'
+# site-packages/nvidia/*/lib folders, then /usr/local/cuda/lib64), lists any library that is
+# still missing (a CUDA major version other than the build's shows up here), and then runs
+# each program, printing its gtest output and a PASS / FAIL / SKIP line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpu-bundle}
+limit_mib=60
+
+programs=(build/tests/gpu_*_test)
+[[ -x ${programs[0]} ]] || { echo "gpu-bundle: no build/tests/gpu_*_test: run scripts/build.sh first" >&2; exit 1; }
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+cp "${programs[@]}" "$out/bin/"
+
+# Every library the programs load, except the C runtime (present everywhere, and must match the
+# machine's loader) and CUDA's (from the GPU machine).
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libgcc_s\.so|libcuda\.so|libcudart|libcublas|libcudnn|libnccl|libnvrtc|libnvJitLink)'
+for program in "${programs[@]}"; do
+  ldd "$program" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  [[ $name =~ $skip ]] && continue
+  cp -L "$path" "$out/lib/$name"
+done
+
+cat > "$out/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# Runs the packed GPU tests on this machine (see scripts/gpu-bundle.sh). Exit status: 0 when
+# every program passed or skipped, 1 otherwise.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+paths=("$here/lib")
+for python in python3 python; do
+  command -v "$python" >/dev/null 2>&1 || continue
+  site=$("$python" -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null) || continue
+  while read -r dir; do
+    for lib in "$dir"/nvidia/*/lib; do [[ -d $lib ]] && paths+=("$lib"); done
+  done <<< "$site"
+  break
+done
+[[ -d /usr/local/cuda/lib64 ]] && paths+=(/usr/local/cuda/lib64)
+export LD_LIBRARY_PATH=$(IFS=:; echo "${paths[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+if [[ $# -gt 0 ]]; then programs=("$@"); else programs=($(cd "$here/bin" && ls)); fi
+missing=$(for p in "${programs[@]}"; do ldd "$here/bin/$p" | grep 'not found'; done | sort -u)
+if [[ -n $missing ]]; then
+  echo "run.sh: libraries not found (the build linked CUDA 13, cuDNN 9, NCCL 2):"
+  echo "$missing"
+fi
+status=0
+for p in "${programs[@]}"; do
+  echo "=== $p"
+  "$here/bin/$p"
+  rc=$?
+  case $rc in
+    0) echo "=== $p: PASS" ;;
+    77) echo "=== $p: SKIP" ;;
+    *) echo "=== $p: FAIL (exit $rc)"; status=1 ;;
+  esac
+done
+exit $status
+EOF
+chmod +x "$out/run.sh"
+
+size_mib=$(du -sm "$out" | cut -f1)
+echo "gpu-bundle: $out: ${#programs[@]} programs, $(ls "$out/lib" | wc -l) libraries, ${size_mib} MiB"
+if (( size_mib > limit_mib )); then
+  echo "gpu-bundle: $out is over ${limit_mib} MiB: a device call carries 64 MiB at most" >&2
+  exit 1
+fi
