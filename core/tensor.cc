@@ -124,12 +124,15 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t num_bytes, Device device)
   if (!device.is_cpu()) {
     DeviceBackend& backend = backend_of(device);
     void* data = backend.allocate(num_bytes, device.index);
+    Storage* storage = nullptr;
     try {
-      return std::shared_ptr<Storage>(new Storage(data, num_bytes, device, &backend));
+      storage = new Storage(data, num_bytes, device, &backend);
     } catch (...) {
       backend.release(data, device.index);
       throw;
     }
+    // From here the Storage owns `data`: a failing shared_ptr deletes it, which releases once.
+    return std::shared_ptr<Storage>(storage);
   }
   constexpr std::size_t kAlignment = 64;  // a cache line, and enough for AVX-512 loads
   std::size_t rounded = std::max<std::size_t>(kAlignment, (num_bytes + kAlignment - 1) / kAlignment * kAlignment);

@@ -19,10 +19,16 @@ constexpr const char* kLayer = "cuDNN batch norm";
 CudnnBatchNorm2d::CudnnBatchNorm2d(std::int64_t batch, std::int64_t channels, std::int64_t height,
                                    std::int64_t width, CudnnBatchNormOptions options, int device)
     : options_(options), device_(device) {
-  kernels::BatchNormGeometry{batch, channels, height * width}.validate();
-  if (options_.math.eps < CUDNN_BN_MIN_EPSILON) {
-    throw ConfigError(fmt::format("{}: eps {} is below cuDNN's minimum {}", kLayer, options_.math.eps,
-                                  CUDNN_BN_MIN_EPSILON));
+  const kernels::BatchNormGeometry geometry{batch, channels, height * width};
+  geometry.validate();
+  // As the CPU kernel: the running variance is unbiased (divides by M - 1).
+  if (geometry.values_per_channel() < 2) {
+    throw ConfigError(fmt::format("{}: {} values per channel (N*H*W); training statistics need at least 2",
+                                  kLayer, geometry.values_per_channel()));
+  }
+  if (!(options_.math.eps > 0.0) || options_.math.eps < CUDNN_BN_MIN_EPSILON) {
+    throw ConfigError(fmt::format("{}: eps {} must be positive (and at least cuDNN's minimum {})", kLayer,
+                                  options_.math.eps, CUDNN_BN_MIN_EPSILON));
   }
   const cudnnDataType_t type = detail::cudnn_type(options_.dtype, kLayer);
   DeviceGuard guard(device_);

@@ -19,12 +19,13 @@ namespace aiacc::cuda {
 struct CudnnBatchNormOptions {
   DType dtype = DType::f32;  // storage of x, y, dy, dx
   TensorLayout layout = TensorLayout::nchw;
-  kernels::BatchNormOptions math;  // momentum, eps (eps at least cuDNN's 1e-5)
+  kernels::BatchNormOptions math;  // momentum, eps (positive)
 };
 
 class CudnnBatchNorm2d {
  public:
-  // x is [N, C, H, W] (in `layout`); throws ConfigError for a dtype or eps cuDNN refuses.
+  // x is [N, C, H, W] (in `layout`); throws ConfigError for a dtype cuDNN refuses, eps <= 0 or
+  // fewer than 2 values per channel (N*H*W), as the CPU kernel requires.
   CudnnBatchNorm2d(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
                    CudnnBatchNormOptions options, int device);
   ~CudnnBatchNorm2d();

@@ -64,6 +64,7 @@ struct CudnnConv2d::Descriptors {
   TensorDescriptor x, y;
   FilterDescriptor w;
   ConvDescriptor conv;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // configured: searches run under it
   std::optional<Choice> chosen[3];
 };
 
@@ -91,6 +92,7 @@ CudnnConv2d::CudnnConv2d(const kernels::Conv2dGeometry& geometry, CudnnConvOptio
   const cudnnMathType_t math = options_.dtype != DType::f32 ? CUDNN_TENSOR_OP_MATH
                                : options_.allow_tf32        ? CUDNN_DEFAULT_MATH
                                                             : CUDNN_FMA_MATH;
+  descriptors_->math = math;
   AIACC_CUDNN_CHECK(cudnnSetConvolutionMathType(descriptors_->conv.get(), math));
   int n = 0, c = 0, h = 0, w = 0;
   AIACC_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(descriptors_->conv.get(), descriptors_->x.get(),
@@ -128,18 +130,22 @@ memory::PooledBuffer find_workspace(int device, std::size_t limit, cudaStream_t 
 namespace {
 
 // Runs one direction: picks its algorithm on first use (find(workspace) benchmarks cuDNN's
-// candidates, once per key in the process), then run(choice, workspace).
+// candidates under the configured math type, not the one an earlier direction ran with), then
+// run(choice, workspace) under the chosen algorithm's math type. A choice is shared with later
+// layers of the same key only when it was searched with the whole workspace limit: one
+// squeezed by a momentary shortage of memory stays with this layer.
 template <class Find, class Run>
 void with_algorithm(std::optional<Choice>& chosen, const std::string& key, int device,
                     std::size_t workspace_limit, cudnnConvolutionDescriptor_t conv,
-                    cudaStream_t stream, Find&& find, Run&& run) {
+                    cudnnMathType_t configured_math, cudaStream_t stream, Find&& find, Run&& run) {
+  if (!chosen) chosen = chosen_algorithms().lookup(key);
   if (!chosen) {
-    chosen = chosen_algorithms().get_or_find(key, [&] {
-      memory::PooledBuffer ws = find_workspace(device, workspace_limit, stream);
-      const Choice choice = find(ws);
-      log::get("cuda")->debug("cuDNN {}: algo {}, {} B workspace", key, choice.algo, choice.workspace);
-      return choice;
-    });
+    AIACC_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, configured_math));
+    memory::PooledBuffer search_space = find_workspace(device, workspace_limit, stream);
+    const Choice choice = find(search_space);
+    log::get("cuda")->debug("cuDNN {}: algo {}, {} B workspace (searched with {} B)", key, choice.algo,
+                            choice.workspace, search_space.bytes());
+    chosen = search_space.bytes() == workspace_limit ? chosen_algorithms().remember(key, choice) : choice;
   }
   AIACC_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, chosen->math));
   memory::PooledBuffer ws;
@@ -156,7 +162,7 @@ void CudnnConv2d::forward(const CudnnHandle& cudnn, const void* x, const void* w
   const float alpha = 1.0f, beta = 0.0f;
   with_algorithm(
       d.chosen[static_cast<int>(Direction::forward)], choice_key(geometry_, options_, device_, Direction::forward),
-      device_, options_.workspace_limit, d.conv.get(), stream,
+      device_, options_.workspace_limit, d.conv.get(), d.math, stream,
       [&](const memory::PooledBuffer& ws) {
         int max = 0;
         AIACC_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
@@ -182,7 +188,7 @@ void CudnnConv2d::backward_data(const CudnnHandle& cudnn, const void* w, const v
   const float alpha = 1.0f, beta = 0.0f;
   with_algorithm(
       d.chosen[static_cast<int>(Direction::data)], choice_key(geometry_, options_, device_, Direction::data),
-      device_, options_.workspace_limit, d.conv.get(), stream,
+      device_, options_.workspace_limit, d.conv.get(), d.math, stream,
       [&](const memory::PooledBuffer& ws) {
         int max = 0;
         AIACC_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
@@ -208,7 +214,7 @@ void CudnnConv2d::backward_weight(const CudnnHandle& cudnn, const void* x, const
   const float alpha = 1.0f, beta = 0.0f;
   with_algorithm(
       d.chosen[static_cast<int>(Direction::weight)], choice_key(geometry_, options_, device_, Direction::weight),
-      device_, options_.workspace_limit, d.conv.get(), stream,
+      device_, options_.workspace_limit, d.conv.get(), d.math, stream,
       [&](const memory::PooledBuffer& ws) {
         int max = 0;
         AIACC_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));

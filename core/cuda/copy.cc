@@ -13,12 +13,15 @@
 namespace aiacc::cuda {
 namespace {
 
+// Two pinned chunks and their events; a copy that fits one chunk gets only the first.
 struct StagingPair {
-  StagingPair(std::size_t bytes, int device, cudaStream_t stream)
-      : chunk(std::min(bytes, kStagingChunkBytes)),
-        buffers{memory::PooledBuffer(pinned_allocator(device), chunk, stream_id(stream)),
-                memory::PooledBuffer(pinned_allocator(device), bytes > chunk ? chunk : 1, stream_id(stream))},
-        sent{CudaEvent::create_for_ordering(), CudaEvent::create_for_ordering()} {}
+  StagingPair(std::size_t bytes, int device, cudaStream_t stream) : chunk(std::min(bytes, kStagingChunkBytes)) {
+    const int count = bytes > chunk ? 2 : 1;
+    for (int k = 0; k < count; ++k) {
+      buffers[k] = memory::PooledBuffer(pinned_allocator(device), chunk, stream_id(stream));
+      sent[k] = CudaEvent::create_for_ordering();
+    }
+  }
   std::size_t chunk;
   std::array<memory::PooledBuffer, 2> buffers;
   std::array<CudaEvent, 2> sent;  // the last copy out of (or into) each buffer

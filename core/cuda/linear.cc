@@ -58,8 +58,13 @@ void linear_forward(const CublasHandle& cublas, const kernels::LinearGeometry& g
                     const T* w, const float* b, float* y, cudaStream_t stream) {
   g.validate();
   if (g.batch == 0 || g.out_features == 0) return;
-  gemm<T>(cublas.on(stream), CUBLAS_OP_T, CUBLAS_OP_N, g.out_features, g.batch, g.in_features, w,
-          g.in_features, x, g.in_features, y, g.out_features);
+  if (g.in_features == 0) {
+    // An empty sum; cuBLAS refuses the leading dimension 0 such a product would pass.
+    AIACC_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<std::size_t>(g.batch * g.out_features) * sizeof(float), stream));
+  } else {
+    gemm<T>(cublas.on(stream), CUBLAS_OP_T, CUBLAS_OP_N, g.out_features, g.batch, g.in_features, w,
+            g.in_features, x, g.in_features, y, g.out_features);
+  }
   if (b != nullptr) launch_add_bias_rows(y, b, g.batch, g.out_features, stream);
 }
 
@@ -68,13 +73,26 @@ void linear_backward(const CublasHandle& cublas, const kernels::LinearGeometry& 
                      const T* w, const T* dy, float* dx, float* dw, float* db, cudaStream_t stream) {
   g.validate();
   const cublasHandle_t h = cublas.on(stream);
+  // Products over an empty dimension are zeros: cuBLAS refuses the leading dimension 0 or the
+  // k = 0 they would pass.
+  const auto zero = [&](float* out, std::int64_t count) {
+    AIACC_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<std::size_t>(count) * sizeof(float), stream));
+  };
   if (dx != nullptr && g.batch > 0 && g.in_features > 0) {
-    gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_N, g.in_features, g.batch, g.out_features, w, g.in_features,
-            dy, g.out_features, dx, g.in_features);
+    if (g.out_features == 0) {
+      zero(dx, g.batch * g.in_features);
+    } else {
+      gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_N, g.in_features, g.batch, g.out_features, w, g.in_features,
+              dy, g.out_features, dx, g.in_features);
+    }
   }
   if (dw != nullptr && g.out_features > 0 && g.in_features > 0) {
-    gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_T, g.in_features, g.out_features, g.batch, x, g.in_features,
-            dy, g.out_features, dw, g.in_features);
+    if (g.batch == 0) {
+      zero(dw, g.out_features * g.in_features);
+    } else {
+      gemm<T>(h, CUBLAS_OP_N, CUBLAS_OP_T, g.in_features, g.out_features, g.batch, x, g.in_features,
+              dy, g.out_features, dw, g.in_features);
+    }
   }
   if (db != nullptr) launch_bias_grad_rows(dy, db, g.batch, g.out_features, stream);
 }

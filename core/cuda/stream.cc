@@ -35,7 +35,12 @@ CudaStream& CudaStream::operator=(CudaStream&& other) noexcept {
 
 void CudaStream::reset() noexcept {
   if (stream_ == nullptr) return;
-  // Returns at once; CUDA releases the stream when its queued work has finished.
+  // Waits for the stream's work first: the caching allocator keys its pools by the stream
+  // handle, and the driver may hand the same handle to the next stream created, which must not
+  // get blocks this stream's queued kernels still use. (Streams are created and destroyed
+  // rarely; the wait costs nothing in a step.)
+  const cudaError_t synced = cudaStreamSynchronize(stream_);
+  if (synced != cudaSuccess) warn_quietly("cudaStreamSynchronize (before destroying the stream)", synced);
   const cudaError_t status = cudaStreamDestroy(stream_);
   if (status != cudaSuccess) warn_quietly("cudaStreamDestroy", status);
   stream_ = nullptr;

@@ -7,6 +7,8 @@
 namespace aiacc::cuda {
 
 // A stream created with cudaStreamNonBlocking (no implicit sync with the legacy default stream).
+// Destroying it waits for its queued work (see stream.cc: the allocator's pools are keyed by
+// the handle, which the driver reuses).
 class CudaStream {
  public:
   // Creates the stream on the current device; throws CudaError.

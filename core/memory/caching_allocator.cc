@@ -25,6 +25,9 @@ std::string format_bytes(std::size_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// Requests above 2^60 bytes (an exbibyte) are refused before any rounding could overflow.
+constexpr std::size_t kLargestRequest = std::size_t{1} << 60;
+
 std::size_t round_up(std::size_t value, std::size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
@@ -64,6 +67,10 @@ class CachingAllocator::Pools {
   void* allocate(std::size_t bytes, StreamId stream) {
     std::lock_guard lock(mutex_);
     collect_finished();
+    if (bytes > kLargestRequest) {  // also a negative size cast to size_t: never round it to 0
+      throw OutOfMemoryError(fmt::format("{}: cannot allocate {} bytes (more than any device holds)",
+                                         source_.describe(), bytes));
+    }
     const std::size_t size = round_up(std::max<std::size_t>(bytes, 1), options_.round_bytes);
     const bool small = size <= options_.small_limit;
     Block* block = take_best_fit(small, size, stream);

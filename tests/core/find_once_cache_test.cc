@@ -1,11 +1,9 @@
-// FindOnceCache: one find per key, also under concurrent callers, and nothing kept from a
-// find that threw.
+// FindOnceCache: what is remembered is found again, the first value of a key stays, and
+// concurrent callers all see one value per key.
 #include "core/util/find_once_cache.h"
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,32 +11,29 @@
 namespace aiacc {
 namespace {
 
-TEST(FindOnceCache, FindsEachKeyOnceEvenUnderConcurrentCallers) {
+TEST(FindOnceCache, KeepsTheFirstValueOfAKey) {
+  FindOnceCache<int, int> cache;
+  EXPECT_FALSE(cache.lookup(7).has_value());
+  EXPECT_EQ(cache.remember(7, 3), 3);
+  EXPECT_EQ(cache.remember(7, 4), 3);  // a later measurement does not replace it
+  EXPECT_EQ(cache.lookup(7), 3);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+TEST(FindOnceCache, ConcurrentCallersSeeOneValuePerKey) {
   FindOnceCache<std::string, int> cache;
-  std::atomic<int> finds{0};
   std::vector<std::thread> threads;
   std::vector<int> seen(16);
   for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&, t] {
-      seen[t] = cache.get_or_find(t % 2 ? "odd" : "even", [&] {
-        ++finds;
-        return t % 2 ? 1 : 2;
-      });
+      const std::string key = t % 2 ? "odd" : "even";
+      const auto cached = cache.lookup(key);
+      seen[t] = cached ? *cached : cache.remember(key, t);
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_EQ(finds.load(), 2);
   EXPECT_EQ(cache.size(), 2u);
-  for (int t = 0; t < 16; ++t) EXPECT_EQ(seen[t], t % 2 ? 1 : 2);
-}
-
-TEST(FindOnceCache, AFailedFindIsTriedAgain) {
-  FindOnceCache<int, int> cache;
-  EXPECT_THROW(cache.get_or_find(7, []() -> int { throw std::runtime_error("no algorithm"); }),
-               std::runtime_error);
-  EXPECT_EQ(cache.size(), 0u);
-  EXPECT_EQ(cache.get_or_find(7, [] { return 3; }), 3);
-  EXPECT_EQ(cache.get_or_find(7, [] { return 4; }), 3);
+  for (int t = 0; t < 16; ++t) EXPECT_EQ(seen[t], *cache.lookup(t % 2 ? "odd" : "even")) << t;
 }
 
 }  // namespace

@@ -68,6 +68,12 @@ TEST(GpuLinear, Fp32MatchesTheCpuLayer) {
   compare_with_cpu<float>({512, 1024, 256}, true, 1e-4f);
 }
 
+TEST(GpuLinear, EmptyDimensionsGiveZerosLikeTheCpu) {
+  compare_with_cpu<float>({4, 0, 3}, true, 1e-6f);   // no inputs: y = b, dw empty
+  compare_with_cpu<float>({4, 5, 0}, true, 1e-6f);   // no outputs: dx = 0
+  compare_with_cpu<float>({0, 5, 3}, true, 1e-6f);   // no examples: dw = 0, db = 0
+}
+
 TEST(GpuLinear, Bf16InputsMatchTheCpuOnTheSameValues) {
   // Products of bf16 values are exact in fp32; only the summation order differs.
   compare_with_cpu<BFloat16>({64, 256, 128}, true, 1e-3f);

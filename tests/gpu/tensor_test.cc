@@ -57,18 +57,25 @@ TEST_F(GpuTensor, ViewsClonesAndZeroing) {
 TEST_F(GpuTensor, AllocatesOnTheCurrentStream) {
   const CudaStream stream = CudaStream::create_non_blocking();
   const auto before = device_allocator(0).stats().bytes_in_use;
+  void* block = nullptr;
   {
     StreamScope scope(stream.get());
     EXPECT_EQ(current_stream(), stream.get());
     Tensor t = Tensor::zeros({1 << 20}, DType::f32, Device::cuda(0));
+    block = t.raw_data();
     Tensor back = Tensor::full({1 << 20}, 3.0);
     back.copy_from(t);  // ordered after the zeroing on the same stream
     EXPECT_EQ(back.to_vector<float>(), std::vector<float>(1 << 20, 0.0f));
     EXPECT_GE(device_allocator(0).stats().bytes_in_use, before + (4u << 20));
   }
   EXPECT_EQ(current_stream(), nullptr);
-  AIACC_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   EXPECT_EQ(device_allocator(0).stats().bytes_in_use, before);
+  // The block went back to `stream`'s pool: another stream does not get it, `stream` does.
+  Tensor on_default = Tensor::empty({1 << 20}, DType::f32, Device::cuda(0));
+  EXPECT_NE(on_default.raw_data(), block);
+  StreamScope scope(stream.get());
+  Tensor on_stream = Tensor::empty({1 << 20}, DType::f32, Device::cuda(0));
+  EXPECT_EQ(on_stream.raw_data(), block);
 }
 
 }  // namespace

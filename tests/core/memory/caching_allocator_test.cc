@@ -157,10 +157,11 @@ TEST(CachingAllocator, BestFitTakesTheSmallestBlockThatFits) {
   void* keep2 = f.allocator->allocate(KiB, kCompute);
   f.allocator->free(big);
   f.allocator->free(small);
-  EXPECT_EQ(f.allocator->allocate(3 * KiB, kCompute), small);
-  EXPECT_EQ(f.allocator->allocate(5 * KiB, kCompute), big);  // split off the front of the 64 KiB
-  (void)keep1;
-  (void)keep2;
+  void* fit3 = f.allocator->allocate(3 * KiB, kCompute);
+  void* fit5 = f.allocator->allocate(5 * KiB, kCompute);
+  EXPECT_EQ(fit3, small);
+  EXPECT_EQ(fit5, big);  // split off the front of the 64 KiB
+  for (void* p : {keep1, keep2, fit3, fit5}) f.allocator->free(p);
 }
 
 TEST(CachingAllocator, StreamsKeepTheirOwnBlocks) {
@@ -170,7 +171,9 @@ TEST(CachingAllocator, StreamsKeepTheirOwnBlocks) {
   void* b = f.allocator->allocate(4 * KiB, kComm);  // another stream: not a's block
   EXPECT_NE(b, a);
   EXPECT_EQ(f.device->allocations, 2);
-  EXPECT_EQ(f.allocator->allocate(4 * KiB, kCompute), a);  // a's own stream reuses it at once
+  void* again = f.allocator->allocate(4 * KiB, kCompute);
+  EXPECT_EQ(again, a);  // a's own stream reuses it at once
+  f.allocator->free(again);
   f.allocator->free(b);
   // A stream ordered before the others, which has no segment yet: still not b's block.
   const StreamId early_stream = 0x1;
@@ -178,6 +181,7 @@ TEST(CachingAllocator, StreamsKeepTheirOwnBlocks) {
   EXPECT_NE(c, b);
   EXPECT_EQ(f.device->allocations, 3);
   EXPECT_EQ(f.device->events.size(), 0u);  // same-stream reuse needs no event
+  f.allocator->free(c);
 }
 
 TEST(CachingAllocator, AUseOnAnotherStreamDelaysReuseUntilItsWorkIsDone) {
@@ -281,6 +285,8 @@ TEST(CachingAllocator, OutOfMemoryReturnsTheCacheAndRetriesThenThrows) {
     EXPECT_NE(what.find("3.00 MiB in use"), std::string::npos) << what;
     EXPECT_NE(what.find("20.00 MiB reserved in 1 segments"), std::string::npos) << what;
   }
+  // A negative size cast to size_t is refused, not rounded to nothing.
+  EXPECT_THROW(f.allocator->allocate(static_cast<std::size_t>(-100), kComm), OutOfMemoryError);
   // Nothing was lost: the allocator still serves and gives back.
   f.allocator->free(b);
   void* c = f.allocator->allocate(5 * MiB, kComm);
