@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/kernels/dedup.h"
+#include "core/kernels/row_copy.h"
 #include "core/optim/sparse_row_optimizer.h"
 #include "ps/detail/client_io.h"
 #include "ps/sharding.h"
@@ -34,6 +35,12 @@ std::shared_ptr<const void> share(std::vector<T>&& values, std::span<const std::
   auto owner = std::make_shared<std::vector<T>>(std::move(values));
   bytes = {reinterpret_cast<const std::byte*>(owner->data()), owner->size() * sizeof(T)};
   return owner;
+}
+
+// The bytes of values [begin, end) of an array the request's owners keep alive.
+template <class T>
+std::span<const std::byte> slice_bytes(const T* values, std::size_t begin, std::size_t end) {
+  return {reinterpret_cast<const std::byte*>(values + begin), (end - begin) * sizeof(T)};
 }
 
 }  // namespace
@@ -127,15 +134,16 @@ Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> id
   std::vector<detail::OutRequest> requests;
   for (int k = 0; k < num_shards(); ++k) {
     const auto ks = static_cast<std::size_t>(k);
-    const auto& shard_ids = split.ids[ks];
-    if (shard_ids.empty() && !all_shards) continue;
+    if (split.ids[ks].empty() && !all_shards) continue;
     // Large requests go as several chunks, so every copy on the way (rows into the reply
     // frame, the kernel's, the scatter) stays in cache instead of streaming through memory.
-    for (std::size_t begin = 0; begin == 0 || begin < shard_ids.size(); begin += chunk) {
-      const std::size_t end = std::min(shard_ids.size(), begin + std::min(chunk, shard_ids.size()));
+    // The chunks' id frames are slices of the shard's id list, which they keep alive.
+    const auto ids_owner = std::make_shared<const std::vector<std::int64_t>>(std::move(split.ids[ks]));
+    for (std::size_t begin = 0; begin == 0 || begin < ids_owner->size(); begin += chunk) {
+      const std::size_t end = std::min(ids_owner->size(), begin + std::min(chunk, ids_owner->size()));
       detail::OutRequest r = make_request(t, k, Op::pull, table, step, end - begin, t->dim);
-      r.frames.resize(1);
-      r.owners.push_back(share(std::vector<std::int64_t>(shard_ids.begin() + begin, shard_ids.begin() + end), r.frames[0]));
+      r.frames.push_back(slice_bytes(ids_owner->data(), begin, end));
+      r.owners.push_back(ids_owner);
       r.positions = std::span<const std::int64_t>(t->positions[ks]).subspan(begin, end - begin);
       requests.push_back(std::move(r));
     }
@@ -177,21 +185,22 @@ Ticket PsClient::push(const std::string& table, std::span<const std::int64_t> id
   std::vector<detail::OutRequest> requests;
   for (int k = 0; k < num_shards(); ++k) {
     const auto ks = static_cast<std::size_t>(k);
-    const auto& shard_ids = split.ids[ks];
     const auto& positions = split.positions[ks];
-    if (shard_ids.empty() && !whole) continue;
-    for (std::size_t begin = 0; begin == 0 || begin < shard_ids.size(); begin += chunk) {
-      const std::size_t end = std::min(shard_ids.size(), begin + std::min(chunk, shard_ids.size()));
-      std::vector<float> chunk_grads((end - begin) * d);
-      for (std::size_t j = begin; j < end; ++j) {
-        std::memcpy(chunk_grads.data() + (j - begin) * d,
-                    unique_grads + static_cast<std::size_t>(positions[j]) * d, d * sizeof(float));
-      }
+    if (split.ids[ks].empty() && !whole) continue;
+    // The shard's gradient rows gathered once into a buffer left uninitialised (every row is
+    // written); the chunks' frames are slices of it and of the shard's id list.
+    const auto ids_owner = std::make_shared<const std::vector<std::int64_t>>(std::move(split.ids[ks]));
+    const std::size_t rows = ids_owner->size();
+    const std::shared_ptr<float[]> grads_owner(new float[std::max<std::size_t>(rows * d, 1)]);
+    for (std::size_t j = 0; j < rows; ++j) {
+      kernels::copy_row(grads_owner.get() + j * d, unique_grads + static_cast<std::size_t>(positions[j]) * d, d);
+    }
+    for (std::size_t begin = 0; begin == 0 || begin < rows; begin += chunk) {
+      const std::size_t end = std::min(rows, begin + std::min(chunk, rows));
       detail::OutRequest r = make_request(t, k, Op::push, table, step, end - begin, d);
       r.header.lr = lr;
-      r.frames.resize(2);
-      r.owners.push_back(share(std::vector<std::int64_t>(shard_ids.begin() + begin, shard_ids.begin() + end), r.frames[0]));
-      r.owners.push_back(share(std::move(chunk_grads), r.frames[1]));
+      r.frames = {slice_bytes(ids_owner->data(), begin, end), slice_bytes(grads_owner.get(), begin * d, end * d)};
+      r.owners = {ids_owner, grads_owner};
       r.send_twice = options_.duplicate_pushes_for_testing;
       requests.push_back(std::move(r));
     }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/kernels/row_copy.h"
 #include "core/log.h"
 
 namespace aiacc::ps {
@@ -59,7 +60,7 @@ void ServerTable::pull(std::span<const std::int64_t> ids, float* rows, std::uint
     std::vector<float> out(positions.size() * d);
     store.pull(subset, out.data());
     for (std::size_t j = 0; j < positions.size(); ++j) {
-      std::memcpy(rows + positions[j] * d, out.data() + j * d, d * sizeof(float));
+      kernels::copy_row(rows + positions[j] * d, out.data() + j * d, d);
     }
   };
   pull_subset(*store_, admitted);

@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/kernels/row_copy.h"
 #include "core/util/random.h"
 
 namespace aiacc {
@@ -232,10 +233,8 @@ void LocalEmbeddingStore::for_each_row(std::span<const std::int64_t> ids, std::s
 void LocalEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
   if (ids.empty()) return;
   AIACC_CHECK(rows != nullptr, "embedding table {}: pull into a null buffer", spec_.name);
-  const std::size_t row_bytes = static_cast<std::size_t>(dim_) * sizeof(float);
-  for_each_row(ids, static_cast<std::size_t>(dim_), [&](std::size_t i, const float* row) {
-    std::memcpy(rows + i * static_cast<std::size_t>(dim_), row, row_bytes);
-  });
+  const auto dim = static_cast<std::size_t>(dim_);
+  for_each_row(ids, dim, [&](std::size_t i, const float* row) { kernels::copy_row(rows + i * dim, row, dim); });
 }
 
 void LocalEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {

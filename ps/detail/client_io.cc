@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/kernels/row_copy.h"
 #include "core/log.h"
 #include "core/net/security.h"
 #include "ps/detail/frames.h"
@@ -240,8 +241,7 @@ void ClientIo::on_reply(int shard, std::vector<net::Message>& parts) {
       }
       const std::byte* src = parts[1].bytes().data();
       for (std::size_t j = 0; j < positions.size(); ++j) {
-        std::memcpy(t.dest + static_cast<std::size_t>(positions[j]) * t.dim, src + j * row_bytes,
-                    row_bytes);
+        kernels::copy_row(t.dest + static_cast<std::size_t>(positions[j]) * t.dim, src + j * row_bytes, t.dim);
       }
     } else if (header.op != Op::push) {
       auto& out = t.replies[static_cast<std::size_t>(shard)];
