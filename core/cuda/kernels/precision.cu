@@ -10,32 +10,33 @@
 namespace aiacc::cuda {
 namespace {
 
-__global__ void float_to_bf16_kernel(const float* in, __nv_bfloat16* out, std::int64_t n) {
+// out[i] = convert(in[i]), one CUDA intrinsic per element (the Convert functors below).
+template <class In, class Out, class Convert>
+__global__ void convert_kernel(const In* in, Out* out, std::int64_t n, Convert convert) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::int64_t{blockDim.x} * gridDim.x) {
-    out[i] = __float2bfloat16_rn(in[i]);
+    out[i] = convert(in[i]);
   }
 }
 
-__global__ void float_to_half_kernel(const float* in, __half* out, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::int64_t{blockDim.x} * gridDim.x) {
-    out[i] = __float2half_rn(in[i]);
-  }
-}
+struct ToBf16 {
+  __device__ __nv_bfloat16 operator()(float v) const { return __float2bfloat16_rn(v); }
+};
+struct ToHalf {
+  __device__ __half operator()(float v) const { return __float2half_rn(v); }
+};
+struct FromBf16 {
+  __device__ float operator()(__nv_bfloat16 v) const { return __bfloat162float(v); }
+};
+struct FromHalf {
+  __device__ float operator()(__half v) const { return __half2float(v); }
+};
 
-__global__ void bf16_to_float_kernel(const __nv_bfloat16* in, float* out, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::int64_t{blockDim.x} * gridDim.x) {
-    out[i] = __bfloat162float(in[i]);
-  }
-}
-
-__global__ void half_to_float_kernel(const __half* in, float* out, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::int64_t{blockDim.x} * gridDim.x) {
-    out[i] = __half2float(in[i]);
-  }
+template <class In, class Out, class Convert>
+void launch_convert(const In* in, Out* out, std::int64_t n, Convert convert, cudaStream_t stream) {
+  if (n <= 0) return;
+  convert_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(in, out, n, convert);
+  AIACC_CHECK_LAUNCH();
 }
 
 __global__ void unscale_and_check_kernel(float* grads, std::int64_t n, float inv_scale,
@@ -54,31 +55,19 @@ __global__ void unscale_and_check_kernel(float* grads, std::int64_t n, float inv
 }  // namespace
 
 void launch_float_to_bf16(const float* in, BFloat16* out, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  float_to_bf16_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-      in, reinterpret_cast<__nv_bfloat16*>(out), n);
-  AIACC_CHECK_LAUNCH();
+  launch_convert(in, reinterpret_cast<__nv_bfloat16*>(out), n, ToBf16{}, stream);
 }
 
 void launch_float_to_half(const float* in, Half* out, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  float_to_half_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-      in, reinterpret_cast<__half*>(out), n);
-  AIACC_CHECK_LAUNCH();
+  launch_convert(in, reinterpret_cast<__half*>(out), n, ToHalf{}, stream);
 }
 
 void launch_bf16_to_float(const BFloat16* in, float* out, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  bf16_to_float_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(in), out, n);
-  AIACC_CHECK_LAUNCH();
+  launch_convert(reinterpret_cast<const __nv_bfloat16*>(in), out, n, FromBf16{}, stream);
 }
 
 void launch_half_to_float(const Half* in, float* out, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  half_to_float_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-      reinterpret_cast<const __half*>(in), out, n);
-  AIACC_CHECK_LAUNCH();
+  launch_convert(reinterpret_cast<const __half*>(in), out, n, FromHalf{}, stream);
 }
 
 void launch_unscale_and_check(float* grads, std::int64_t n, float inv_scale, int* found_nonfinite,
