@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -16,7 +17,9 @@
 #include "core/cuda/kernels/losses.h"
 #include "core/cuda/kernels/optimizer_update.h"
 #include "core/cuda/kernels/precision.h"
+#include "core/cuda/kernels/row_cache.h"
 #include "core/cuda/stream.h"
+#include "core/embedding/hot_row_cache.h"
 #include "core/error.h"
 #include "core/kernels/embedding_bag.h"
 #include "core/kernels/losses.h"
@@ -223,6 +226,44 @@ TEST(GpuKernels, LossesMatchTheCpuKernels) {
   const LossOnDevice result = launch_binary_cross_entropy_with_logits(batch, d_x.get(), d_targets.get(), d_dx.get(), 0, nullptr);
   EXPECT_NEAR(read_loss(result, nullptr), bce, 1e-12 * std::fabs(bce));
   expect_close(d_dx.to_host(), dx, 1e-6f, "binary cross-entropy gradient");
+}
+
+// A step of a hot-row cache: the plan's fetched rows scattered into their slots, then the
+// batch gathered from the slots, against the same moves done on the host.
+TEST(GpuKernels, RowCacheScatterAndGatherFollowThePlan) {
+  const std::int64_t slots = 64, dim = 24;
+  embedding::HotRowCache cache(slots, 2);
+  std::vector<float> host_table(static_cast<std::size_t>(slots * dim), 0.0f);
+  DeviceVector<float> table(host_table);
+  for (std::int64_t step = 0; step < 6; ++step) {
+    std::vector<std::int64_t> ids;
+    for (std::int64_t k = 0; k < 40; ++k) ids.push_back((k * 7 + step * 11) % 90);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    const embedding::RowCachePlan plan = cache.plan(ids, step);
+    // The servers' rows: a function of id and step, so a stale slot would show.
+    std::vector<float> fetched(plan.fetch_ids.size() * static_cast<std::size_t>(dim));
+    for (std::size_t r = 0; r < plan.fetch_ids.size(); ++r) {
+      for (std::int64_t j = 0; j < dim; ++j) {
+        fetched[r * dim + j] = static_cast<float>(plan.fetch_ids[r] * 1000 + step * 10 + j);
+        host_table[static_cast<std::size_t>(plan.fetch_slots[r] * dim + j)] = fetched[r * dim + j];
+      }
+    }
+    const DeviceVector<float> d_fetched(fetched);
+    const DeviceVector<std::int32_t> d_fetch_slots(plan.fetch_slots), d_slot_of(plan.slot_of);
+    launch_scatter_to_slots(d_fetched.get(), d_fetch_slots.get(), static_cast<std::int64_t>(plan.fetch_ids.size()),
+                            dim, table.get(), nullptr);
+    DeviceVector<float> batch(std::vector<float>(ids.size() * static_cast<std::size_t>(dim), -1.0f));
+    launch_gather_slots(table.get(), d_slot_of.get(), static_cast<std::int64_t>(ids.size()), dim, batch.get(), nullptr);
+    std::vector<float> expected(ids.size() * static_cast<std::size_t>(dim));
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      for (std::int64_t j = 0; j < dim; ++j) {
+        expected[i * dim + j] = host_table[static_cast<std::size_t>(plan.slot_of[i] * dim + j)];
+      }
+    }
+    ASSERT_EQ(batch.to_host(), expected) << "step " << step;
+    ASSERT_EQ(table.to_host(), host_table) << "step " << step;
+  }
 }
 
 }  // namespace
