@@ -63,13 +63,14 @@ void validate(const EmbeddingTableSpec& spec, const LocalEmbeddingStoreOptions& 
   }
 }
 
-// About 256 KiB per block: big enough that block allocation is rare, small enough that the
-// partially filled last block of each partition wastes little (P * 128 KiB on average).
+// 2-4 MiB per block: huge pages (core/memory/huge_pages.h) back at least the first 2 MiB of
+// each, block allocation stays rare, and the partially filled last block of a partition holds no
+// more than one untouched-but-resident huge page (untouched pages past it are not resident).
 std::int64_t auto_rows_per_block(std::int64_t row_floats) {
   const auto target = static_cast<std::uint64_t>(
-      std::max<std::int64_t>((std::int64_t{256} << 10) / (row_floats * 4), 1));
+      std::max<std::int64_t>((std::int64_t{4} << 20) / (row_floats * 4), 1));
   return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::bit_floor(target)), 64,
-                                  std::int64_t{1} << 16);
+                                  std::int64_t{1} << 20);
 }
 
 const Tensor* find_tensor(const std::vector<std::pair<std::string, Tensor>>& rows,

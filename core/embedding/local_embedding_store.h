@@ -32,7 +32,7 @@ struct LocalEmbeddingStoreOptions {
   // [0.5, 0.75] and a row costs 16 / load = 21..32 bytes of slots on top of its (D + S) floats.
   double max_load_factor = 0.75;
   // B: a partition's arena grows by blocks of 64, 64, 128, ... rows up to B rows, then by B
-  // rows at a time; 0: about 256 KiB worth (a power of two in [64, 2^16]).
+  // rows at a time; 0: 2-4 MiB worth (a power of two in [64, 2^20]), so huge pages back them.
   std::int64_t rows_per_block = 0;
   // Requests moving fewer floats than this run on the calling thread only: an OpenMP fork/join
   // costs more than copying a small batch's rows.

@@ -151,7 +151,7 @@ BENCHMARK(BM_Dedup)->ArgNames({"N", "ids", "F", "D", "threads"})->Apply([](auto*
 });
 
 // A table of R rows (all created up front) and requests of U distinct ids drawn from it.
-// Args: rows R, ids per request U, dim D.
+// Args: rows R, ids per request U, dim D, partitions P.
 struct StoreFixture {
   aiacc::LocalEmbeddingStore store;
   std::vector<std::vector<std::int64_t>> requests;
@@ -163,8 +163,13 @@ struct StoreFixture {
     o.lr = 0.05;
     return o;
   }
+  static aiacc::LocalEmbeddingStoreOptions options(const benchmark::State& state) {
+    aiacc::LocalEmbeddingStoreOptions o;
+    o.num_partitions = static_cast<int>(state.range(3));
+    return o;
+  }
   explicit StoreFixture(const benchmark::State& state)
-      : store({"bench", state.range(2), 0.05, 1}, adagrad()) {
+      : store({"bench", state.range(2), 0.05, 1}, adagrad(), options(state)) {
     const std::int64_t table_rows = state.range(0), unique = state.range(1), dim = state.range(2);
     std::vector<std::int64_t> all(static_cast<std::size_t>(table_rows));
     for (std::int64_t i = 0; i < table_rows; ++i) all[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(aiacc::mix64(static_cast<std::uint64_t>(i)) >> 1);
@@ -214,10 +219,12 @@ void BM_StorePushCold(benchmark::State& state) { run_store(state, StoreOp::push,
 // The flights tables (3387 rows; ~800 touched a step at batch 1024, ~440 a step in the merged
 // update of two workers at batch 256, dims 1 and 16) and a shard's large requests of small rows.
 const auto store_shapes = [](auto* b) {
-  b->ArgNames({"R", "U", "D"})->Unit(benchmark::kMicrosecond);
-  for (const auto& [r, u, d] : std::vector<std::array<std::int64_t, 3>>{
-           {3387, 800, 1}, {3387, 800, 16}, {3387, 444, 1}, {3387, 444, 16}, {3387, 105, 16}, {200000, 50000, 8}, {200000, 50000, 16}}) {
-    b->Args({r, u, d});
+  b->ArgNames({"R", "U", "D", "P"})->Unit(benchmark::kMicrosecond);
+  for (const auto& [r, u, d, p] : std::vector<std::array<std::int64_t, 4>>{
+           {3387, 800, 1, 1}, {3387, 800, 16, 1}, {3387, 444, 1, 1}, {3387, 444, 16, 1}, {3387, 105, 16, 1},
+           {200000, 50000, 8, 16}, {200000, 50000, 16, 16}, {200000, 50000, 8, 1}, {200000, 50000, 16, 1},
+           {2000000, 100000, 8, 16}, {2000000, 100000, 8, 1}}) {
+    b->Args({r, u, d, p});
   }
 };
 BENCHMARK(BM_StorePull)->Apply(store_shapes);

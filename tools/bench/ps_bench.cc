@@ -3,7 +3,8 @@
 //   aiacc-bench ps [--servers 2] [--workers 2] [--dims 8,16,64,128] [--ids 1000,10000,100000]
 //                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
 //                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
-//                  [--iperf-streams 1] [--server-threads T] [--chunk-bytes 262144]
+//                  [--iperf-streams 1] [--server-threads T] [--server-partitions P]
+//                  [--chunk-bytes 262144]
 //                  [--inflight 2] [--json FILE] [--curve on|off] [--unique-ids on|off]
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
@@ -80,6 +81,7 @@ struct Args {
   int iperf_seconds = 2;  // whole seconds (iperf3 -t reads 0.5 as 0, which means forever); 0 skips iperf3
   int iperf_streams = 1;
   int server_threads = 0;  // 0: cores / (servers + workers), at least 1
+  int server_partitions = 0;  // 0: the shard's default
   std::int64_t chunk_bytes = ps::ClientOptions{}.chunk_bytes;
   int inflight = 2;
   std::string json;
@@ -140,6 +142,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--iperf-seconds") a.iperf_seconds = one_int(key, value);
     else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
     else if (key == "--server-threads") a.server_threads = std::stoi(value);
+    else if (key == "--server-partitions") a.server_partitions = std::stoi(value);
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
     else if (key == "--inflight") a.inflight = one_int(key, value);
     else if (key == "--json") a.json = value;
@@ -373,10 +376,14 @@ int run_launcher(const Args& a) {
   std::vector<std::string> endpoints;
   for (int k = 0; k < a.servers; ++k) {
     const auto file = dir / fmt::format("endpoint-{}", k);
-    servers.push_back(std::make_unique<Child>(std::vector<std::string>{
-        exe, "ps", "--role", "server", "--shard", std::to_string(k), "--num-shards",
-        std::to_string(a.servers), "--endpoint-file", file.string(), "--threads",
-        std::to_string(threads), "--log-interval-s", "0"}));
+    std::vector<std::string> argv{exe, "ps", "--role", "server", "--shard", std::to_string(k),
+                                  "--num-shards", std::to_string(a.servers), "--endpoint-file",
+                                  file.string(), "--threads", std::to_string(threads),
+                                  "--log-interval-s", "0"};
+    if (a.server_partitions > 0) {
+      argv.insert(argv.end(), {"--partitions", std::to_string(a.server_partitions)});
+    }
+    servers.push_back(std::make_unique<Child>(std::move(argv)));
     endpoints.push_back(wait_for_file(file, 60));
   }
   const std::string endpoint_list = fmt::format("{}", fmt::join(endpoints, ","));

@@ -76,16 +76,15 @@ float* RowTable::find_or_insert(std::int64_t id, std::uint64_t hash, bool& creat
 std::int64_t RowTable::allocate_row() {
   const std::int64_t row = size_;
   if (block_of(row) >= blocks_.size()) {
-    const std::size_t floats = static_cast<std::size_t>(block_rows(blocks_.size())) *
-                               static_cast<std::size_t>(row_floats_);
+    const std::size_t bytes = static_cast<std::size_t>(block_rows(blocks_.size())) *
+                              static_cast<std::size_t>(row_floats_) * sizeof(float);
     // Uninitialised on purpose: every row is written when it is created, and untouched pages of
     // a fresh block cost no resident memory.
-    std::unique_ptr<float[], BlockDelete> block(
-        static_cast<float*>(::operator new[](floats * sizeof(float), kBlockAlignment, std::nothrow)));
+    Block block(static_cast<float*>(memory::allocate_large(bytes)), memory::LargeFree{bytes});
     if (!block) {
       throw Error(fmt::format("embedding store: out of memory allocating a block of {} bytes "
                               "({} rows held in this partition)",
-                              floats * sizeof(float), size_));
+                              bytes, size_));
     }
     blocks_.push_back(std::move(block));  // owned first: a throwing push_back frees it
   }
@@ -98,7 +97,7 @@ void RowTable::rehash(std::size_t new_capacity) {
                             "more partitions",
                             new_capacity, kMaxSlots));
   }
-  std::vector<Slot> fresh(new_capacity);  // may throw bad_alloc; the table is unchanged then
+  decltype(slots_) fresh(new_capacity);  // may throw bad_alloc; the table is unchanged then
   slots_.swap(fresh);
   for (const Slot& old : fresh) {
     if (old.row < 0) continue;
@@ -120,8 +119,17 @@ void RowTable::reserve(std::int64_t rows) {
 
 std::size_t RowTable::memory_bytes() const {
   std::size_t bytes = slots_.capacity() * sizeof(Slot) + blocks_.capacity() * sizeof(blocks_[0]);
+  const std::size_t row_bytes = static_cast<std::size_t>(row_floats_) * sizeof(float);
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
-    bytes += static_cast<std::size_t>(block_rows(b)) * static_cast<std::size_t>(row_floats_) * sizeof(float);
+    std::size_t block_bytes = static_cast<std::size_t>(block_rows(b)) * row_bytes;
+    if (b + 1 == blocks_.size()) {
+      // Rows fill the last block from its start and its untouched pages are not resident (a
+      // huge page is, whole, once touched): count it up to the page its last row is on.
+      const std::size_t page = block_bytes >= memory::kHugePageBytes ? memory::kHugePageBytes : 4096;
+      const std::size_t used = static_cast<std::size_t>(size_ - block_start(b)) * row_bytes;
+      block_bytes = std::min(block_bytes, (used + page - 1) / page * page);
+    }
+    bytes += block_bytes;
   }
   return bytes;
 }

@@ -4,6 +4,8 @@
 // blocks), so growing the table rehashes 16-byte slots only, never row data.
 // Blocks start small (64 rows) and double up to rows_per_block (B), then stay at B, so a small
 // table (a wide field, a test) costs kilobytes while a big one allocates in large steps.
+// Slot arrays and blocks of 2 MiB and more lie on huge pages (core/memory/huge_pages.h): a big
+// table's random lookups would otherwise miss the TLB as often as the caches.
 // Legend: R = rows held, C = slot capacity, W = floats per row (dim + state floats).
 #pragma once
 
@@ -14,6 +16,7 @@
 #include <new>
 #include <vector>
 
+#include "core/memory/huge_pages.h"
 #include "core/util/random.h"
 
 namespace aiacc::embedding::detail {
@@ -106,14 +109,11 @@ class RowTable {
   std::size_t geometric_blocks_;  // G = log2(B) - f
   double max_load_;
   std::int64_t size_ = 0;
-  // Blocks start on a cache line, so a row of 64 or 128 bytes (dim 8 or 16 with Adagrad) spans
-  // one or two lines rather than two or three: new float[] only aligns to 16 bytes.
-  static constexpr std::align_val_t kBlockAlignment{64};
-  struct BlockDelete {
-    void operator()(float* block) const { ::operator delete[](block, kBlockAlignment); }
-  };
-  std::vector<Slot> slots_;
-  std::vector<std::unique_ptr<float[], BlockDelete>> blocks_;
+  // Blocks start on a cache line (allocate_large aligns to 64 bytes or more), so a row of 64 or
+  // 128 bytes (dim 8 or 16 with Adagrad) spans one or two lines rather than two or three.
+  using Block = std::unique_ptr<float[], memory::LargeFree>;
+  std::vector<Slot, memory::HugePageAllocator<Slot>> slots_;
+  std::vector<Block> blocks_;
 };
 
 }  // namespace aiacc::embedding::detail
