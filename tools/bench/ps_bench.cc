@@ -4,7 +4,7 @@
 //                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
 //                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
 //                  [--iperf-streams 1] [--server-threads T] [--server-partitions P]
-//                  [--chunk-bytes 262144]
+//                  [--chunk-bytes 262144] [--table-rows N]
 //                  [--inflight 2] [--json FILE] [--curve on|off] [--unique-ids on|off]
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
@@ -12,6 +12,8 @@
 // request size (warmed up once, so the timed requests look up existing rows) and, for each
 // (dim, U, mode), meets the others at a barrier, runs requests for --seconds and reports.
 // --curve on: every connection under the job's CURVE keys (aiacc-train's default); off: plain.
+// --table-rows N: the workers' requests draw their ids from tables of N rows (created first),
+// a different sample each request; 0 (default): a worker asks for the same U ids every time.
 // --unique-ids on (default): requests say their ids are unique (ps::RequestIds::unique), as the
 // trainer's embedding tables do; off: the client de-duplicates them first, as for any caller.
 // --inflight N: pull and push modes keep up to N requests per worker outstanding (the next one
@@ -58,6 +60,7 @@
 #include "core/net/rendezvous_server.h"
 #include "core/net/security.h"
 #include "core/optim/sparse_row_optimizer.h"
+#include "core/util/random.h"
 #include "ps/client.h"
 #include "ps/server_process.h"
 
@@ -82,6 +85,7 @@ struct Args {
   int iperf_streams = 1;
   int server_threads = 0;  // 0: cores / (servers + workers), at least 1
   int server_partitions = 0;  // 0: the shard's default
+  std::int64_t table_rows = 0;  // 0: each worker requests the same U ids; else drawn from this many
   std::int64_t chunk_bytes = ps::ClientOptions{}.chunk_bytes;
   int inflight = 2;
   std::string json;
@@ -143,6 +147,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
     else if (key == "--server-threads") a.server_threads = std::stoi(value);
     else if (key == "--server-partitions") a.server_partitions = std::stoi(value);
+    else if (key == "--table-rows") a.table_rows = std::stoll(value);
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
     else if (key == "--inflight") a.inflight = one_int(key, value);
     else if (key == "--json") a.json = value;
@@ -186,13 +191,47 @@ ps::TableConfig table_for(int dim, const std::string& optimizer, const std::stri
   return c;
 }
 
-std::vector<std::int64_t> worker_ids(int worker, int count) {
+std::vector<std::int64_t> worker_ids(int worker, std::int64_t count) {
   std::vector<std::int64_t> ids(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) {
+  for (std::int64_t i = 0; i < count; ++i) {
     ids[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(
         mix64((static_cast<std::uint64_t>(worker) << 40) + static_cast<std::uint64_t>(i)));
   }
   return ids;
+}
+
+// The id sets a worker's requests of `count` ids take in turn. Without --table-rows: its own
+// `count` ids, every request. With it: 8 sets of `count` distinct ids drawn from the worker's
+// share of the table (table_rows / workers ids), so requests land all over a table as big as
+// the user's rather than on rows the caches still hold from the last request.
+std::vector<std::vector<std::int64_t>> request_id_sets(const Args& a, int count) {
+  if (a.table_rows <= 0) return {worker_ids(a.worker, count)};
+  const std::int64_t pool_size = std::max<std::int64_t>(a.table_rows / a.workers, count);
+  std::vector<std::int64_t> pool = worker_ids(a.worker, pool_size);
+  Rng rng(static_cast<std::uint64_t>(a.worker) + 17, 0);
+  std::vector<std::vector<std::int64_t>> sets;
+  for (int s = 0; s < 8; ++s) {
+    // A partial Fisher-Yates shuffle: the first `count` entries become a uniform sample.
+    for (std::int64_t i = 0; i < count; ++i) {
+      const auto j = i + static_cast<std::int64_t>(rng.uniform(0.0, 1.0) * static_cast<double>(pool_size - i));
+      std::swap(pool[static_cast<std::size_t>(i)], pool[static_cast<std::size_t>(std::min(j, pool_size - 1))]);
+    }
+    sets.emplace_back(pool.begin(), pool.begin() + count);
+  }
+  return sets;
+}
+
+// Creates the rows of the worker's share of the table (all of them, in large pulls), so the
+// timed requests look up existing rows.
+void create_rows(ps::PsClient& client, const std::string& table, const Args& a, int dim) {
+  const std::int64_t pool_size = std::max<std::int64_t>(a.table_rows / a.workers, 1);
+  const std::vector<std::int64_t> pool = worker_ids(a.worker, pool_size);
+  constexpr std::size_t kChunk = 200000;
+  std::vector<float> rows(kChunk * static_cast<std::size_t>(dim));
+  for (std::size_t begin = 0; begin < pool.size(); begin += kChunk) {
+    const std::size_t n = std::min(kChunk, pool.size() - begin);
+    client.wait(client.pull(table, std::span(pool).subspan(begin, n), rows.data(), 0));
+  }
 }
 
 // ---- worker process: runs every point in order, meeting the others at barriers ----
@@ -212,13 +251,16 @@ int run_worker(const Args& a) {
   for (int dim : a.dims) {
     const std::string table = fmt::format("bench_d{}", dim);
     client.create_table(table_for(dim, a.optimizer, table, a.workers));
+    if (a.table_rows > 0) create_rows(client, table, a, dim);
     for (int count : a.ids) {
-      const auto ids = worker_ids(a.worker, count);
+      const auto id_sets = request_id_sets(a, count);
       // One row buffer per request in flight (a pull writes into its own until waited for).
       std::vector<std::vector<float>> rows(static_cast<std::size_t>(a.inflight),
-                                           std::vector<float>(ids.size() * static_cast<std::size_t>(dim)));
+                                           std::vector<float>(static_cast<std::size_t>(count) * static_cast<std::size_t>(dim)));
       std::vector<float> grads(rows[0].size(), 1e-3f);
-      client.wait(client.pull(table, ids, rows[0].data(), 0, kind));  // warm-up: creates the rows
+      for (const auto& ids : id_sets) {
+        client.wait(client.pull(table, ids, rows[0].data(), 0, kind));  // warm-up: creates the rows
+      }
       for (const auto& mode : a.modes) {
         rendezvous.barrier(fmt::format("start-{}", point), net::deadline_after(300));
         const auto start = std::chrono::steady_clock::now();
@@ -226,6 +268,7 @@ int run_worker(const Args& a) {
         int iterations = 0;
         std::deque<ps::Ticket> pending;
         while (iterations < 3 || elapsed < a.seconds) {
+          const auto& ids = id_sets[static_cast<std::size_t>(iterations) % id_sets.size()];
           if (mode == "step") {
             // A step's push needs its pull's rows: one step at a time.
             client.wait(client.pull(table, ids, rows[0].data(), 0, kind));
@@ -400,7 +443,7 @@ int run_launcher(const Args& a) {
         rendezvous.endpoint(), "--dims", join(a.dims), "--ids", join(a.ids), "--modes", modes,
         "--seconds", fmt::format("{}", a.seconds), "--optimizer", a.optimizer, "--chunk-bytes",
         std::to_string(a.chunk_bytes), "--inflight", std::to_string(a.inflight), "--unique-ids",
-        a.unique_ids ? "on" : "off", "--out",
+        a.unique_ids ? "on" : "off", "--table-rows", std::to_string(a.table_rows), "--out",
         (dir / fmt::format("worker-{}.json", w)).string()}));
   }
   for (int w = 0; w < a.workers; ++w) {
@@ -426,6 +469,9 @@ int run_launcher(const Args& a) {
   }
   nlohmann::json points = nlohmann::json::array();
   std::cout << fmt::format("shards run {} OpenMP thread(s) each\n", threads);
+  if (a.table_rows > 0) {
+    std::cout << fmt::format("requests draw distinct ids from tables of {} rows\n", a.table_rows);
+  }
   std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14} {:>12} {:>9}\n", "dim", "ids/req", "mode",
                            "rows/s", "payload GB/s", "of iperf3");
   for (std::size_t p = 0; p < per_worker[0].size(); ++p) {
@@ -507,6 +553,7 @@ int run_launcher(const Args& a) {
   if (!a.json.empty()) {
     nlohmann::json out{{"benchmark", "ps"}, {"servers", a.servers}, {"workers", a.workers},
                        {"chunk_bytes", a.chunk_bytes}, {"inflight", a.inflight}, {"server_threads", threads},
+                       {"table_rows", a.table_rows}, {"server_partitions", a.server_partitions},
                        {"unique_ids", a.unique_ids},
                        {"optimizer", a.optimizer}, {"cores", std::thread::hardware_concurrency()},
                        {"iperf3_gb_per_s", iperf}, {"iperf3_before_gb_per_s", iperf_before},
