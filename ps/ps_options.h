@@ -37,6 +37,15 @@ struct TableOptions {
   // 0 (default): unbounded.
   std::int64_t capacity_rows = 0;
   double evict_to_fraction = 0.9;
+  // Worker side: each worker keeps up to cache_rows of the table's rows it pulled
+  // (core/embedding/hot_row_cache.h, least recently used out) and serves a kept row without
+  // asking the shards for cache_staleness steps after fetching it. Hot ids (the few values of a
+  // CTR feature most batches hold) then cross the network once per cache_staleness + 1 steps.
+  // Their copy misses the updates made since it was fetched, so: async tables take any bound;
+  // bounded ones see rows up to staleness + cache_staleness steps behind the slowest worker;
+  // sync ones only 0 (the cache then saves nothing across steps). 0 rows (default): off.
+  std::int64_t cache_rows = 0;
+  int cache_staleness = 0;
 
   template <class V>
   void visit(V& v) {
@@ -52,6 +61,10 @@ struct TableOptions {
             config::at_least<std::int64_t>(0));
     v.field("evict_to_fraction", evict_to_fraction, "eviction keeps this fraction of capacity",
             config::in_range(0.1, 1.0));
+    v.field("cache_rows", cache_rows, "rows each worker keeps from its pulls (0: no cache)",
+            config::in_range<std::int64_t>(0, (std::int64_t{1} << 31) - 1));
+    v.field("cache_staleness", cache_staleness,
+            "steps a kept row serves after its fetch (sync tables: 0)", config::at_least(0));
   }
 };
 

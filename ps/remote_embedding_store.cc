@@ -5,7 +5,12 @@
 #include <cstring>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
+#include "core/error.h"
+#include "core/kernels/row_copy.h"
+#include "core/log.h"
 #include "core/trace.h"
 
 namespace aiacc::ps {
@@ -20,7 +25,59 @@ constexpr RequestIds kIds = RequestIds::unique;
 RemoteEmbeddingStore::RemoteEmbeddingStore(std::shared_ptr<PsClient> client, const TableConfig& config)
     : client_(std::move(client)), config_(config) {
   AIACC_CHECK(client_ != nullptr, "remote embedding store '{}' without a client", config.spec.name);
+  const TableOptions& o = config_.options;
+  if (o.cache_rows > 0 && o.consistency == "sync" && o.cache_staleness > 0) {
+    throw ConfigError(fmt::format(
+        "table '{}': cache_staleness {} needs consistency async or bounded (a sync table's rows "
+        "change every step, so its cache may only serve rows fetched in the same step: 0)",
+        config_.spec.name, o.cache_staleness));
+  }
+  reset_cache();
   client_->create_table(config_);
+}
+
+RemoteEmbeddingStore::~RemoteEmbeddingStore() {
+  if (!cache_) return;
+  const embedding::HotRowCacheStats& c = cache_->stats();
+  const std::int64_t served = c.hits + c.misses + c.refreshes;
+  log::get("ps")->info("table {}: hot-row cache of {} rows (staleness {}): {} of {} rows served "
+                       "from it ({:.1f}%), {} fetched new, {} refreshed, {} evicted",
+                       config_.spec.name, cache_->slots(), config_.options.cache_staleness, c.hits,
+                       served, served > 0 ? 100.0 * static_cast<double>(c.hits) / static_cast<double>(served) : 0.0,
+                       c.misses, c.refreshes, c.evictions);
+}
+
+void RemoteEmbeddingStore::reset_cache() {
+  const TableOptions& o = config_.options;
+  if (o.cache_rows <= 0) return;
+  cache_ = std::make_unique<embedding::HotRowCache>(o.cache_rows, o.cache_staleness);
+  cached_rows_.assign(static_cast<std::size_t>(o.cache_rows) * static_cast<std::size_t>(config_.spec.dim), 0.0f);
+}
+
+embedding::RowCachePlan RemoteEmbeddingStore::plan_batch(std::span<const std::int64_t> ids) {
+  if (static_cast<std::int64_t>(ids.size()) > cache_->slots()) {
+    throw ConfigError(fmt::format("table '{}': a batch touches {} rows, more than the {} its "
+                                  "hot-row cache holds (raise cache_rows above the largest batch)",
+                                  config_.spec.name, ids.size(), cache_->slots()));
+  }
+  return cache_->plan(ids, static_cast<std::int64_t>(step_));
+}
+
+void RemoteEmbeddingStore::settle(Prefetch& p) {
+  client_->wait(p.ticket);  // never leave a ticket writing into freed memory
+  if (!cache_) return;
+  const auto d = static_cast<std::size_t>(config_.spec.dim);
+  for (std::size_t j = 0; j < p.plan.fetch_slots.size(); ++j) {
+    kernels::copy_row(cached_rows_.data() + static_cast<std::size_t>(p.plan.fetch_slots[j]) * d,
+                      p.rows.data() + j * d, d);
+  }
+}
+
+void RemoteEmbeddingStore::copy_from_slots(const embedding::RowCachePlan& plan, float* rows) const {
+  const auto d = static_cast<std::size_t>(config_.spec.dim);
+  for (std::size_t i = 0; i < plan.slot_of.size(); ++i) {
+    kernels::copy_row(rows + i * d, cached_rows_.data() + static_cast<std::size_t>(plan.slot_of[i]) * d, d);
+  }
 }
 
 void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
@@ -31,24 +88,43 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
     client_->wait(push);  // rows pulled after a push must reflect it
   }
   if (prefetch_) {
+    // Settled before any new plan: the new one may evict the slots the prefetch fills.
     std::unique_ptr<Prefetch> p = std::move(prefetch_);
-    client_->wait(p->ticket);  // never leave a ticket writing into freed memory
+    settle(*p);
     if (p->step == step_ && std::equal(ids.begin(), ids.end(), p->ids.begin(), p->ids.end())) {
-      if (!p->rows.empty()) std::memcpy(rows, p->rows.data(), p->rows.size() * sizeof(float));
+      if (cache_) {
+        copy_from_slots(p->plan, rows);
+      } else if (!p->rows.empty()) {
+        std::memcpy(rows, p->rows.data(), p->rows.size() * sizeof(float));
+      }
       return;
     }
   }
-  client_->wait(client_->pull(config_.spec.name, ids, rows, step_, kIds));
+  if (!cache_) {
+    client_->wait(client_->pull(config_.spec.name, ids, rows, step_, kIds));
+    return;
+  }
+  Prefetch fetch;
+  fetch.plan = plan_batch(ids);
+  fetch.rows.resize(fetch.plan.fetch_ids.size() * static_cast<std::size_t>(config_.spec.dim));
+  fetch.ticket = client_->pull(config_.spec.name, fetch.plan.fetch_ids, fetch.rows.data(), step_, kIds);
+  settle(fetch);
+  copy_from_slots(fetch.plan, rows);
 }
 
 void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
   std::lock_guard lock(mutex_);
-  if (prefetch_) client_->wait(prefetch_->ticket);
+  if (prefetch_) settle(*std::exchange(prefetch_, nullptr));
   auto p = std::make_unique<Prefetch>();
   p->ids.assign(ids.begin(), ids.end());
-  p->rows.resize(ids.size() * static_cast<std::size_t>(config_.spec.dim));
   p->step = step_;
-  p->ticket = client_->pull(config_.spec.name, p->ids, p->rows.data(), step_, kIds);
+  std::span<const std::int64_t> fetch_ids = p->ids;
+  if (cache_) {
+    p->plan = plan_batch(p->ids);
+    fetch_ids = p->plan.fetch_ids;
+  }
+  p->rows.resize(fetch_ids.size() * static_cast<std::size_t>(config_.spec.dim));
+  p->ticket = client_->pull(config_.spec.name, fetch_ids, p->rows.data(), step_, kIds);
   prefetch_ = std::move(p);
 }
 
@@ -61,8 +137,9 @@ void RemoteEmbeddingStore::push_async(std::span<const std::int64_t> ids, const f
   trace::Span span("ps", "push " + config_.spec.name, {{"rows", ids.size()}});
   std::lock_guard lock(mutex_);
   if (prefetch_) {
-    client_->wait(prefetch_->ticket);  // rows fetched before this push would be stale
-    prefetch_.reset();
+    // Rows fetched before this push would be stale for the next step. A cache still keeps
+    // them, counted from the step they were fetched in, as its staleness bound allows.
+    settle(*std::exchange(prefetch_, nullptr));
   }
   if (pending_push_.valid()) {
     const Ticket previous = std::exchange(pending_push_, Ticket());
@@ -99,6 +176,14 @@ std::vector<std::pair<std::string, Tensor>> RemoteEmbeddingStore::save_rows() co
 
 void RemoteEmbeddingStore::load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) {
   client_->load_rows(config_.spec.name, rows);
+  std::lock_guard lock(mutex_);
+  if (prefetch_) settle(*std::exchange(prefetch_, nullptr));
+  reset_cache();  // the kept rows are not the loaded ones
+}
+
+embedding::HotRowCacheStats RemoteEmbeddingStore::cache_stats() const {
+  std::lock_guard lock(mutex_);
+  return cache_ ? cache_->stats() : embedding::HotRowCacheStats{};
 }
 
 std::uint64_t RemoteEmbeddingStore::step() const {
@@ -108,7 +193,9 @@ std::uint64_t RemoteEmbeddingStore::step() const {
 
 void RemoteEmbeddingStore::set_step(std::uint64_t step) {
   std::lock_guard lock(mutex_);
+  if (prefetch_) settle(*std::exchange(prefetch_, nullptr));
   step_ = step;
+  reset_cache();  // its fetch steps count from the old position
 }
 
 EmbeddingStoreFactory ps_embedding_store_factory(std::shared_ptr<PsClient> client,

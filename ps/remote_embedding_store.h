@@ -7,6 +7,10 @@
 // the current step finishes (dense all-reduce, optimiser); the next pull() with the same ids
 // takes them from the ticket. A prefetch is only used when no push happened in between, so
 // its rows are exactly what a blocking pull would return under every consistency mode.
+//
+// Hot-row cache (TableOptions::cache_rows > 0): pull() and prefetch() plan each batch over an
+// embedding::HotRowCache and ask the shards only for the rows it does not hold fresh enough;
+// kept rows live in a host table of cache_rows x dim floats, from which pull() copies the batch.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "core/embedding/embedding_store.h"
+#include "core/embedding/hot_row_cache.h"
 #include "ps/client.h"
 
 namespace aiacc::ps {
@@ -26,8 +31,10 @@ namespace aiacc::ps {
 // calls them from its training thread); stores of several tables may share the client.
 class RemoteEmbeddingStore final : public EmbeddingStore {
  public:
-  // Registers `config` on every shard (blocking; see PsClient::create_table).
+  // Registers `config` on every shard (blocking; see PsClient::create_table). ConfigError for a
+  // cache staleness the table's consistency does not allow (sync: only 0).
   RemoteEmbeddingStore(std::shared_ptr<PsClient> client, const TableConfig& config);
+  ~RemoteEmbeddingStore() override;
 
   const EmbeddingTableSpec& spec() const override { return config_.spec; }
   // Blocks until the rows are here (bounded staleness: also until the slowest worker is at
@@ -54,6 +61,9 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
   std::vector<std::pair<std::string, Tensor>> save_rows() const override;
   void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override;
 
+  // The hot-row cache's counts (all zero without a cache).
+  embedding::HotRowCacheStats cache_stats() const;
+
   std::uint64_t step() const;
   // Tells the store where a resumed worker is (steps completed), before its first push.
   void set_step(std::uint64_t step);
@@ -66,12 +76,24 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
   std::uint64_t step_ = 0;  // pushes done: the step this worker is on
   struct Prefetch {
     std::vector<std::int64_t> ids;
-    std::vector<float> rows;
+    std::vector<float> rows;  // without a cache: every id's row; with one: plan.fetch_ids' rows
     Ticket ticket;
     std::uint64_t step = 0;
+    embedding::RowCachePlan plan;  // with a cache
   };
+  // With a cache: plans `ids` for this step (ConfigError naming the table and the option when
+  // the batch has more unique rows than the cache).
+  embedding::RowCachePlan plan_batch(std::span<const std::int64_t> ids);
+  // Waits for a prefetch and, with a cache, puts its fetched rows into their slots (its plan
+  // already counts them as held, whether or not the prefetch is used).
+  void settle(Prefetch& p);
+  void copy_from_slots(const embedding::RowCachePlan& plan, float* rows) const;
+  void reset_cache();
+
   std::unique_ptr<Prefetch> prefetch_;
   Ticket pending_push_;  // push_async() not yet waited for
+  std::unique_ptr<embedding::HotRowCache> cache_;  // null without cache_rows
+  std::vector<float> cached_rows_;                 // [cache_rows, dim]: the slots' rows
 };
 
 // A factory serving every table from the parameter servers behind `client`, with the sparse

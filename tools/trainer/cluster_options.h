@@ -54,6 +54,8 @@ struct PsOptions {
   int staleness = 0;
   std::int64_t min_count = 1;
   std::int64_t capacity_rows = 0;
+  std::int64_t cache_rows = 0;
+  int cache_staleness = 0;
   int partitions = 16;
   int threads = 1;
   double timeout_s = 300.0;
@@ -70,6 +72,13 @@ struct PsOptions {
             config::at_least<std::int64_t>(1));
     v.field("capacity_rows", capacity_rows, "rows per shard before eviction (0: unbounded)",
             config::at_least<std::int64_t>(0));
+    v.field("cache_rows", cache_rows,
+            "rows of each sharded table a worker keeps from its pulls (0: no cache)",
+            config::in_range<std::int64_t>(0, (std::int64_t{1} << 31) - 1));
+    v.field("cache_staleness", cache_staleness,
+            "steps a kept row is served after its fetch without asking the shards (async, or "
+            "bounded: adds to staleness; sync: 0)",
+            config::at_least(0));
     v.field("partitions", partitions, "store partitions per table on each shard",
             config::in_range(1, 4096));
     v.field("threads", threads, "compute threads of each shard process", config::at_least(0));

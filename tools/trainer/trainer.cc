@@ -321,7 +321,14 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
         config.options.num_workers = s.workers();
         config.options.min_count = o.cluster.ps.min_count;
         config.options.capacity_rows = o.cluster.ps.capacity_rows;
-        auto remote = std::make_shared<ps::RemoteEmbeddingStore>(s.group->ps_client(), config);
+        config.options.cache_rows = o.cluster.ps.cache_rows;
+        config.options.cache_staleness = o.cluster.ps.cache_staleness;
+        std::shared_ptr<ps::RemoteEmbeddingStore> remote;
+        try {
+          remote = std::make_shared<ps::RemoteEmbeddingStore>(s.group->ps_client(), config);
+        } catch (const ConfigError& e) {
+          throw ConfigError(fmt::format("cluster.ps: {}", e.what()));  // the options' section
+        }
         s.remote[spec.name] = remote.get();
         store = remote;
       } else if (s.multi_worker()) {
