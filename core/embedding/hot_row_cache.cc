@@ -1,12 +1,15 @@
-// HotRowCache: a hash map from id to slot and an intrusive LRU list over the slots in use.
+// HotRowCache: an open-addressing index from id to slot and an intrusive LRU list over the
+// slots in use.
 #include "core/embedding/hot_row_cache.h"
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <limits>
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/util/random.h"
 
 namespace aiacc::embedding {
 
@@ -20,7 +23,47 @@ HotRowCache::HotRowCache(std::int64_t slots, std::int64_t max_staleness) : max_s
   fetched_step_.assign(n, 0);
   prev_.assign(n, -1);
   next_.assign(n, -1);
-  slot_of_id_.reserve(n);
+  index_.resize(std::bit_ceil(2 * n));
+}
+
+std::size_t HotRowCache::home(std::int64_t id) const {
+  return static_cast<std::size_t>(mix64(static_cast<std::uint64_t>(id))) & (index_.size() - 1);
+}
+
+std::int32_t HotRowCache::find_slot(std::int64_t id) const {
+  const std::size_t mask = index_.size() - 1;
+  for (std::size_t i = home(id);; i = (i + 1) & mask) {
+    const IndexEntry& e = index_[i];
+    if (e.slot < 0) return -1;
+    if (e.id == id) return e.slot;
+  }
+}
+
+void HotRowCache::index_insert(std::int64_t id, std::int32_t slot) {
+  const std::size_t mask = index_.size() - 1;
+  std::size_t i = home(id);
+  while (index_[i].slot >= 0) i = (i + 1) & mask;
+  index_[i] = {id, slot};
+  ++size_;
+}
+
+void HotRowCache::index_erase(std::int64_t id) {
+  const std::size_t mask = index_.size() - 1;
+  std::size_t hole = home(id);
+  while (index_[hole].id != id || index_[hole].slot < 0) hole = (hole + 1) & mask;
+  // Backward shift: move later entries of the run into the hole when their home allows it,
+  // so every probe still reaches its entry before an empty one.
+  for (std::size_t next = (hole + 1) & mask; index_[next].slot >= 0; next = (next + 1) & mask) {
+    const std::size_t want = home(index_[next].id);
+    // `next` may fill the hole when its home is not in (hole, next] (cyclically).
+    const bool home_after_hole = ((want - hole - 1) & mask) < ((next - hole) & mask);
+    if (!home_after_hole) {
+      index_[hole] = index_[next];
+      hole = next;
+    }
+  }
+  index_[hole] = IndexEntry{};
+  --size_;
 }
 
 void HotRowCache::unlink(std::int32_t slot) {
@@ -56,10 +99,8 @@ RowCachePlan HotRowCache::plan(std::span<const std::int64_t> unique_ids, std::in
   plan.slot_of.resize(unique_ids.size());
   for (std::size_t i = 0; i < unique_ids.size(); ++i) {
     const std::int64_t id = unique_ids[i];
-    auto it = slot_of_id_.find(id);
-    std::int32_t slot;
-    if (it != slot_of_id_.end()) {
-      slot = it->second;
+    std::int32_t slot = find_slot(id);
+    if (slot >= 0) {
       if (step - fetched_step_[slot] <= max_staleness_) {
         ++stats_.hits;
       } else {
@@ -78,10 +119,10 @@ RowCachePlan HotRowCache::plan(std::span<const std::int64_t> unique_ids, std::in
         // and number fewer than the slots.
         slot = tail_;
         unlink(slot);
-        slot_of_id_.erase(slot_id_[slot]);
+        index_erase(slot_id_[slot]);
         ++stats_.evictions;
       }
-      slot_of_id_.emplace(id, slot);
+      index_insert(id, slot);
       slot_id_[slot] = id;
       fetched_step_[slot] = step;
       push_front(slot);
