@@ -45,6 +45,16 @@ class Parameter {
   const Tensor& grad() const { return grad_; }
   SparseGrad& sparse_grad() { return sparse_grad_; }
 
+  // Moves the value to `device` (a copy) and gives a dense parameter a zeroed gradient there.
+  // Layers read both through this object, so they run where it now is.
+  void to(Device device) {
+    if (value_.device() == device) return;
+    Tensor moved = Tensor::empty(value_.shape(), value_.dtype(), device);
+    moved.copy_from(value_);
+    value_ = std::move(moved);
+    if (kind_ == ParamKind::dense) grad_ = Tensor::zeros(value_.shape(), value_.dtype(), device);
+  }
+
   // Weight decay applies to this parameter (false for biases and normalisation scales).
   bool decays() const { return decays_; }
   void set_decays(bool decays) { decays_ = decays; }

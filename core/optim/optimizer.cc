@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/optim/detail/chunked.h"
 
@@ -30,15 +31,23 @@ Optimizer::Optimizer(const OptimizerOptions& options, std::vector<Parameter*> pa
     AIACC_CHECK(names.insert(param->name()).second, "duplicate parameter name '{}'", param->name());
     const Tensor& value = param->value();
     const Tensor& grad = param->grad();
-    AIACC_CHECK(value.dtype() == DType::f32 && value.device().is_cpu(),
-                "parameter '{}': the optimizer updates f32 CPU tensors, got {} on {}",
+    AIACC_CHECK(value.dtype() == DType::f32,
+                "parameter '{}': the optimizer updates f32 tensors, got {} on {}",
                 param->name(), dtype_name(value.dtype()), value.device().str());
-    AIACC_CHECK(grad.defined() && grad.dtype() == DType::f32 && grad.shape() == value.shape(),
-                "parameter '{}': grad must be f32 of shape {}", param->name(), value.shape().str());
+    AIACC_CHECK(grad.defined() && grad.dtype() == DType::f32 && grad.shape() == value.shape() &&
+                    grad.device() == value.device(),
+                "parameter '{}': grad must be f32 of shape {} on {}", param->name(),
+                value.shape().str(), value.device().str());
+    const bool on_device = !value.device().is_cpu();
+    AIACC_CHECK(!on_device || type_ == RuleType::sgd || type_ == RuleType::adam || type_ == RuleType::adamw,
+                "parameter '{}' is on {}: the optimizer '{}' runs on the CPU only (sgd, adam and "
+                "adamw run on devices)", param->name(), value.device().str(), options_.type);
     Slot slot{param, {}};
     for (std::size_t p = 0; p < planes.size(); ++p) {
       const double initial = type_ == RuleType::adagrad ? options_.initial_accumulator : 0.0;
-      slot.planes.push_back(Tensor::full(value.shape(), initial, DType::f32));
+      // Device planes start at zero: only sgd and adam run there, and both start from zero.
+      slot.planes.push_back(on_device ? Tensor::zeros(value.shape(), DType::f32, value.device())
+                                      : Tensor::full(value.shape(), initial, DType::f32));
     }
     max_chunks = std::max(max_chunks, detail::num_chunks(value.numel()));
     slots_.push_back(std::move(slot));
@@ -85,7 +94,30 @@ void Optimizer::step(double lr) {
   }
 }
 
+void Optimizer::step_on_device(Slot& slot, double lr) {
+  const Tensor& value = slot.param->value();
+  const Device device = value.device();
+  DeviceOps& ops = device_ops(device);
+  float* w = value.data<float>();
+  const float* g = slot.param->grad().data<float>();
+  float* plane0 = slot.planes.empty() ? nullptr : slot.planes[0].data<float>();
+  const double wd = slot.param->decays() ? options_.weight_decay : 0.0;
+  if (type_ == RuleType::sgd) {
+    SgdRule rule = detail::sgd_rule(options_);
+    rule.weight_decay = wd;
+    ops.sgd_update(device, rule, w, g, plane0, value.numel(), step_, lr);
+  } else {
+    AdamRule rule = detail::adam_rule(options_, type_ == RuleType::adamw);
+    rule.weight_decay = wd;
+    ops.adam_update(device, rule, w, g, plane0, slot.planes[1].data<float>(), value.numel(), step_, lr);
+  }
+}
+
 void Optimizer::step_parameter(Slot& slot, double lr) {
+  if (!slot.param->value().device().is_cpu()) {
+    step_on_device(slot, lr);
+    return;
+  }
   const std::span<float> w = slot.param->value().span<float>();
   const std::span<const float> g = slot.param->grad().span<float>();
   const std::span<float> plane0 =

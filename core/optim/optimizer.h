@@ -20,8 +20,10 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Optimizer {
  public:
-  // `params` are non-owning and must outlive the optimizer; each must be dense, f32, on the CPU,
-  // with a grad of the value's shape and a unique name (InternalError otherwise). Allocates the
+  // `params` are non-owning and must outlive the optimizer; each must be dense, f32, with a grad
+  // of the value's shape on its device and a unique name (InternalError otherwise). sgd, adam and
+  // adamw also step parameters on a device (through DeviceOps, state there); the others need
+  // CPU parameters. Allocates the
   // state (zeros; adagrad's sum at initial_accumulator). ConfigError for an unknown type.
   Optimizer(const OptimizerOptions& options, std::vector<Parameter*> params);
   Optimizer(const Optimizer&) = delete;
@@ -56,6 +58,7 @@ class Optimizer {
   };
   std::vector<const char*> plane_names() const;
   void step_parameter(Slot& slot, double lr);
+  void step_on_device(Slot& slot, double lr);  // sgd, adam, adamw through DeviceOps
   void step_lars(Slot& slot, double lr);
   void step_lamb(Slot& slot, double lr);
 

@@ -2,17 +2,21 @@
 #include "models/layers/activation.h"
 
 #include "core/check.h"
+#include "core/device_ops.h"
 #include "core/kernels/activation.h"
 
 namespace aiacc::models {
 
 Tensor ReLU::forward(const Tensor& input, bool /*training*/) {
   AIACC_CHECK(
-      (input.dtype() == DType::f32 || input.dtype() == DType::f64) && input.device().is_cpu(),
-      "{}: input {} is {} on {} (need f32 or f64 on cpu)", name_, input.shape().str(),
+      input.dtype() == DType::f32 || (input.dtype() == DType::f64 && input.device().is_cpu()),
+      "{}: input {} is {} on {} (need f32, or f64 on cpu)", name_, input.shape().str(),
       dtype_name(input.dtype()), input.device().str());
-  output_ = Tensor::empty(input.shape(), input.dtype());
-  if (input.dtype() == DType::f64) {
+  output_ = Tensor::empty(input.shape(), input.dtype(), input.device());
+  if (!input.device().is_cpu()) {
+    device_ops(input.device())
+        .relu_forward(input.device(), input.numel(), input.data<float>(), output_.data<float>());
+  } else if (input.dtype() == DType::f64) {
     kernels::relu_forward<double>(input.numel(), input.data<double>(), output_.data<double>());
   } else {
     kernels::relu_forward<float>(input.numel(), input.data<float>(), output_.data<float>());
@@ -27,8 +31,14 @@ Tensor ReLU::backward(const Tensor& grad_output, bool need_input_grad) {
               dtype_name(output_.dtype()), grad_output.shape().str(),
               dtype_name(grad_output.dtype()));
   if (!need_input_grad) return {};
-  Tensor grad_input = Tensor::empty(output_.shape(), output_.dtype());
-  if (output_.dtype() == DType::f64) {
+  Tensor grad_input = Tensor::empty(output_.shape(), output_.dtype(), output_.device());
+  if (!output_.device().is_cpu()) {
+    AIACC_CHECK(grad_output.device() == output_.device(), "{}: grad_output on {}, the output on {}",
+                name_, grad_output.device().str(), output_.device().str());
+    device_ops(output_.device())
+        .relu_backward(output_.device(), output_.numel(), output_.data<float>(),
+                       grad_output.data<float>(), grad_input.data<float>());
+  } else if (output_.dtype() == DType::f64) {
     kernels::relu_backward<double>(output_.numel(), output_.data<double>(),
                                    grad_output.data<double>(), grad_input.data<double>());
   } else {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/device_ops.h"
 #include "core/kernels/linear.h"
 #include "core/util/random.h"
 #include "models/layers/detail/init.h"
@@ -41,10 +42,21 @@ std::vector<Parameter*> Linear::parameters() {
 Tensor Linear::forward(const Tensor& input, bool /*training*/) {
   AIACC_CHECK(input.rank() == 2 && input.dim(1) == in_features_,
               "{}: expected input [N, {}], got {}", name_, in_features_, input.shape().str());
-  AIACC_CHECK(input.dtype() == weight_->value().dtype() && input.device().is_cpu(),
-              "{}: input is {} on {}, the layer is {} on cpu", name_, dtype_name(input.dtype()),
-              input.device().str(), dtype_name(weight_->value().dtype()));
+  const Tensor& w = weight_->value();
+  AIACC_CHECK(input.dtype() == w.dtype() && input.device() == w.device(),
+              "{}: input is {} on {}, the layer is {} on {}", name_, dtype_name(input.dtype()),
+              input.device().str(), dtype_name(w.dtype()), w.device().str());
   input_ = input;
+  if (!input.device().is_cpu()) {
+    AIACC_CHECK(input.dtype() == DType::f32, "{}: f32 on {}, got {}", name_, input.device().str(),
+                dtype_name(input.dtype()));
+    const kernels::LinearGeometry g{input.dim(0), in_features_, out_features_};
+    Tensor output = Tensor::empty(Shape{g.batch, out_features_}, DType::f32, input.device());
+    device_ops(input.device())
+        .linear_forward(input.device(), g, input.data<float>(), w.data<float>(),
+                        bias_ ? bias_->value().data<float>() : nullptr, output.data<float>());
+    return output;
+  }
   return input.dtype() == DType::f64 ? forward_typed<double>(input) : forward_typed<float>(input);
 }
 
@@ -64,8 +76,29 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
               "{}: expected grad_output [{}, {}] {}, got {} {}", name_, input_.dim(0),
               out_features_, dtype_name(input_.dtype()), grad_output.shape().str(),
               dtype_name(grad_output.dtype()));
+  if (!input_.device().is_cpu()) return backward_on_device(grad_output, need_input_grad);
   return input_.dtype() == DType::f64 ? backward_typed<double>(grad_output, need_input_grad)
                                       : backward_typed<float>(grad_output, need_input_grad);
+}
+
+Tensor Linear::backward_on_device(const Tensor& grad_output, bool need_input_grad) {
+  const Device device = input_.device();
+  AIACC_CHECK(grad_output.device() == device, "{}: grad_output on {}, the input was on {}", name_,
+              grad_output.device().str(), device.str());
+  const kernels::LinearGeometry g{input_.dim(0), in_features_, out_features_};
+  DeviceOps& ops = device_ops(device);
+  const float* x = input_.data<float>();
+  const float* w = weight_->value().data<float>();
+  const float* dy = grad_output.data<float>();
+  // Parameter gradients first, so their communication can start while dx is computed.
+  ops.linear_backward(device, g, x, w, dy, nullptr, weight_->grad().data<float>(),
+                      bias_ ? bias_->grad().data<float>() : nullptr);
+  weight_->grad_ready();
+  if (bias_) bias_->grad_ready();
+  if (!need_input_grad) return {};
+  Tensor grad_input = Tensor::empty(input_.shape(), DType::f32, device);
+  ops.linear_backward(device, g, x, w, dy, grad_input.data<float>(), nullptr, nullptr);
+  return grad_input;
 }
 
 template <class T>

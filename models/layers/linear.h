@@ -15,7 +15,8 @@ class Linear : public Layer {
  public:
   // Parameters "<name>.weight" [O, I] and, with `bias`, "<name>.bias" [O] (no weight decay),
   // both drawn uniformly from [-1/sqrt(I), 1/sqrt(I)] (PyTorch's default), deterministically
-  // from `seed`. `dtype` is f32 or f64; inputs must then have the same dtype.
+  // from `seed`. `dtype` is f32 or f64; inputs must then have the same dtype. Runs where its
+  // parameters are (Parameter::to): on another device than the CPU, f32 through DeviceOps.
   Linear(std::string name, std::int64_t in_features, std::int64_t out_features, bool bias,
          std::uint64_t seed, DType dtype = DType::f32);
 
@@ -35,6 +36,7 @@ class Linear : public Layer {
   Tensor forward_typed(const Tensor& input);
   template <class T>
   Tensor backward_typed(const Tensor& grad_output, bool need_input_grad);
+  Tensor backward_on_device(const Tensor& grad_output, bool need_input_grad);  // f32
 
   std::string name_;
   std::int64_t in_features_;

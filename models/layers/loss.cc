@@ -3,6 +3,7 @@
 #include "models/layers/loss.h"
 
 #include "core/check.h"
+#include "core/device_ops.h"
 #include "core/kernels/losses.h"
 
 namespace aiacc::models {
@@ -24,7 +25,18 @@ double SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels) 
               "softmax cross-entropy: logits dtype {} (f32 or f64)", dtype_name(logits.dtype()));
   // Assigned only after the kernel succeeds, so a rejected batch leaves no stale gradient.
   dlogits_ = Tensor();
-  Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype());
+  Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  if (!logits.device().is_cpu()) {
+    AIACC_CHECK(logits.dtype() == DType::f32 && labels.device() == logits.device(),
+                "softmax cross-entropy: logits {} on {} and labels on {} (need f32 and both on "
+                "the device)", dtype_name(logits.dtype()), logits.device().str(), labels.device().str());
+    const double loss = device_ops(logits.device())
+                            .softmax_cross_entropy(logits.device(), batch, classes, logits.data<float>(),
+                                                   labels.data<std::int64_t>(), label_smoothing_,
+                                                   dlogits.data<float>());
+    dlogits_ = dlogits;
+    return loss;
+  }
   const double loss = logits.dtype() == DType::f64
                           ? kernels::softmax_cross_entropy<double>(
                                 batch, classes, logits.data<double>(), labels.data<std::int64_t>(),

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "tests/testing/fake_device.h"
 
 namespace aiacc {
 namespace {
@@ -77,36 +78,6 @@ TEST(Tensor, RebindMovesContentsIntoView) {
   EXPECT_EQ(flat.data<float>()[4], 9.0f);
 }
 
-// A device backed by host memory that records what the tensors asked of it.
-struct FakeDeviceLog {
-  int allocations = 0, releases = 0, zeros = 0;
-  int to_device = 0, to_host = 0, on_device = 0;
-};
-
-class FakeBackend : public DeviceBackend {
- public:
-  explicit FakeBackend(FakeDeviceLog& log) : log_(log) {}
-  void* allocate(std::size_t bytes, int) override {
-    ++log_.allocations;
-    return std::malloc(std::max<std::size_t>(bytes, 1));
-  }
-  void release(void* ptr, int) noexcept override {
-    ++log_.releases;
-    std::free(ptr);
-  }
-  void copy(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) override {
-    ++(src_device.is_cpu() ? log_.to_device : dst_device.is_cpu() ? log_.to_host : log_.on_device);
-    std::memcpy(dst, src, bytes);
-  }
-  void zero(void* dst, int, std::size_t bytes) override {
-    ++log_.zeros;
-    std::memset(dst, 0, bytes);
-  }
-
- private:
-  FakeDeviceLog& log_;
-};
-
 TEST(Tensor, DeviceTensorsGoThroughTheRegisteredBackend) {
   try {
     Tensor::empty({4}, DType::f32, Device::cuda(0));
@@ -114,8 +85,7 @@ TEST(Tensor, DeviceTensorsGoThroughTheRegisteredBackend) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no tensor backend for cuda:0"), std::string::npos) << e.what();
   }
-  static FakeDeviceLog log;  // outlives the backend, which is never destroyed
-  register_device_backend(DeviceKind::cuda, std::make_unique<FakeBackend>(log));
+  const testing::FakeDeviceLog& log = testing::install_fake_device();
   {
     const Tensor host = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2});
     Tensor device = Tensor::empty({3, 2}, DType::f32, Device::cuda(1));

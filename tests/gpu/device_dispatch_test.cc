@@ -1,0 +1,48 @@
+// Layers and the dense optimiser on the GPU through cuda::register_device_ops(): the MLP of
+// tests/testing/device_mlp.h trained on cuda:0 (cuBLAS GEMMs, our ReLU, loss and update kernels)
+// follows the same MLP trained on the CPU, step by step, for adam and sgd with momentum.
+// Skipped (exit 77) without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/cuda/device_ops.h"
+#include "core/cuda/tensor_backend.h"
+#include "tests/testing/device_mlp.h"
+
+namespace aiacc::cuda {
+namespace {
+
+class GpuDeviceDispatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuDeviceDispatch, AnMlpTrainedOnTheGpuFollowsTheCpuRun) {
+  register_tensor_backend();
+  register_device_ops();
+  optim::OptimizerOptions options;
+  options.type = GetParam();
+  options.lr = 0.05;
+  options.momentum = GetParam() == "sgd" ? 0.9 : 0.0;
+  auto on_cpu = testing::mlp();
+  auto on_gpu = testing::mlp();
+  const auto cpu_losses = testing::train_mlp(*on_cpu, options, Device::cpu(), 30);
+  const auto gpu_losses = testing::train_mlp(*on_gpu, options, Device::cuda(0), 30);
+  ASSERT_EQ(gpu_losses.size(), cpu_losses.size());
+  for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
+    // fp32 GEMMs in another summation order: the trajectories drift apart by rounding only.
+    EXPECT_NEAR(gpu_losses[i], cpu_losses[i], 1e-4 * (1.0 + std::abs(cpu_losses[i]))) << "step " << i;
+  }
+  EXPECT_LT(cpu_losses[28], cpu_losses[0]);
+  const auto cpu_params = on_cpu->parameters(), gpu_params = on_gpu->parameters();
+  for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+    const auto gpu = testing::host_values(*gpu_params[i]);
+    const auto cpu = cpu_params[i]->value().to_vector<float>();
+    for (std::size_t j = 0; j < cpu.size(); ++j) {
+      ASSERT_NEAR(gpu[j], cpu[j], 1e-3 * (1.0 + std::abs(cpu[j]))) << cpu_params[i]->name() << "[" << j << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, GpuDeviceDispatch, ::testing::Values("adam", "sgd"));
+
+}  // namespace
+}  // namespace aiacc::cuda

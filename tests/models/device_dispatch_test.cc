@@ -1,0 +1,74 @@
+// Layers, parameters and the dense optimiser on a device, through the fake accelerator of
+// tests/testing/fake_device.h: an MLP trained on it follows the CPU run bit for bit (the fake
+// runs the CPU kernels), nothing comes back to the host during the steps but the loss, and
+// mismatched devices or optimisers without a device path are refused by name.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/optim/optimizer.h"
+#include "models/layers/linear.h"
+#include "tests/testing/device_mlp.h"
+#include "tests/testing/fake_device.h"
+
+namespace aiacc::models {
+namespace {
+
+using testing::host_values;
+using testing::mlp;
+using testing::train_mlp;
+
+class DeviceDispatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceDispatch, AnMlpTrainedOnTheDeviceFollowsTheCpuRun) {
+  testing::FakeDeviceLog& log = testing::install_fake_device();
+  optim::OptimizerOptions options;
+  options.type = GetParam();
+  options.lr = 0.05;
+  options.momentum = GetParam() == "sgd" ? 0.9 : 0.0;
+  options.weight_decay = 0.01;
+  auto on_cpu = mlp();
+  auto on_device = mlp();
+  const std::vector<double> cpu_losses = train_mlp(*on_cpu, options, Device::cpu(), 12);
+
+  const int to_host_before = log.to_host, to_device_before = log.to_device, ops_before = log.ops;
+  const std::vector<double> device_losses = train_mlp(*on_device, options, Device::cuda(0), 12);
+  // Per step: the batch and its labels go to the device; nothing comes back but the loss.
+  EXPECT_EQ(log.to_host, to_host_before);
+  EXPECT_EQ(log.to_device - to_device_before, 4 + 2 * 12);  // 4 parameters moved, then batches
+  // Per step: 2 linear + 1 relu forward, loss, 2 x 2 linear backward (fc1 without dx) - 1,
+  // 1 relu backward, 4 optimiser updates.
+  EXPECT_EQ(log.ops - ops_before, 12 * (3 + 1 + 3 + 1 + 4));
+
+  EXPECT_EQ(device_losses, cpu_losses);
+  EXPECT_LT(cpu_losses[10], cpu_losses[0]);  // it trained (same batch)
+  const auto cpu_params = on_cpu->parameters(), device_params = on_device->parameters();
+  ASSERT_EQ(cpu_params.size(), device_params.size());
+  for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+    EXPECT_EQ(device_params[i]->value().device(), Device::cuda(0));
+    EXPECT_EQ(host_values(*device_params[i]), cpu_params[i]->value().to_vector<float>())
+        << cpu_params[i]->name();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, DeviceDispatch, ::testing::Values("adam", "adamw", "sgd"));
+
+TEST(DeviceDispatchErrors, MismatchedDevicesAndCpuOnlyOptimisersAreNamed) {
+  testing::install_fake_device();
+  Linear layer("fc", 3, 2, true, 1);
+  for (Parameter* p : layer.parameters()) p->to(Device::cuda(0));
+  EXPECT_THAT([&] { layer.forward(Tensor::zeros({4, 3}), true); },
+              ::testing::ThrowsMessage<InternalError>(::testing::AllOf(
+                  ::testing::HasSubstr("fc: input is f32 on cpu"), ::testing::HasSubstr("on cuda:0"))));
+  optim::OptimizerOptions adagrad;
+  adagrad.type = "adagrad";
+  EXPECT_THAT([&] { optim::Optimizer optimizer(adagrad, layer.parameters()); },
+              ::testing::ThrowsMessage<InternalError>(::testing::AllOf(
+                  ::testing::HasSubstr("'fc.weight' is on cuda:0"), ::testing::HasSubstr("'adagrad' runs on the CPU only"))));
+}
+
+}  // namespace
+}  // namespace aiacc::models

@@ -1,0 +1,108 @@
+// A fake accelerator for tests on machines without one: "cuda" tensors in host memory
+// (malloc'd apart from CPU tensors) whose backend counts what tensors ask of it, and DeviceOps
+// that run the CPU kernels on those pointers. Layers, parameters and the optimiser then take
+// their device paths, so the dispatch is tested here; the real CUDA ops are tested on a GPU.
+// install_fake_device() registers both for DeviceKind::cuda, once per process.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/device_ops.h"
+#include "core/kernels/activation.h"
+#include "core/kernels/linear.h"
+#include "core/kernels/losses.h"
+#include "core/tensor.h"
+
+namespace aiacc::testing {
+
+// What the tensors and layers asked of the fake device.
+struct FakeDeviceLog {
+  int allocations = 0, releases = 0, zeros = 0;
+  int to_device = 0, to_host = 0, on_device = 0;  // copies
+  int ops = 0;                                    // DeviceOps calls
+};
+
+class FakeBackend : public DeviceBackend {
+ public:
+  explicit FakeBackend(FakeDeviceLog& log) : log_(log) {}
+  void* allocate(std::size_t bytes, int) override {
+    ++log_.allocations;
+    return std::malloc(std::max<std::size_t>(bytes, 1));
+  }
+  void release(void* ptr, int) noexcept override {
+    ++log_.releases;
+    std::free(ptr);
+  }
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) override {
+    ++(src_device.is_cpu() ? log_.to_device : dst_device.is_cpu() ? log_.to_host : log_.on_device);
+    std::memcpy(dst, src, bytes);
+  }
+  void zero(void* dst, int, std::size_t bytes) override {
+    ++log_.zeros;
+    std::memset(dst, 0, bytes);
+  }
+
+ private:
+  FakeDeviceLog& log_;
+};
+
+class FakeOps : public DeviceOps {
+ public:
+  explicit FakeOps(FakeDeviceLog& log) : log_(log) {}
+  void linear_forward(const Device&, const kernels::LinearGeometry& g, const float* x, const float* w,
+                      const float* b, float* y) override {
+    ++log_.ops;
+    kernels::linear_forward<float>(g, x, w, b, y);
+  }
+  void linear_backward(const Device&, const kernels::LinearGeometry& g, const float* x, const float* w,
+                       const float* dy, float* dx, float* dw, float* db) override {
+    ++log_.ops;
+    kernels::linear_backward<float>(g, x, w, dy, dx, dw, db);
+  }
+  void relu_forward(const Device&, std::int64_t n, const float* x, float* y) override {
+    ++log_.ops;
+    kernels::relu_forward<float>(n, x, y);
+  }
+  void relu_backward(const Device&, std::int64_t n, const float* y, const float* dy, float* dx) override {
+    ++log_.ops;
+    kernels::relu_backward<float>(n, y, dy, dx);
+  }
+  double softmax_cross_entropy(const Device&, std::int64_t batch, std::int64_t classes, const float* logits,
+                               const std::int64_t* labels, double label_smoothing, float* dlogits) override {
+    ++log_.ops;
+    return kernels::softmax_cross_entropy<float>(batch, classes, logits, labels, label_smoothing, dlogits);
+  }
+  void adam_update(const Device&, const optim::AdamRule& rule, float* w, const float* g, float* exp_avg,
+                   float* exp_avg_sq, std::int64_t n, std::int64_t step, double lr) override {
+    ++log_.ops;
+    const auto size = static_cast<std::size_t>(n);
+    rule.update({w, size}, {g, size}, {exp_avg, size}, {exp_avg_sq, size}, step, lr);
+  }
+  void sgd_update(const Device&, const optim::SgdRule& rule, float* w, const float* g, float* momentum,
+                  std::int64_t n, std::int64_t step, double lr) override {
+    ++log_.ops;
+    const auto size = static_cast<std::size_t>(n);
+    rule.update({w, size}, {g, size}, {momentum, momentum != nullptr ? size : 0}, step, lr);
+  }
+
+ private:
+  FakeDeviceLog& log_;
+};
+
+// Registers the fake backend and ops for DeviceKind::cuda (first call only) and returns the
+// process's log.
+inline FakeDeviceLog& install_fake_device() {
+  static FakeDeviceLog log;  // outlives the registrations, which are never undone
+  static const bool installed = [] {
+    register_device_backend(DeviceKind::cuda, std::make_unique<FakeBackend>(log));
+    register_device_ops(DeviceKind::cuda, std::make_unique<FakeOps>(log));
+    return true;
+  }();
+  (void)installed;
+  return log;
+}
+
+}  // namespace aiacc::testing
