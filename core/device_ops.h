@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/kernels/batch_norm.h"
+#include "core/kernels/conv2d.h"
 #include "core/kernels/linear.h"
+#include "core/kernels/pooling.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/tensor.h"
@@ -31,6 +34,41 @@ class DeviceOps {
   virtual void relu_forward(const Device& device, std::int64_t n, const float* x, float* y) = 0;
   virtual void relu_backward(const Device& device, std::int64_t n, const float* y, const float* dy,
                              float* dx) = 0;
+  // y = a + b; y = max(a + b, 0) (the residual join). y may equal a or b.
+  virtual void add(const Device& device, std::int64_t n, const float* a, const float* b, float* y) = 0;
+  virtual void add_relu(const Device& device, std::int64_t n, const float* a, const float* b, float* y) = 0;
+  // NCHW convolution without bias (core/kernels/conv2d.h's geometry); outputs overwritten.
+  virtual void conv2d_forward(const Device& device, const kernels::Conv2dGeometry& g, const float* x,
+                              const float* w, float* y) = 0;
+  virtual void conv2d_backward_data(const Device& device, const kernels::Conv2dGeometry& g, const float* w,
+                                    const float* dy, float* dx) = 0;
+  virtual void conv2d_backward_weight(const Device& device, const kernels::Conv2dGeometry& g,
+                                      const float* x, const float* dy, float* dw) = 0;
+  // Batch norm over [N, C, S] (core/kernels/batch_norm.h): training forward (batch statistics,
+  // running ones updated, mean and inverse std saved), evaluation forward, and the training
+  // backward from the saved statistics (dx may be null).
+  virtual void batch_norm_forward_train(const Device& device, const kernels::BatchNormGeometry& g,
+                                        const kernels::BatchNormOptions& options, const float* x,
+                                        const float* gamma, const float* beta, float* y, float* saved_mean,
+                                        float* saved_inv_std, float* running_mean, float* running_var) = 0;
+  virtual void batch_norm_forward_eval(const Device& device, const kernels::BatchNormGeometry& g,
+                                       const kernels::BatchNormOptions& options, const float* x,
+                                       const float* gamma, const float* beta, const float* running_mean,
+                                       const float* running_var, float* y) = 0;
+  virtual void batch_norm_backward(const Device& device, const kernels::BatchNormGeometry& g,
+                                   const kernels::BatchNormOptions& options, const float* x, const float* dy,
+                                   const float* gamma, const float* saved_mean, const float* saved_inv_std,
+                                   float* dx, float* dgamma, float* dbeta) = 0;
+  // 2-D pooling (max, or average counting padding) and its backward from x, y and dy.
+  virtual void pool2d_forward(const Device& device, const kernels::Pool2dGeometry& g, bool max,
+                              const float* x, float* y) = 0;
+  virtual void pool2d_backward(const Device& device, const kernels::Pool2dGeometry& g, bool max,
+                               const float* x, const float* y, const float* dy, float* dx) = 0;
+  // y[N, C] = mean over the S = H*W values of x[N, C, S], and its backward.
+  virtual void global_avg_pool_forward(const Device& device, std::int64_t batch, std::int64_t channels,
+                                       std::int64_t spatial, const float* x, float* y) = 0;
+  virtual void global_avg_pool_backward(const Device& device, std::int64_t batch, std::int64_t channels,
+                                        std::int64_t spatial, const float* dy, float* dx) = 0;
   // Mean softmax cross-entropy of logits [N, C] for labels [N] (i64 on the device), writing
   // dlogits [N, C] of that mean. Waits for the result; DataError naming the first example with
   // a label outside [0, C), as the CPU kernel does.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/device_ops.h"
 
 namespace aiacc::models {
 
@@ -46,17 +47,54 @@ Tensor BatchNorm::forward(const Tensor& input, bool training) {
   AIACC_CHECK(input.rank() >= 2 && input.dim(1) == channels_,
               "{}: expected input [N, {}] or [N, {}, H, W], got {}", name_, channels_, channels_,
               input.shape().str());
-  AIACC_CHECK(input.dtype() == weight_.value().dtype() && input.device().is_cpu(),
-              "{}: input is {} on {}, the layer is {} on cpu", name_, dtype_name(input.dtype()),
-              input.device().str(), dtype_name(weight_.value().dtype()));
+  AIACC_CHECK(input.dtype() == weight_.value().dtype() && input.device() == weight_.value().device(),
+              "{}: input is {} on {}, the layer is {} on {}", name_, dtype_name(input.dtype()),
+              input.device().str(), dtype_name(weight_.value().dtype()), weight_.value().device().str());
   if (training) {
     AIACC_CHECK_GT(input.numel() / channels_, 1,
                    "{}: training needs more than one value per channel, input {}", name_,
                    input.shape().str());
   }
   input_ = input;
+  if (!input.device().is_cpu()) return forward_on_device(input, training);
   return input.dtype() == DType::f64 ? forward_typed<double>(input, training)
                                      : forward_typed<float>(input, training);
+}
+
+void BatchNorm::to(Device device) {
+  weight_.to(device);
+  bias_.to(device);
+  for (Tensor* stat : {&running_mean_, &running_var_}) {
+    Tensor moved = Tensor::empty(stat->shape(), stat->dtype(), device);
+    moved.copy_from(*stat);
+    *stat = moved;
+  }
+}
+
+Tensor BatchNorm::forward_on_device(const Tensor& input, bool training) {
+  const Device device = input.device();
+  AIACC_CHECK(input.dtype() == DType::f32 && !(training && cross_replica_sum_),
+              "{}: on {} batch norm is f32 and not synchronised across replicas (got {}{})", name_,
+              device.str(), dtype_name(input.dtype()), cross_replica_sum_ ? ", synchronised" : "");
+  const kernels::BatchNormGeometry g = geometry(input);
+  Tensor output = Tensor::empty(input.shape(), DType::f32, device);
+  DeviceOps& ops = device_ops(device);
+  if (training) {
+    saved_mean_ = Tensor::empty(Shape{channels_}, DType::f32, device);
+    saved_inv_std_ = Tensor::empty(Shape{channels_}, DType::f32, device);
+    ops.batch_norm_forward_train(device, g, options_, input.data<float>(), weight_.value().data<float>(),
+                                 bias_.value().data<float>(), output.data<float>(), saved_mean_.data<float>(),
+                                 saved_inv_std_.data<float>(), running_mean_.data<float>(),
+                                 running_var_.data<float>());
+    num_batches_tracked_.data<std::int64_t>()[0] += 1;
+    saved_stats_ = kernels::BatchNormStats::batch;
+  } else {
+    ops.batch_norm_forward_eval(device, g, options_, input.data<float>(), weight_.value().data<float>(),
+                                bias_.value().data<float>(), running_mean_.data<float>(),
+                                running_var_.data<float>(), output.data<float>());
+    saved_stats_ = kernels::BatchNormStats::running;
+  }
+  return output;
 }
 
 template <class T>
@@ -98,9 +136,23 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
               "{}: expected grad_output {} {}, got {} {}", name_, input_.shape().str(),
               dtype_name(input_.dtype()), grad_output.shape().str(),
               dtype_name(grad_output.dtype()));
-  Tensor grad_input = input_.dtype() == DType::f64
-                          ? backward_typed<double>(grad_output, need_input_grad)
-                          : backward_typed<float>(grad_output, need_input_grad);
+  Tensor grad_input;
+  if (!input_.device().is_cpu()) {
+    const Device device = input_.device();
+    AIACC_CHECK(saved_stats_ == kernels::BatchNormStats::batch && grad_output.device() == device,
+                "{}: backward on {} follows a training forward there (grad_output on {})", name_,
+                device.str(), grad_output.device().str());
+    grad_input = Tensor::empty(input_.shape(), DType::f32, device);  // cuDNN always writes dx
+    device_ops(device).batch_norm_backward(device, geometry(input_), options_, input_.data<float>(),
+                                           grad_output.data<float>(), weight_.value().data<float>(),
+                                           saved_mean_.data<float>(), saved_inv_std_.data<float>(),
+                                           grad_input.data<float>(), weight_.grad().data<float>(),
+                                           bias_.grad().data<float>());
+    if (!need_input_grad) grad_input = Tensor();
+  } else {
+    grad_input = input_.dtype() == DType::f64 ? backward_typed<double>(grad_output, need_input_grad)
+                                              : backward_typed<float>(grad_output, need_input_grad);
+  }
   weight_.grad_ready();
   bias_.grad_ready();
   return grad_input;

@@ -44,6 +44,9 @@ class BatchNorm : public Layer {
   // "<name>.running_var" [C] (layer dtype) and "<name>.num_batches_tracked" (i64 scalar).
   // The tensors share storage with the layer, so loading a checkpoint can copy into them.
   std::vector<std::pair<std::string, Tensor>> buffers() override;
+  // Also moves the running statistics (num_batches_tracked, a host counter, stays). On a device:
+  // f32, not synchronised across replicas, and backward only after a training forward.
+  void to(Device device) override;
 
   // Synchronised batch norm (SyncBatchNorm): in training, mean and variance are taken over
   // the batches of all replicas (two sums per forward, one per backward through `sum`), so N
@@ -59,6 +62,7 @@ class BatchNorm : public Layer {
 
  private:
   kernels::BatchNormGeometry geometry(const Tensor& t) const;
+  Tensor forward_on_device(const Tensor& input, bool training);  // f32 through DeviceOps
   template <class T>
   Tensor forward_typed(const Tensor& input, bool training);
   template <class T>

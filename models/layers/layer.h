@@ -27,6 +27,12 @@ class Layer {
   // Non-trainable state a checkpoint must hold (e.g. batch-norm running statistics), as named
   // tensors sharing the layer's storage.
   virtual std::vector<std::pair<std::string, Tensor>> buffers() { return {}; }
+  // Moves the layer's parameters (and state it keeps on the compute device) to `device`; it then
+  // takes inputs there (f32 only off the CPU; DeviceOps, core/device_ops.h). Composites move
+  // their children.
+  virtual void to(Device device) {
+    for (Parameter* p : parameters()) p->to(device);
+  }
   virtual std::string name() const = 0;
 };
 

@@ -2,6 +2,7 @@
 #include "models/layers/pooling.h"
 
 #include "core/check.h"
+#include "core/device_ops.h"
 
 namespace aiacc::models {
 namespace {
@@ -23,8 +24,8 @@ void bind_input(const std::string& name, const Tensor& input, kernels::Pool2dGeo
   AIACC_CHECK(input.rank() == 4, "{}: expected input [N, C, H, W], got {}", name,
               input.shape().str());
   AIACC_CHECK(
-      (input.dtype() == DType::f32 || input.dtype() == DType::f64) && input.device().is_cpu(),
-      "{}: input is {} on {} (need f32 or f64 on cpu)", name, dtype_name(input.dtype()),
+      input.dtype() == DType::f32 || (input.dtype() == DType::f64 && input.device().is_cpu()),
+      "{}: input is {} on {} (need f32, or f64 on cpu)", name, dtype_name(input.dtype()),
       input.device().str());
   g.batch = input.dim(0);
   g.channels = input.dim(1);
@@ -36,8 +37,10 @@ void bind_input(const std::string& name, const Tensor& input, kernels::Pool2dGeo
 }
 
 void check_grad(const std::string& name, bool ready, const Tensor& grad_output,
-                const Shape& expected, DType dtype) {
+                const Shape& expected, DType dtype, Device device = Device::cpu()) {
   AIACC_CHECK(ready, "{}: backward() without a forward()", name);
+  AIACC_CHECK(grad_output.device() == device, "{}: grad_output on {}, the input was on {}", name,
+              grad_output.device().str(), device.str());
   AIACC_CHECK(grad_output.shape() == expected && grad_output.dtype() == dtype,
               "{}: expected grad_output {} {}, got {} {}", name, expected.str(), dtype_name(dtype),
               grad_output.shape().str(), dtype_name(grad_output.dtype()));
@@ -55,6 +58,14 @@ MaxPool2d::MaxPool2d(std::string name, int kernel, int stride, int padding)
 Tensor MaxPool2d::forward(const Tensor& input, bool /*training*/) {
   bind_input(name_, input, geometry_);
   dtype_ = input.dtype();
+  device_ = input.device();
+  if (!device_.is_cpu()) {
+    // The device's backward finds the maxima again from input and output (as cuDNN does).
+    input_ = input;
+    output_ = Tensor::empty(pooled_shape(geometry_), dtype_, device_);
+    device_ops(device_).pool2d_forward(device_, geometry_, true, input.data<float>(), output_.data<float>());
+    return output_;
+  }
   Tensor output = Tensor::empty(pooled_shape(geometry_), dtype_);
   argmax_ = Tensor::empty(pooled_shape(geometry_), DType::i64);
   if (dtype_ == DType::f64) {
@@ -68,11 +79,15 @@ Tensor MaxPool2d::forward(const Tensor& input, bool /*training*/) {
 }
 
 Tensor MaxPool2d::backward(const Tensor& grad_output, bool need_input_grad) {
-  check_grad(name_, argmax_.defined(), grad_output, pooled_shape(geometry_), dtype_);
+  check_grad(name_, argmax_.defined() || output_.defined(), grad_output, pooled_shape(geometry_), dtype_,
+             device_);
   if (!need_input_grad) return {};
   const kernels::Pool2dGeometry& g = geometry_;
-  Tensor grad_input = Tensor::empty(Shape{g.batch, g.channels, g.height, g.width}, dtype_);
-  if (dtype_ == DType::f64) {
+  Tensor grad_input = Tensor::empty(Shape{g.batch, g.channels, g.height, g.width}, dtype_, device_);
+  if (!device_.is_cpu()) {
+    device_ops(device_).pool2d_backward(device_, g, true, input_.data<float>(), output_.data<float>(),
+                                        grad_output.data<float>(), grad_input.data<float>());
+  } else if (dtype_ == DType::f64) {
     kernels::max_pool2d_backward<double>(g, grad_output.data<double>(),
                                          argmax_.data<std::int64_t>(), grad_input.data<double>());
   } else {
@@ -88,9 +103,14 @@ AvgPool2d::AvgPool2d(std::string name, int kernel, int stride, int padding)
 Tensor AvgPool2d::forward(const Tensor& input, bool /*training*/) {
   bind_input(name_, input, geometry_);
   dtype_ = input.dtype();
+  device_ = input.device();
   ready_ = true;
-  Tensor output = Tensor::empty(pooled_shape(geometry_), dtype_);
-  if (dtype_ == DType::f64) {
+  Tensor output = Tensor::empty(pooled_shape(geometry_), dtype_, device_);
+  if (!device_.is_cpu()) {
+    input_ = input;  // cuDNN's backward takes the forward's tensors
+    output_ = output;
+    device_ops(device_).pool2d_forward(device_, geometry_, false, input.data<float>(), output.data<float>());
+  } else if (dtype_ == DType::f64) {
     kernels::avg_pool2d_forward<double>(geometry_, input.data<double>(), output.data<double>());
   } else {
     kernels::avg_pool2d_forward<float>(geometry_, input.data<float>(), output.data<float>());
@@ -99,11 +119,14 @@ Tensor AvgPool2d::forward(const Tensor& input, bool /*training*/) {
 }
 
 Tensor AvgPool2d::backward(const Tensor& grad_output, bool need_input_grad) {
-  check_grad(name_, ready_, grad_output, pooled_shape(geometry_), dtype_);
+  check_grad(name_, ready_, grad_output, pooled_shape(geometry_), dtype_, device_);
   if (!need_input_grad) return {};
   const kernels::Pool2dGeometry& g = geometry_;
-  Tensor grad_input = Tensor::empty(Shape{g.batch, g.channels, g.height, g.width}, dtype_);
-  if (dtype_ == DType::f64) {
+  Tensor grad_input = Tensor::empty(Shape{g.batch, g.channels, g.height, g.width}, dtype_, device_);
+  if (!device_.is_cpu()) {
+    device_ops(device_).pool2d_backward(device_, g, false, input_.data<float>(), output_.data<float>(),
+                                        grad_output.data<float>(), grad_input.data<float>());
+  } else if (dtype_ == DType::f64) {
     kernels::avg_pool2d_backward<double>(g, grad_output.data<double>(), grad_input.data<double>());
   } else {
     kernels::avg_pool2d_backward<float>(g, grad_output.data<float>(), grad_input.data<float>());
@@ -115,14 +138,18 @@ Tensor GlobalAvgPool::forward(const Tensor& input, bool /*training*/) {
   AIACC_CHECK(input.rank() == 4 && input.dim(2) * input.dim(3) > 0,
               "{}: expected input [N, C, H, W], got {}", name_, input.shape().str());
   AIACC_CHECK(
-      (input.dtype() == DType::f32 || input.dtype() == DType::f64) && input.device().is_cpu(),
-      "{}: input is {} on {} (need f32 or f64 on cpu)", name_, dtype_name(input.dtype()),
+      input.dtype() == DType::f32 || (input.dtype() == DType::f64 && input.device().is_cpu()),
+      "{}: input is {} on {} (need f32, or f64 on cpu)", name_, dtype_name(input.dtype()),
       input.device().str());
   input_shape_ = input.shape();
   dtype_ = input.dtype();
+  device_ = input.device();
   const std::int64_t n = input.dim(0), c = input.dim(1), spatial = input.dim(2) * input.dim(3);
-  Tensor output = Tensor::empty(Shape{n, c}, dtype_);
-  if (dtype_ == DType::f64) {
+  Tensor output = Tensor::empty(Shape{n, c}, dtype_, device_);
+  if (!device_.is_cpu()) {
+    device_ops(device_).global_avg_pool_forward(device_, n, c, spatial, input.data<float>(),
+                                                output.data<float>());
+  } else if (dtype_ == DType::f64) {
     kernels::global_avg_pool_forward<double>(n, c, spatial, input.data<double>(),
                                              output.data<double>());
   } else {
@@ -135,12 +162,15 @@ Tensor GlobalAvgPool::forward(const Tensor& input, bool /*training*/) {
 Tensor GlobalAvgPool::backward(const Tensor& grad_output, bool need_input_grad) {
   const bool ready = input_shape_.rank() == 4;
   const Shape expected = ready ? Shape{input_shape_[0], input_shape_[1]} : Shape{};
-  check_grad(name_, ready, grad_output, expected, dtype_);
+  check_grad(name_, ready, grad_output, expected, dtype_, device_);
   if (!need_input_grad) return {};
   const std::int64_t n = input_shape_[0], c = input_shape_[1];
   const std::int64_t spatial = input_shape_[2] * input_shape_[3];
-  Tensor grad_input = Tensor::empty(input_shape_, dtype_);
-  if (dtype_ == DType::f64) {
+  Tensor grad_input = Tensor::empty(input_shape_, dtype_, device_);
+  if (!device_.is_cpu()) {
+    device_ops(device_).global_avg_pool_backward(device_, n, c, spatial, grad_output.data<float>(),
+                                                 grad_input.data<float>());
+  } else if (dtype_ == DType::f64) {
     kernels::global_avg_pool_backward<double>(n, c, spatial, grad_output.data<double>(),
                                               grad_input.data<double>());
   } else {

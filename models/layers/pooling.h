@@ -24,8 +24,10 @@ class MaxPool2d : public Layer {
  private:
   std::string name_;
   kernels::Pool2dGeometry geometry_;  // of the last forward
-  Tensor argmax_;                     // i64 [N, C, OH, OW] of the last forward
+  Tensor argmax_;                     // i64 [N, C, OH, OW] of the last forward (CPU)
+  Tensor input_, output_;             // of the last forward (a device's backward reads them)
   DType dtype_ = DType::f32;
+  Device device_;
 };
 
 // Average over the window, padding counted as zeros (divisor kernel*kernel everywhere).
@@ -40,6 +42,8 @@ class AvgPool2d : public Layer {
   std::string name_;
   kernels::Pool2dGeometry geometry_;  // of the last forward
   DType dtype_ = DType::f32;
+  Device device_;
+  Tensor input_, output_;  // of the last forward on a device (cuDNN's backward takes them)
   bool ready_ = false;  // a forward has run
 };
 
@@ -55,6 +59,7 @@ class GlobalAvgPool : public Layer {
   std::string name_;
   Shape input_shape_;  // of the last forward
   DType dtype_ = DType::f32;
+  Device device_;
 };
 
 }  // namespace aiacc::models

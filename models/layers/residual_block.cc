@@ -3,6 +3,7 @@
 #include "models/layers/residual_block.h"
 
 #include "core/check.h"
+#include "core/device_ops.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/elementwise.h"
 
@@ -37,8 +38,14 @@ Tensor ResidualBlock::forward(const Tensor& input, bool training) {
               "{}: main path gives {} {} but the shortcut gives {} {}", name_,
               main_out.shape().str(), dtype_name(main_out.dtype()), skip.shape().str(),
               dtype_name(skip.dtype()));
-  output_ = Tensor::empty(main_out.shape(), main_out.dtype());
-  if (main_out.dtype() == DType::f64) {
+  output_ = Tensor::empty(main_out.shape(), main_out.dtype(), main_out.device());
+  if (!main_out.device().is_cpu()) {
+    AIACC_CHECK(skip.device() == main_out.device(), "{}: main path on {}, shortcut on {}", name_,
+                main_out.device().str(), skip.device().str());
+    device_ops(main_out.device())
+        .add_relu(main_out.device(), main_out.numel(), main_out.data<float>(), skip.data<float>(),
+                  output_.data<float>());
+  } else if (main_out.dtype() == DType::f64) {
     kernels::add_relu_forward<double>(main_out.numel(), main_out.data<double>(),
                                       skip.data<double>(), output_.data<double>());
   } else {
@@ -56,8 +63,12 @@ Tensor ResidualBlock::backward(const Tensor& grad_output, bool need_input_grad) 
               dtype_name(grad_output.dtype()));
   const bool f64 = output_.dtype() == DType::f64;
   // dL/d(main + shortcut): the join's ReLU mask applied once, shared by both paths.
-  Tensor grad_sum = Tensor::empty(output_.shape(), output_.dtype());
-  if (f64) {
+  const Device device = output_.device();
+  Tensor grad_sum = Tensor::empty(output_.shape(), output_.dtype(), device);
+  if (!device.is_cpu()) {
+    device_ops(device).relu_backward(device, output_.numel(), output_.data<float>(),
+                                     grad_output.data<float>(), grad_sum.data<float>());
+  } else if (f64) {
     kernels::relu_backward<double>(output_.numel(), output_.data<double>(),
                                    grad_output.data<double>(), grad_sum.data<double>());
   } else {
@@ -78,8 +89,11 @@ Tensor ResidualBlock::backward(const Tensor& grad_output, bool need_input_grad) 
               grad_main.shape().str(), grad_skip.shape().str());
   // A new tensor rather than summing into grad_main: a path of view layers (Flatten) could
   // hand back the caller's grad_output itself.
-  Tensor grad_input = Tensor::empty(grad_main.shape(), grad_main.dtype());
-  if (f64) {
+  Tensor grad_input = Tensor::empty(grad_main.shape(), grad_main.dtype(), device);
+  if (!device.is_cpu()) {
+    device_ops(device).add(device, grad_main.numel(), grad_main.data<float>(), grad_skip.data<float>(),
+                           grad_input.data<float>());
+  } else if (f64) {
     kernels::add<double>(grad_main.numel(), grad_main.data<double>(), grad_skip.data<double>(),
                          grad_input.data<double>());
   } else {

@@ -35,6 +35,10 @@ class ResidualBlock : public Layer {
   std::vector<std::pair<std::string, Tensor>> buffers() override;
   std::string name() const override { return name_; }
 
+  void to(Device device) override {
+    main_->to(device);
+    if (shortcut_) shortcut_->to(device);
+  }
   Sequential& main_path() { return *main_; }
   Sequential* shortcut() { return shortcut_.get(); }  // null for the identity
 

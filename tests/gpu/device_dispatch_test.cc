@@ -1,6 +1,7 @@
-// Layers and the dense optimiser on the GPU through cuda::register_device_ops(): the MLP of
-// tests/testing/device_mlp.h trained on cuda:0 (cuBLAS GEMMs, our ReLU, loss and update kernels)
-// follows the same MLP trained on the CPU, step by step, for adam and sgd with momentum.
+// Layers and the dense optimiser on the GPU through cuda::register_device_ops(): the MLP and the
+// CNN of tests/testing/device_mlp.h trained on cuda:0 (cuBLAS GEMMs, cuDNN convolution, batch
+// norm and pooling, our ReLU, join, loss and update kernels) follow the same networks trained
+// on the CPU, step by step.
 // Skipped (exit 77) without a GPU.
 #include <gtest/gtest.h>
 
@@ -24,8 +25,8 @@ TEST_P(GpuDeviceDispatch, AnMlpTrainedOnTheGpuFollowsTheCpuRun) {
   options.momentum = GetParam() == "sgd" ? 0.9 : 0.0;
   auto on_cpu = testing::mlp();
   auto on_gpu = testing::mlp();
-  const auto cpu_losses = testing::train_mlp(*on_cpu, options, Device::cpu(), 30);
-  const auto gpu_losses = testing::train_mlp(*on_gpu, options, Device::cuda(0), 30);
+  const auto cpu_losses = testing::train_on(*on_cpu, options, Device::cpu(), 30);
+  const auto gpu_losses = testing::train_on(*on_gpu, options, Device::cuda(0), 30);
   ASSERT_EQ(gpu_losses.size(), cpu_losses.size());
   for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
     // fp32 GEMMs in another summation order: the trajectories drift apart by rounding only.
@@ -43,6 +44,25 @@ TEST_P(GpuDeviceDispatch, AnMlpTrainedOnTheGpuFollowsTheCpuRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, GpuDeviceDispatch, ::testing::Values("adam", "sgd"));
+
+// cuDNN convolutions (TF32 allowed, as PyTorch's default: looser bounds), batch norm, pooling
+// and the residual join: the CNN's losses on the GPU follow the CPU's.
+TEST(GpuDeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
+  register_tensor_backend();
+  register_device_ops();
+  optim::OptimizerOptions options;
+  options.type = "sgd";
+  options.lr = 0.1;
+  options.momentum = 0.9;
+  auto on_cpu = testing::cnn();
+  auto on_gpu = testing::cnn();
+  const auto cpu_losses = testing::train_on(*on_cpu, options, Device::cpu(), 12, true);
+  const auto gpu_losses = testing::train_on(*on_gpu, options, Device::cuda(0), 12, true);
+  for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
+    EXPECT_NEAR(gpu_losses[i], cpu_losses[i], 1e-2 * (1.0 + std::abs(cpu_losses[i]))) << "step " << i;
+  }
+  EXPECT_LT(gpu_losses[10], gpu_losses[0]);
+}
 
 }  // namespace
 }  // namespace aiacc::cuda

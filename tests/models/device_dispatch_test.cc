@@ -1,7 +1,8 @@
 // Layers, parameters and the dense optimiser on a device, through the fake accelerator of
-// tests/testing/fake_device.h: an MLP trained on it follows the CPU run bit for bit (the fake
-// runs the CPU kernels), nothing comes back to the host during the steps but the loss, and
-// mismatched devices or optimisers without a device path are refused by name.
+// tests/testing/fake_device.h: an MLP and a CNN with every ResNet layer trained on it follow
+// the CPU runs bit for bit (the fake runs the CPU kernels), nothing comes back to the host
+// during the steps but the loss, and mismatched devices, a biased convolution and optimisers
+// without a device path are refused by name.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/optim/optimizer.h"
+#include "models/layers/conv2d.h"
 #include "models/layers/linear.h"
 #include "tests/testing/device_mlp.h"
 #include "tests/testing/fake_device.h"
@@ -17,9 +19,10 @@
 namespace aiacc::models {
 namespace {
 
+using testing::cnn;
 using testing::host_values;
 using testing::mlp;
-using testing::train_mlp;
+using testing::train_on;
 
 class DeviceDispatch : public ::testing::TestWithParam<std::string> {};
 
@@ -32,10 +35,10 @@ TEST_P(DeviceDispatch, AnMlpTrainedOnTheDeviceFollowsTheCpuRun) {
   options.weight_decay = 0.01;
   auto on_cpu = mlp();
   auto on_device = mlp();
-  const std::vector<double> cpu_losses = train_mlp(*on_cpu, options, Device::cpu(), 12);
+  const std::vector<double> cpu_losses = train_on(*on_cpu, options, Device::cpu(), 12);
 
   const int to_host_before = log.to_host, to_device_before = log.to_device, ops_before = log.ops;
-  const std::vector<double> device_losses = train_mlp(*on_device, options, Device::cuda(0), 12);
+  const std::vector<double> device_losses = train_on(*on_device, options, Device::cuda(0), 12);
   // Per step: the batch and its labels go to the device; nothing comes back but the loss.
   EXPECT_EQ(log.to_host, to_host_before);
   EXPECT_EQ(log.to_device - to_device_before, 4 + 2 * 12);  // 4 parameters moved, then batches
@@ -56,6 +59,36 @@ TEST_P(DeviceDispatch, AnMlpTrainedOnTheDeviceFollowsTheCpuRun) {
 
 INSTANTIATE_TEST_SUITE_P(Rules, DeviceDispatch, ::testing::Values("adam", "adamw", "sgd"));
 
+// Convolutions, batch norm (running statistics included), max and average pooling, a residual
+// block with a projection, global pooling: the CNN on the fake device equals the CPU run, then
+// evaluates alike from its running statistics.
+TEST(DeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
+  testing::FakeDeviceLog& log = testing::install_fake_device();
+  optim::OptimizerOptions options;
+  options.type = "sgd";
+  options.lr = 0.1;
+  options.momentum = 0.9;
+  auto on_cpu = cnn();
+  auto on_device = cnn();
+  const auto cpu_losses = train_on(*on_cpu, options, Device::cpu(), 8, true);
+  const int to_host_before = log.to_host;
+  const auto device_losses = train_on(*on_device, options, Device::cuda(0), 8, true);
+  EXPECT_EQ(log.to_host, to_host_before);
+  EXPECT_EQ(device_losses, cpu_losses);
+  EXPECT_LT(cpu_losses[6], cpu_losses[0]);
+  const auto cpu_params = on_cpu->parameters(), device_params = on_device->parameters();
+  for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+    EXPECT_EQ(host_values(*device_params[i]), cpu_params[i]->value().to_vector<float>()) << cpu_params[i]->name();
+  }
+  // Evaluation mode normalises with the running statistics the training steps left.
+  const testing::Batch b = testing::batch(5, true);
+  const Tensor cpu_logits = on_cpu->forward(b.x, false);
+  const Tensor device_logits = on_device->forward(testing::to_device(b.x, Device::cuda(0)), false);
+  Tensor back = Tensor::empty(device_logits.shape());
+  back.copy_from(device_logits);
+  EXPECT_EQ(back.to_vector<float>(), cpu_logits.to_vector<float>());
+}
+
 TEST(DeviceDispatchErrors, MismatchedDevicesAndCpuOnlyOptimisersAreNamed) {
   testing::install_fake_device();
   Linear layer("fc", 3, 2, true, 1);
@@ -63,6 +96,10 @@ TEST(DeviceDispatchErrors, MismatchedDevicesAndCpuOnlyOptimisersAreNamed) {
   EXPECT_THAT([&] { layer.forward(Tensor::zeros({4, 3}), true); },
               ::testing::ThrowsMessage<InternalError>(::testing::AllOf(
                   ::testing::HasSubstr("fc: input is f32 on cpu"), ::testing::HasSubstr("on cuda:0"))));
+  Conv2d with_bias("conv", 3, 4, 3, 1, 1, true, 2);
+  with_bias.to(Device::cuda(0));
+  EXPECT_THAT([&] { with_bias.forward(Tensor::zeros({1, 3, 5, 5}, DType::f32, Device::cuda(0)), true); },
+              ::testing::ThrowsMessage<InternalError>(::testing::HasSubstr("conv: on cuda:0 a convolution is f32 without bias")));
   optim::OptimizerOptions adagrad;
   adagrad.type = "adagrad";
   EXPECT_THAT([&] { optim::Optimizer optimizer(adagrad, layer.parameters()); },

@@ -12,8 +12,13 @@
 
 #include "core/device_ops.h"
 #include "core/kernels/activation.h"
+#include "core/kernels/batch_norm.h"
+#include "core/kernels/conv2d.h"
+#include "core/kernels/elementwise.h"
 #include "core/kernels/linear.h"
 #include "core/kernels/losses.h"
+#include "core/kernels/pooling.h"
+#include <vector>
 #include "core/tensor.h"
 
 namespace aiacc::testing {
@@ -69,6 +74,85 @@ class FakeOps : public DeviceOps {
   void relu_backward(const Device&, std::int64_t n, const float* y, const float* dy, float* dx) override {
     ++log_.ops;
     kernels::relu_backward<float>(n, y, dy, dx);
+  }
+  void add(const Device&, std::int64_t n, const float* a, const float* b, float* y) override {
+    ++log_.ops;
+    kernels::add<float>(n, a, b, y);
+  }
+  void add_relu(const Device&, std::int64_t n, const float* a, const float* b, float* y) override {
+    ++log_.ops;
+    kernels::add_relu_forward<float>(n, a, b, y);
+  }
+  void conv2d_forward(const Device&, const kernels::Conv2dGeometry& g, const float* x, const float* w,
+                      float* y) override {
+    ++log_.ops;
+    kernels::conv2d_forward<float>(g, x, w, nullptr, y);
+  }
+  void conv2d_backward_data(const Device&, const kernels::Conv2dGeometry& g, const float* w, const float* dy,
+                            float* dx) override {
+    ++log_.ops;
+    kernels::conv2d_backward_data<float>(g, w, dy, dx);
+  }
+  void conv2d_backward_weight(const Device&, const kernels::Conv2dGeometry& g, const float* x,
+                              const float* dy, float* dw) override {
+    ++log_.ops;
+    kernels::conv2d_backward_weight<float>(g, x, dy, dw);
+  }
+  void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry& g,
+                                const kernels::BatchNormOptions& options, const float* x, const float* gamma,
+                                const float* beta, float* y, float* saved_mean, float* saved_inv_std,
+                                float* running_mean, float* running_var) override {
+    ++log_.ops;
+    kernels::batch_norm_forward_train<float>(g, options, x, gamma, beta, y, saved_mean, saved_inv_std,
+                                             running_mean, running_var);
+  }
+  void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry& g,
+                               const kernels::BatchNormOptions& options, const float* x, const float* gamma,
+                               const float* beta, const float* running_mean, const float* running_var,
+                               float* y) override {
+    ++log_.ops;
+    kernels::batch_norm_forward_eval<float>(g, options, x, gamma, beta, running_mean, running_var, y);
+  }
+  void batch_norm_backward(const Device&, const kernels::BatchNormGeometry& g, const kernels::BatchNormOptions&,
+                           const float* x, const float* dy, const float* gamma, const float* saved_mean,
+                           const float* saved_inv_std, float* dx, float* dgamma, float* dbeta) override {
+    ++log_.ops;
+    kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, x, dy, gamma, saved_mean,
+                                        saved_inv_std, dx, dgamma, dbeta);
+  }
+  void pool2d_forward(const Device&, const kernels::Pool2dGeometry& g, bool max, const float* x,
+                      float* y) override {
+    ++log_.ops;
+    if (max) {
+      std::vector<std::int64_t> argmax(static_cast<std::size_t>(g.batch * g.channels * g.out_height() * g.out_width()));
+      kernels::max_pool2d_forward<float>(g, x, y, argmax.data());
+    } else {
+      kernels::avg_pool2d_forward<float>(g, x, y);
+    }
+  }
+  void pool2d_backward(const Device&, const kernels::Pool2dGeometry& g, bool max, const float* x,
+                       const float*, const float* dy, float* dx) override {
+    ++log_.ops;
+    if (max) {
+      // The CPU kernel routes by argmax: found again from x, as cuDNN finds it from x and y.
+      const auto outputs = static_cast<std::size_t>(g.batch * g.channels * g.out_height() * g.out_width());
+      std::vector<std::int64_t> argmax(outputs);
+      std::vector<float> y(outputs);
+      kernels::max_pool2d_forward<float>(g, x, y.data(), argmax.data());
+      kernels::max_pool2d_backward<float>(g, dy, argmax.data(), dx);
+    } else {
+      kernels::avg_pool2d_backward<float>(g, dy, dx);
+    }
+  }
+  void global_avg_pool_forward(const Device&, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                               const float* x, float* y) override {
+    ++log_.ops;
+    kernels::global_avg_pool_forward<float>(batch, channels, spatial, x, y);
+  }
+  void global_avg_pool_backward(const Device&, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
+                                const float* dy, float* dx) override {
+    ++log_.ops;
+    kernels::global_avg_pool_backward<float>(batch, channels, spatial, dy, dx);
   }
   double softmax_cross_entropy(const Device&, std::int64_t batch, std::int64_t classes, const float* logits,
                                const std::int64_t* labels, double label_smoothing, float* dlogits) override {
