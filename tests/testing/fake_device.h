@@ -1,11 +1,15 @@
-// A fake accelerator for tests on machines without one: "cuda" tensors in host memory
-// (malloc'd apart from CPU tensors) whose backend counts what tensors ask of it, and DeviceOps
-// that run the CPU kernels on those pointers. Layers, parameters and the optimiser then take
-// their device paths, so the dispatch is tested here; the real CUDA ops are tested on a GPU.
+// A fake accelerator for tests on machines without one: "cuda" tensors in host memory whose
+// backend counts what tensors ask of it, and DeviceOps that run the CPU kernels. Layers,
+// parameters, the optimiser and the trainer then take their device paths, so the dispatch is
+// tested here; the real CUDA ops are tested on a GPU.
+// Like a GPU's, the fake's memory cannot be read by host code: its pointers carry a tag bit that
+// makes them non-canonical on x86-64, so host code reading a device tensor's data() crashes the
+// test instead of passing unnoticed. The backend and the ops strip the tag.
 // install_fake_device() registers both for DeviceKind::cuda, once per process.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -23,6 +27,17 @@
 
 namespace aiacc::testing {
 
+namespace fake_detail {
+constexpr std::uintptr_t kTag = std::uintptr_t{1} << 62;
+template <class T>
+T* tag(T* p) { return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(p) | kTag); }
+template <class T>
+T* host(T* p) {  // the memory behind a fake device pointer (host pointers pass unchanged)
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(p) & ~kTag);
+}
+}  // namespace fake_detail
+using fake_detail::host;
+
 // What the tensors and layers asked of the fake device.
 struct FakeDeviceLog {
   int allocations = 0, releases = 0, zeros = 0;
@@ -35,19 +50,19 @@ class FakeBackend : public DeviceBackend {
   explicit FakeBackend(FakeDeviceLog& log) : log_(log) {}
   void* allocate(std::size_t bytes, int) override {
     ++log_.allocations;
-    return std::malloc(std::max<std::size_t>(bytes, 1));
+    return fake_detail::tag(std::malloc(std::max<std::size_t>(bytes, 1)));
   }
   void release(void* ptr, int) noexcept override {
     ++log_.releases;
-    std::free(ptr);
+    std::free(host(ptr));
   }
   void copy(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) override {
     ++(src_device.is_cpu() ? log_.to_device : dst_device.is_cpu() ? log_.to_host : log_.on_device);
-    std::memcpy(dst, src, bytes);
+    std::memcpy(host(dst), host(src), bytes);
   }
   void zero(void* dst, int, std::size_t bytes) override {
     ++log_.zeros;
-    std::memset(dst, 0, bytes);
+    std::memset(host(dst), 0, bytes);
   }
 
  private:
@@ -60,74 +75,77 @@ class FakeOps : public DeviceOps {
   void linear_forward(const Device&, const kernels::LinearGeometry& g, const float* x, const float* w,
                       const float* b, float* y) override {
     ++log_.ops;
-    kernels::linear_forward<float>(g, x, w, b, y);
+    kernels::linear_forward<float>(g, host(x), host(w), host(b), host(y));
   }
   void linear_backward(const Device&, const kernels::LinearGeometry& g, const float* x, const float* w,
                        const float* dy, float* dx, float* dw, float* db) override {
     ++log_.ops;
-    kernels::linear_backward<float>(g, x, w, dy, dx, dw, db);
+    kernels::linear_backward<float>(g, host(x), host(w), host(dy), host(dx), host(dw), host(db));
   }
   void relu_forward(const Device&, std::int64_t n, const float* x, float* y) override {
     ++log_.ops;
-    kernels::relu_forward<float>(n, x, y);
+    kernels::relu_forward<float>(n, host(x), host(y));
   }
   void relu_backward(const Device&, std::int64_t n, const float* y, const float* dy, float* dx) override {
     ++log_.ops;
-    kernels::relu_backward<float>(n, y, dy, dx);
+    kernels::relu_backward<float>(n, host(y), host(dy), host(dx));
   }
   void add(const Device&, std::int64_t n, const float* a, const float* b, float* y) override {
     ++log_.ops;
-    kernels::add<float>(n, a, b, y);
+    kernels::add<float>(n, host(a), host(b), host(y));
   }
   void add_relu(const Device&, std::int64_t n, const float* a, const float* b, float* y) override {
     ++log_.ops;
-    kernels::add_relu_forward<float>(n, a, b, y);
+    kernels::add_relu_forward<float>(n, host(a), host(b), host(y));
   }
   void conv2d_forward(const Device&, const kernels::Conv2dGeometry& g, const float* x, const float* w,
                       float* y) override {
     ++log_.ops;
-    kernels::conv2d_forward<float>(g, x, w, nullptr, y);
+    kernels::conv2d_forward<float>(g, host(x), host(w), nullptr, host(y));
   }
   void conv2d_backward_data(const Device&, const kernels::Conv2dGeometry& g, const float* w, const float* dy,
                             float* dx) override {
     ++log_.ops;
-    kernels::conv2d_backward_data<float>(g, w, dy, dx);
+    kernels::conv2d_backward_data<float>(g, host(w), host(dy), host(dx));
   }
   void conv2d_backward_weight(const Device&, const kernels::Conv2dGeometry& g, const float* x,
                               const float* dy, float* dw) override {
     ++log_.ops;
-    kernels::conv2d_backward_weight<float>(g, x, dy, dw);
+    kernels::conv2d_backward_weight<float>(g, host(x), host(dy), host(dw));
   }
   void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry& g,
                                 const kernels::BatchNormOptions& options, const float* x, const float* gamma,
                                 const float* beta, float* y, float* saved_mean, float* saved_inv_std,
                                 float* running_mean, float* running_var) override {
     ++log_.ops;
-    kernels::batch_norm_forward_train<float>(g, options, x, gamma, beta, y, saved_mean, saved_inv_std,
-                                             running_mean, running_var);
+    kernels::batch_norm_forward_train<float>(g, options, host(x), host(gamma), host(beta), host(y),
+                                             host(saved_mean), host(saved_inv_std), host(running_mean),
+                                             host(running_var));
   }
   void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry& g,
                                const kernels::BatchNormOptions& options, const float* x, const float* gamma,
                                const float* beta, const float* running_mean, const float* running_var,
                                float* y) override {
     ++log_.ops;
-    kernels::batch_norm_forward_eval<float>(g, options, x, gamma, beta, running_mean, running_var, y);
+    kernels::batch_norm_forward_eval<float>(g, options, host(x), host(gamma), host(beta), host(running_mean),
+                                            host(running_var), host(y));
   }
   void batch_norm_backward(const Device&, const kernels::BatchNormGeometry& g, const kernels::BatchNormOptions&,
                            const float* x, const float* dy, const float* gamma, const float* saved_mean,
                            const float* saved_inv_std, float* dx, float* dgamma, float* dbeta) override {
     ++log_.ops;
-    kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, x, dy, gamma, saved_mean,
-                                        saved_inv_std, dx, dgamma, dbeta);
+    kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, host(x), host(dy), host(gamma),
+                                        host(saved_mean), host(saved_inv_std), host(dx), host(dgamma),
+                                        host(dbeta));
   }
   void pool2d_forward(const Device&, const kernels::Pool2dGeometry& g, bool max, const float* x,
                       float* y) override {
     ++log_.ops;
     if (max) {
       std::vector<std::int64_t> argmax(static_cast<std::size_t>(g.batch * g.channels * g.out_height() * g.out_width()));
-      kernels::max_pool2d_forward<float>(g, x, y, argmax.data());
+      kernels::max_pool2d_forward<float>(g, host(x), host(y), argmax.data());
     } else {
-      kernels::avg_pool2d_forward<float>(g, x, y);
+      kernels::avg_pool2d_forward<float>(g, host(x), host(y));
     }
   }
   void pool2d_backward(const Device&, const kernels::Pool2dGeometry& g, bool max, const float* x,
@@ -138,38 +156,40 @@ class FakeOps : public DeviceOps {
       const auto outputs = static_cast<std::size_t>(g.batch * g.channels * g.out_height() * g.out_width());
       std::vector<std::int64_t> argmax(outputs);
       std::vector<float> y(outputs);
-      kernels::max_pool2d_forward<float>(g, x, y.data(), argmax.data());
-      kernels::max_pool2d_backward<float>(g, dy, argmax.data(), dx);
+      kernels::max_pool2d_forward<float>(g, host(x), y.data(), argmax.data());
+      kernels::max_pool2d_backward<float>(g, host(dy), argmax.data(), host(dx));
     } else {
-      kernels::avg_pool2d_backward<float>(g, dy, dx);
+      kernels::avg_pool2d_backward<float>(g, host(dy), host(dx));
     }
   }
   void global_avg_pool_forward(const Device&, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
                                const float* x, float* y) override {
     ++log_.ops;
-    kernels::global_avg_pool_forward<float>(batch, channels, spatial, x, y);
+    kernels::global_avg_pool_forward<float>(batch, channels, spatial, host(x), host(y));
   }
   void global_avg_pool_backward(const Device&, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
                                 const float* dy, float* dx) override {
     ++log_.ops;
-    kernels::global_avg_pool_backward<float>(batch, channels, spatial, dy, dx);
+    kernels::global_avg_pool_backward<float>(batch, channels, spatial, host(dy), host(dx));
   }
   double softmax_cross_entropy(const Device&, std::int64_t batch, std::int64_t classes, const float* logits,
                                const std::int64_t* labels, double label_smoothing, float* dlogits) override {
     ++log_.ops;
-    return kernels::softmax_cross_entropy<float>(batch, classes, logits, labels, label_smoothing, dlogits);
+    return kernels::softmax_cross_entropy<float>(batch, classes, host(logits), host(labels), label_smoothing,
+                                                 host(dlogits));
   }
   void adam_update(const Device&, const optim::AdamRule& rule, float* w, const float* g, float* exp_avg,
                    float* exp_avg_sq, std::int64_t n, std::int64_t step, double lr) override {
     ++log_.ops;
     const auto size = static_cast<std::size_t>(n);
-    rule.update({w, size}, {g, size}, {exp_avg, size}, {exp_avg_sq, size}, step, lr);
+    rule.update({host(w), size}, {host(g), size}, {host(exp_avg), size}, {host(exp_avg_sq), size}, step,
+                lr);
   }
   void sgd_update(const Device&, const optim::SgdRule& rule, float* w, const float* g, float* momentum,
                   std::int64_t n, std::int64_t step, double lr) override {
     ++log_.ops;
     const auto size = static_cast<std::size_t>(n);
-    rule.update({w, size}, {g, size}, {momentum, momentum != nullptr ? size : 0}, step, lr);
+    rule.update({host(w), size}, {host(g), size}, {host(momentum), momentum != nullptr ? size : 0}, step, lr);
   }
 
  private:
