@@ -54,6 +54,21 @@ std::string Device::str() const {
   return kind == DeviceKind::cpu ? std::string("cpu") : fmt::format("cuda:{}", index);
 }
 
+std::optional<Device> Device::parse(std::string_view text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "cuda") return Device::cuda(0);
+  constexpr std::string_view prefix = "cuda:";
+  if (text.substr(0, prefix.size()) != prefix || text.size() == prefix.size() || text.size() > prefix.size() + 4) {
+    return std::nullopt;
+  }
+  int index = 0;
+  for (char c : text.substr(prefix.size())) {
+    if (c < '0' || c > '9') return std::nullopt;
+    index = index * 10 + (c - '0');
+  }
+  return Device::cuda(index);
+}
+
 Shape::Shape(std::initializer_list<std::int64_t> dims) : Shape(std::vector<std::int64_t>(dims)) {}
 
 Shape::Shape(const std::vector<std::int64_t>& dims) {

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/check.h"
@@ -42,6 +44,8 @@ struct Device {
   static Device cuda(int index) { return {DeviceKind::cuda, index}; }
   bool is_cpu() const { return kind == DeviceKind::cpu; }
   std::string str() const;
+  // "cpu", "cuda" (device 0) or "cuda:N"; nullopt for anything else.
+  static std::optional<Device> parse(std::string_view text);
   bool operator==(const Device&) const = default;
 };
 

@@ -62,6 +62,7 @@ class Mlp final : public Model {
 
   std::vector<Parameter*> parameters() override { return net_.parameters(); }
   std::vector<std::pair<std::string, Tensor>> buffers() override { return net_.buffers(); }
+  void to(Device device) override { net_.to(device); }
 
   double forward(const Batch& batch, bool training) override {
     const std::int64_t n = batch.inputs.dim(0);

@@ -20,8 +20,11 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/batch.h"
 #include "core/embedding/embedding_store.h"
+#include "core/error.h"
 #include "core/parameter.h"
 #include "core/registry.h"
 #include "core/tensor.h"
@@ -59,6 +62,15 @@ class Model {
   // Differentiates the last forward()'s mean loss; overwrites every parameter's gradient and
   // fires its grad_ready() once.
   virtual void backward() = 0;
+
+  // Moves the model's parameters and state to `device`; forward() then takes batches there
+  // (inputs and labels on the device, outputs() on it too). ConfigError for a model that does
+  // not run there (the default: models with embedding tables or layers without device ops).
+  virtual void to(Device device) {
+    if (device.is_cpu()) return;
+    throw ConfigError(fmt::format("job.device: {}: this model runs on the CPU only (its layers have no "
+                                  "device path yet)", device.str()));
+  }
 
   // Non-trainable state that checkpoints must hold (batch-norm running statistics, ...),
   // as named tensors.

@@ -83,6 +83,7 @@ class ResNet final : public Model {
   void backward() override;
   // Every batch norm's running_mean, running_var and num_batches_tracked, in forward order.
   std::vector<std::pair<std::string, Tensor>> buffers() override { return net_.buffers(); }
+  void to(Device device) override { net_.to(device); }
 
   const ResNetArchitecture& architecture() const { return arch_; }
   // The layers from images to logits, for callers that need more than the Model API (input

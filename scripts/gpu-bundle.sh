@@ -5,6 +5,7 @@
 #
 #   scripts/build.sh && scripts/gpu-bundle.sh            # here
 #   gpu-bundle/run.sh [gpu_conv2d_test ...]              # on the GPU machine (default: all)
+#   gpu-bundle/aiacc-train.sh CONFIG --set job.device=cuda   # a training job there
 #
 # CUDA's own libraries (cudart, cuBLAS, cuDNN, NCCL) are not packed: cuBLAS alone is over
 # 500 MiB. run.sh puts the GPU machine's on the library path (the NVIDIA Python wheels'
@@ -19,25 +20,30 @@ limit_mib=60
 programs=(build/tests/gpu_*_test)
 [[ -x ${programs[0]} ]] || { echo "gpu-bundle: no build/tests/gpu_*_test: run scripts/build.sh first" >&2; exit 1; }
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
+mkdir -p "$out/bin" "$out/lib" "$out/train"
 cp "${programs[@]}" "$out/bin/"
+# aiacc-train with its CUDA plugin (found next to it) and the example configs, for GPU jobs:
+#   gpu-bundle/aiacc-train.sh gpu-bundle/configs/resnet50_synthetic.yaml --set job.device=cuda
+trainer=()
+if [[ -x build/tools/aiacc-train && -f build/tools/libaiacc_cuda.so ]]; then
+  cp build/tools/aiacc-train build/tools/libaiacc_cuda.so "$out/train/"
+  cp -r configs "$out/configs"
+  trainer=(build/tools/aiacc-train build/tools/libaiacc_cuda.so)
+fi
 
 # Every library the programs load, except the C runtime (present everywhere, and must match the
 # machine's loader) and CUDA's (from the GPU machine).
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libgcc_s\.so|libcuda\.so|libcudart|libcublas|libcudnn|libnccl|libnvrtc|libnvJitLink)'
-for program in "${programs[@]}"; do
+for program in "${programs[@]}" "${trainer[@]}"; do
   ldd "$program" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue
   cp -L "$path" "$out/lib/$name"
 done
 
-cat > "$out/run.sh" <<'EOF'
-#!/usr/bin/env bash
-# Runs the packed GPU tests on this machine (see scripts/gpu-bundle.sh). Exit status: 0 when
-# every program passed or skipped, 1 otherwise.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+cat > "$out/env.sh" <<'EOF'
+# Sourced by run.sh and aiacc-train.sh: the bundle's libraries, then the GPU machine's CUDA ones.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 paths=("$here/lib")
 for python in python3 python; do
   command -v "$python" >/dev/null 2>&1 || continue
@@ -49,6 +55,22 @@ for python in python3 python; do
 done
 [[ -d /usr/local/cuda/lib64 ]] && paths+=(/usr/local/cuda/lib64)
 export LD_LIBRARY_PATH=$(IFS=:; echo "${paths[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+EOF
+
+cat > "$out/aiacc-train.sh" <<'EOF'
+#!/usr/bin/env bash
+# aiacc-train on this machine with the bundle's libraries (see scripts/gpu-bundle.sh).
+source "$(dirname "$0")/env.sh"
+exec "$here/train/aiacc-train" "$@"
+EOF
+chmod +x "$out/aiacc-train.sh"
+
+cat > "$out/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# Runs the packed GPU tests on this machine (see scripts/gpu-bundle.sh). Exit status: 0 when
+# every program passed or skipped, 1 otherwise.
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 

@@ -20,6 +20,9 @@
 #include "tools/trainer/launch.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/trainer.h"
+#include <dlfcn.h>
+
+#include <filesystem>
 
 namespace {
 
@@ -36,6 +39,35 @@ int local_processes() {
     }
   }
   return 1;
+}
+
+// A job on a GPU (job.device) loads the CUDA plugin (tools/cuda_plugin.cc), which registers
+// CUDA's tensors and layer ops. AIACC_CUDA_PLUGIN names it; else libaiacc_cuda.so next to this
+// program.
+void register_device(const aiacc::trainer::JobOptions& job) {
+  const auto device = aiacc::Device::parse(job.job.device);
+  if (!device || device->is_cpu()) return;
+  std::string path;
+  if (const char* configured = std::getenv("AIACC_CUDA_PLUGIN")) {
+    path = configured;
+  } else {
+    path = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "libaiacc_cuda.so").string();
+  }
+  void* plugin = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept for the process's life
+  if (plugin == nullptr) {
+    throw aiacc::ConfigError(fmt::format("job.device: {}: cannot load the CUDA plugin {} ({}); this build "
+                                         "may have no CUDA (nvcc), or set AIACC_CUDA_PLUGIN",
+                                         device->str(), path, dlerror()));
+  }
+  using Register = int (*)(int, char*, std::size_t);
+  auto register_cuda = reinterpret_cast<Register>(dlsym(plugin, "aiacc_cuda_plugin_register"));
+  if (register_cuda == nullptr) {
+    throw aiacc::ConfigError(fmt::format("job.device: {}: {} is not aiacc-train's CUDA plugin", device->str(), path));
+  }
+  char error[512] = {};
+  if (register_cuda(device->index, error, sizeof error) != 0) {
+    throw aiacc::ConfigError(fmt::format("job.device: {}: {}", device->str(), error));
+  }
 }
 
 // One process of a distributed job: a worker trains, a server serves its shard.
@@ -61,6 +93,7 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   if (group->worker() == 0) {
     log::get("trainer")->info("resolved configuration:\n{}", trainer::resolved_yaml(job));
   }
+  register_device(job);
   trainer::Trainer trainer(job, group);
   if (eval_checkpoint.empty()) {
     trainer.run();
@@ -117,6 +150,7 @@ int run(int argc, char** argv) {
   }
   aiacc::log::configure(job.log);
   aiacc::log::set_role("worker 0");
+  register_device(job);
   const auto& cluster = job.cluster;
   if (!dry_run && cluster.launcher != "local") {
     if (auto role = aiacc::trainer::role_from_environment(cluster)) return run_rank(job, *role, eval_checkpoint);

@@ -11,7 +11,10 @@
 #include "core/cuda/kernels/activation.h"
 #include "core/cuda/kernels/elementwise.h"
 #include "core/cuda/kernels/losses.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_memory.h"
 #include "core/cuda/kernels/optimizer_update.h"
+#include "core/cuda/kernels/precision.h"
 #include "core/cuda/library_handle.h"
 #include "core/cuda/linear.h"
 #include "core/cuda/stream.h"
@@ -242,6 +245,17 @@ class CudaOps final : public DeviceOps {
     const LossOnDevice loss = launch_softmax_cross_entropy(batch, classes, logits, labels, label_smoothing,
                                                            dlogits, device.index, stream);
     return read_loss(loss, stream);
+  }
+  bool all_finite(const Device& device, std::int64_t n, const float* x) override {
+    DeviceGuard guard(device.index);
+    const cudaStream_t stream = current_stream();
+    memory::PooledBuffer flag(device_allocator(device.index), sizeof(int), stream_id(stream));
+    AIACC_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), stream));
+    launch_check_finite(x, n, static_cast<int*>(flag.get()), stream);
+    int found = 0;
+    AIACC_CUDA_CHECK(cudaMemcpyAsync(&found, flag.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return found == 0;
   }
   void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,
                    float* exp_avg, float* exp_avg_sq, std::int64_t n, std::int64_t step,

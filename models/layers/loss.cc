@@ -64,6 +64,9 @@ double BinaryCrossEntropyWithLogits::forward(const Tensor& logits, const Tensor&
               dtype_name(targets.dtype()), targets.shape().str(), logits.shape().str());
   AIACC_CHECK(logits.dtype() == DType::f32 || logits.dtype() == DType::f64,
               "binary cross-entropy: logits dtype {} (f32 or f64)", dtype_name(logits.dtype()));
+  AIACC_CHECK(logits.device().is_cpu() && targets.device().is_cpu(),
+              "binary cross-entropy: logits on {}, targets on {} (it runs on the CPU only)",
+              logits.device().str(), targets.device().str());
   const Tensor t = targets.dtype() == logits.dtype() ? targets : targets.to(logits.dtype());
   // Assigned only after the kernel succeeds, so a rejected batch leaves no stale gradient.
   dlogits_ = Tensor();

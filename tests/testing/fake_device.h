@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -177,6 +178,11 @@ class FakeOps : public DeviceOps {
     ++log_.ops;
     return kernels::softmax_cross_entropy<float>(batch, classes, host(logits), host(labels), label_smoothing,
                                                  host(dlogits));
+  }
+  bool all_finite(const Device&, std::int64_t n, const float* x) override {
+    ++log_.ops;
+    const float* values = host(x);
+    return std::all_of(values, values + n, [](float v) { return std::isfinite(v); });
   }
   void adam_update(const Device&, const optim::AdamRule& rule, float* w, const float* g, float* exp_avg,
                    float* exp_avg_sq, std::int64_t n, std::int64_t step, double lr) override {

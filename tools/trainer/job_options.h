@@ -20,6 +20,7 @@ struct JobSection {
   std::uint64_t seed = 1;
   int threads = 0;
   bool flush_denormals = true;
+  std::string device = "cpu";
 
   template <class V>
   void visit(V& v) {
@@ -27,6 +28,11 @@ struct JobSection {
     v.field("run_dir", run_dir, "folder for metrics, logs and checkpoints", config::non_empty());
     v.field("seed", seed, "seed of initialisation, shuffling and augmentation");
     v.field("threads", threads, "compute threads per process (0: all cores)", config::at_least(0));
+    v.field("device", device,
+            "where the model trains: cpu, cuda (GPU 0) or cuda:N (one worker; dense models: mlp, resnet)",
+            [](const std::string& text) {
+              return Device::parse(text) ? std::string() : std::string("expected cpu, cuda or cuda:N");
+            });
     v.field("flush_denormals", flush_denormals,
             "compute threads treat floats below 1.2e-38 as 0 (flush-to-zero): optimiser moments of idle "
             "weights otherwise decay into slow subnormal arithmetic");

@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/device_ops.h"
 #include "core/embedding/local_embedding_store.h"
 #include "core/error.h"
 #include "core/io/safetensors.h"
@@ -101,7 +102,34 @@ std::unique_ptr<optim::LrSchedule> make_schedule(const optim::OptimizerOptions& 
 // False when a float tensor holds a NaN or an infinity (the check the all-reduce's fp16
 // fallback uses).
 bool all_finite(const Tensor& t) {
+  if (!t.device().is_cpu()) {
+    return device_ops(t.device()).all_finite(t.device(), t.numel(), t.data<float>());
+  }
   return !ring::detail::has_non_finite(t.dtype(), t.raw_data(), static_cast<std::size_t>(t.numel()));
+}
+
+// A host copy of a device tensor (CPU tensors as they are): for metrics and checkpoints, which
+// read the bytes on the host.
+Tensor on_host(const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  Tensor host = Tensor::empty(t.shape(), t.dtype());
+  host.copy_from(t);
+  return host;
+}
+
+NamedTensors on_host(NamedTensors named) {
+  for (auto& entry : named) entry.second = on_host(entry.second);
+  return named;
+}
+
+// The batch's dense inputs and labels copied to `device` (sparse ids stay on the host).
+void move_batch(Batch& batch, Device device) {
+  if (device.is_cpu()) return;
+  for (Tensor* t : {&batch.inputs, &batch.labels}) {
+    Tensor moved = Tensor::empty(t->shape(), t->dtype(), device);
+    moved.copy_from(*t);
+    *t = moved;
+  }
 }
 
 
@@ -115,6 +143,7 @@ struct Trainer::State {
   std::unique_ptr<data::Dataset> train_data;
   std::unique_ptr<data::Dataset> test_data;
   std::unique_ptr<models::Model> model;
+  Device device;  // job.device: where the model's parameters and the step's tensors live
   std::vector<Parameter*> dense_params;
   std::vector<Parameter*> sparse_params;
   std::map<std::string, std::shared_ptr<EmbeddingStore>> stores;  // by table name
@@ -192,8 +221,8 @@ struct Trainer::State {
   Checkpoint snapshot(std::int64_t step, std::int64_t epoch, std::int64_t batch) const {
     Checkpoint checkpoint;
     checkpoint.step = step;
-    checkpoint.files["model"] = model_tensors();
-    checkpoint.files["optimizer"] = optimizer->state();
+    checkpoint.files["model"] = on_host(model_tensors());
+    checkpoint.files["optimizer"] = on_host(optimizer->state());
     if (stores.size() > remote.size()) checkpoint.files["embeddings"] = embedding_rows(/*include_sharded=*/false);
     if (!remote.empty()) {
       // Each shard writes its rows and optimiser state into the checkpoint folder itself.
@@ -344,6 +373,24 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     return store;
   };
   s.model = models::make_model(options.model, context);
+  s.device = *Device::parse(options.job.device);
+  if (!s.device.is_cpu()) {
+    if (s.multi_worker()) {
+      throw ConfigError(fmt::format("job.device: {} with {} workers: a job on a device runs one worker "
+                                    "for now (the dense ring reduces host memory; NCCL is not wired to it "
+                                    "yet)", s.device.str(), s.workers()));
+    }
+    if (!s.stores.empty()) {
+      throw ConfigError(fmt::format("job.device: {}: models with embedding tables train on the CPU only "
+                                    "for now", s.device.str()));
+    }
+    try {
+      (void)device_ops(s.device);
+    } catch (const Error& e) {
+      throw ConfigError(fmt::format("job.device: {}", e.what()));
+    }
+    s.model->to(s.device);
+  }
   for (Parameter* p : s.model->parameters()) {
     if (p->kind() == ParamKind::dense) {
       s.dense_params.push_back(p);
@@ -427,7 +474,7 @@ void apply_float_mode(const JobOptions& options) {
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::model_tensors() const {
-  return state_->model_tensors();
+  return on_host(state_->model_tensors());
 }
 
 models::Model& Trainer::model() { return *state_->model; }
@@ -476,8 +523,10 @@ EvalResult Trainer::evaluate() {
   loader.start_epoch(0);
   MetricMeter meter(s.test_data->spec().task);
   while (auto batch = loader.next()) {
+    const Tensor labels = batch->labels;
+    move_batch(*batch, s.device);
     double loss = s.model->forward(*batch, /*training=*/false);
-    meter.add(loss, s.model->outputs(), batch->labels);
+    meter.add(loss, on_host(s.model->outputs()), labels);
   }
   if (s.multi_worker()) {
     const auto all = s.group->allgather(meter.to_bytes());
@@ -619,6 +668,8 @@ TrainResult Trainer::run(const RunControl& control) {
         // Fault injection for tests (AIACC_TEST_NAN_AT=STEP): a batch of NaN features.
         std::fill(batch->inputs.data<float>(), batch->inputs.data<float>() + batch->inputs.numel(), NAN);
       }
+      const Tensor labels = batch->labels;  // on the host, for the metrics
+      move_batch(*batch, s.device);
       const double lr = s.schedule->lr_at(step);
       s.sparse_lr = s.sparse_schedule->lr_at(step);
       double loss = 0;
@@ -698,7 +749,7 @@ TrainResult Trainer::run(const RunControl& control) {
         trace::Span span("compute", "optimizer");
         s.optimizer->step(lr);
       }
-      if (bad_tensor.empty()) interval.add(loss, s.model->outputs(), batch->labels);
+      if (bad_tensor.empty()) interval.add(loss, on_host(s.model->outputs()), labels);
       ++step;
       ++batch_index;
       if (step % o.train.log_every_steps == 0 || step == s.total_steps) {

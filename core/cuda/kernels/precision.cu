@@ -39,6 +39,8 @@ void launch_convert(const In* in, Out* out, std::int64_t n, Convert convert, cud
   AIACC_CHECK_LAUNCH();
 }
 
+// kUnscale false: only the check (grads is then never written).
+template <bool kUnscale>
 __global__ void unscale_and_check_kernel(float* grads, std::int64_t n, float inv_scale,
                                          int* found_nonfinite) {
   bool bad = false;
@@ -46,7 +48,7 @@ __global__ void unscale_and_check_kernel(float* grads, std::int64_t n, float inv
        i += std::int64_t{blockDim.x} * gridDim.x) {
     const float g = grads[i];
     bad |= !isfinite(g);
-    grads[i] = g * inv_scale;
+    if (kUnscale) grads[i] = g * inv_scale;
   }
   // One write per warp that saw a bad value, not one per element.
   if (__any_sync(0xffffffffu, bad) && (threadIdx.x % 32) == 0) *found_nonfinite = 1;
@@ -73,8 +75,15 @@ void launch_half_to_float(const Half* in, float* out, std::int64_t n, cudaStream
 void launch_unscale_and_check(float* grads, std::int64_t n, float inv_scale, int* found_nonfinite,
                               cudaStream_t stream) {
   if (n <= 0) return;
-  unscale_and_check_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
+  unscale_and_check_kernel<true><<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
       grads, n, inv_scale, found_nonfinite);
+  AIACC_CHECK_LAUNCH();
+}
+
+void launch_check_finite(const float* values, std::int64_t n, int* found_nonfinite, cudaStream_t stream) {
+  if (n <= 0) return;
+  unscale_and_check_kernel<false><<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
+      const_cast<float*>(values), n, 1.0f, found_nonfinite);  // never written when not unscaling
   AIACC_CHECK_LAUNCH();
 }
 

@@ -26,5 +26,7 @@ void launch_half_to_float(const Half* in, float* out, std::int64_t n, cudaStream
 // device int the caller zeroes; it is only ever set, so one flag can cover many tensors.
 void launch_unscale_and_check(float* grads, std::int64_t n, float inv_scale, int* found_nonfinite,
                               cudaStream_t stream);
+// The check alone: sets *found_nonfinite when a value is NaN or infinite (values unchanged).
+void launch_check_finite(const float* values, std::int64_t n, int* found_nonfinite, cudaStream_t stream);
 
 }  // namespace aiacc::cuda

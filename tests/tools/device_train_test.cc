@@ -1,0 +1,102 @@
+// aiacc-train's job.device through the whole trainer, on the fake accelerator of
+// tests/testing/fake_device.h (whose memory host code cannot read): an MLP and a small ResNet
+// trained with checkpoints and evaluation on "cuda:0" end with bitwise the parameters, buffers,
+// losses and test metrics of the same jobs on the CPU; a job resumed on the device from a
+// checkpoint equals one that never stopped; jobs the device path does not cover are refused by
+// key.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "tests/testing/fake_device.h"
+#include "tools/trainer/job_options.h"
+#include "tools/trainer/trainer.h"
+
+namespace aiacc::trainer {
+namespace {
+
+constexpr const char* kImages =
+    "data:\n"
+    "  batch_size: 16\n"
+    "  train: {type: synthetic_images, synthetic_images: {size: 96, height: 8, width: 8}}\n"
+    "  test: {type: synthetic_images, synthetic_images: {size: 32, height: 8, width: 8}}\n";
+
+JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block, const std::string& device,
+                  const std::string& extra = "") {
+  std::filesystem::create_directories(run_dir);
+  auto path = run_dir / "job.yaml";
+  std::ofstream(path) << "job: {name: device, run_dir: " << run_dir.string() << ", threads: 1, device: " << device
+                      << "}\n"
+                      << model_block << kImages
+                      << "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
+                         "train: {epochs: 2, log_every_steps: 3, checkpoint: {every_steps: 4}}\n"
+                      << extra;
+  return load_job(path.string(), {});
+}
+
+void expect_bitwise(const std::vector<std::pair<std::string, Tensor>>& a,
+                    const std::vector<std::pair<std::string, Tensor>>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    ASSERT_EQ(a[i].second.num_bytes(), b[i].second.num_bytes()) << a[i].first;
+    EXPECT_EQ(0, std::memcmp(a[i].second.raw_data(), b[i].second.raw_data(), a[i].second.num_bytes()))
+        << a[i].first;
+  }
+}
+
+void expect_device_run_equals_cpu_run(const std::string& model_block, const std::string& tag) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / ("aiacc_device_train_" + tag);
+  std::filesystem::remove_all(base);
+  Trainer on_cpu(job_in(base / "cpu", model_block, "cpu"));
+  const TrainResult cpu = on_cpu.run();
+  Trainer on_device(job_in(base / "device", model_block, "cuda"));
+  const TrainResult device = on_device.run();
+  EXPECT_EQ(device.steps, cpu.steps);
+  EXPECT_EQ(device.first_train_loss, cpu.first_train_loss);
+  EXPECT_EQ(device.last_train_loss, cpu.last_train_loss);
+  ASSERT_TRUE(device.last_eval && cpu.last_eval);
+  EXPECT_EQ(device.last_eval->loss, cpu.last_eval->loss);
+  EXPECT_EQ(device.last_eval->accuracy, cpu.last_eval->accuracy);
+  EXPECT_EQ(on_device.model().parameters().front()->value().device(), Device::cuda(0));
+  expect_bitwise(on_device.model_tensors(), on_cpu.model_tensors());  // host copies of the device's
+
+  // Resumed on the device from the step-4 checkpoint (written from device tensors): the same end.
+  const auto resumed_dir = base / "resumed";
+  std::filesystem::create_directories(resumed_dir / "device" / "checkpoints");
+  std::filesystem::copy(base / "device" / "device" / "checkpoints" / "step-000000000004",
+                        resumed_dir / "device" / "checkpoints" / "step-000000000004", std::filesystem::copy_options::recursive);
+  Trainer resumed(job_in(resumed_dir, model_block, "cuda"));
+  const TrainResult again = resumed.run();
+  EXPECT_EQ(again.resumed_from_step, 4);
+  expect_bitwise(resumed.model_tensors(), on_cpu.model_tensors());
+  std::filesystem::remove_all(base);
+}
+
+TEST(DeviceTraining, AnMlpJobOnTheDeviceEqualsTheCpuJob) {
+  expect_device_run_equals_cpu_run("model: {type: mlp, mlp: {hidden: [24, 12]}}\n", "mlp");
+}
+
+TEST(DeviceTraining, AResNetJobOnTheDeviceEqualsTheCpuJob) {
+  expect_device_run_equals_cpu_run("model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "resnet");
+}
+
+TEST(DeviceTraining, JobsTheDevicePathDoesNotCoverAreRefusedByKey) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_refused";
+  std::filesystem::remove_all(base);
+  EXPECT_THAT([&] { Trainer t(job_in(base / "dropout", "model: {type: mlp, mlp: {hidden: [8], dropout: 0.5}}\n", "cuda"));
+                    t.run(); },
+              ::testing::Throws<InternalError>());
+  EXPECT_THAT([&] { job_in(base / "bad", "model: {type: mlp}\n", "gpu0"); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("job.device: expected cpu, cuda or cuda:N")));
+  std::filesystem::remove_all(base);
+}
+
+}  // namespace
+}  // namespace aiacc::trainer

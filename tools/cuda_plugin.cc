@@ -1,0 +1,31 @@
+// The CUDA plugin of aiacc-train (libaiacc_cuda.so): CUDA tensors and layer ops, loaded only by
+// a job whose job.device is a GPU, so CPU jobs neither load CUDA's libraries (a few hundred
+// megabytes mapped, 0.1 s per process) nor need them installed. It is linked against the core
+// symbols of the program that loads it (aiacc-train exports them): the registries it fills are
+// the program's own.
+#include <cstddef>
+#include <cstdio>
+#include <exception>
+
+#include "core/cuda/device.h"
+#include "core/cuda/device_ops.h"
+#include "core/cuda/tensor_backend.h"
+
+// Registers CUDA for tensors and layers after checking that `device` exists. Returns 0, or 1
+// with a message in `error`.
+extern "C" __attribute__((visibility("default"))) int aiacc_cuda_plugin_register(int device, char* error,
+                                                                               std::size_t error_size) {
+  try {
+    const int devices = aiacc::cuda::device_count();
+    if (device >= devices) {
+      std::snprintf(error, error_size, "this machine has %d CUDA device(s)", devices);
+      return 1;
+    }
+    aiacc::cuda::register_tensor_backend();
+    aiacc::cuda::register_device_ops();
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+}
