@@ -37,7 +37,7 @@ class Mlp final : public Model {
   };
 
   Mlp(const Options& options, const ModelContext& context)
-      : task_(context.input.task), net_("mlp") {
+      : task_(context.input.task), dropout_(options.dropout), net_("mlp") {
     std::int64_t width = context.input.example_shape.numel();
     if (width <= 0) throw ConfigError("model mlp: the data has empty examples");
     if (task_ == Task::classification && context.input.num_classes < 2) {
@@ -62,7 +62,17 @@ class Mlp final : public Model {
 
   std::vector<Parameter*> parameters() override { return net_.parameters(); }
   std::vector<std::pair<std::string, Tensor>> buffers() override { return net_.buffers(); }
-  void to(Device device) override { net_.to(device); }
+  void to(Device device) override {
+    if (!device.is_cpu() && dropout_ > 0) {
+      throw ConfigError(fmt::format("job.device: {}: model.mlp.dropout {} runs on the CPU only (set 0)",
+                                    device.str(), dropout_));
+    }
+    if (!device.is_cpu() && task_ != Task::classification) {
+      throw ConfigError(fmt::format("job.device: {}: the mlp's binary task (binary cross-entropy) runs on "
+                                    "the CPU only; classification data runs on devices", device.str()));
+    }
+    net_.to(device);
+  }
 
   double forward(const Batch& batch, bool training) override {
     const std::int64_t n = batch.inputs.dim(0);
@@ -83,6 +93,7 @@ class Mlp final : public Model {
 
  private:
   Task task_;
+  double dropout_;
   Sequential net_;
   SoftmaxCrossEntropy cross_entropy_;
   BinaryCrossEntropyWithLogits binary_;

@@ -64,7 +64,13 @@ embedding::RowCachePlan RemoteEmbeddingStore::plan_batch(std::span<const std::in
 }
 
 void RemoteEmbeddingStore::settle(Prefetch& p) {
-  client_->wait(p.ticket);  // never leave a ticket writing into freed memory
+  try {
+    client_->wait(p.ticket);  // never leave a ticket writing into freed memory
+  } catch (...) {
+    // The plan already counts its rows as held: forget every kept row rather than serve them.
+    if (cache_) reset_cache();
+    throw;
+  }
   if (!cache_) return;
   const auto d = static_cast<std::size_t>(config_.spec.dim);
   for (std::size_t j = 0; j < p.plan.fetch_slots.size(); ++j) {
@@ -107,7 +113,12 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
   Prefetch fetch;
   fetch.plan = plan_batch(ids);
   fetch.rows.resize(fetch.plan.fetch_ids.size() * static_cast<std::size_t>(config_.spec.dim));
-  fetch.ticket = client_->pull(config_.spec.name, fetch.plan.fetch_ids, fetch.rows.data(), step_, kIds);
+  try {
+    fetch.ticket = client_->pull(config_.spec.name, fetch.plan.fetch_ids, fetch.rows.data(), step_, kIds);
+  } catch (...) {
+    reset_cache();  // as in settle(): the plan's rows never arrived
+    throw;
+  }
   settle(fetch);
   copy_from_slots(fetch.plan, rows);
 }
@@ -124,7 +135,12 @@ void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
     fetch_ids = p->plan.fetch_ids;
   }
   p->rows.resize(fetch_ids.size() * static_cast<std::size_t>(config_.spec.dim));
-  p->ticket = client_->pull(config_.spec.name, fetch_ids, p->rows.data(), step_, kIds);
+  try {
+    p->ticket = client_->pull(config_.spec.name, fetch_ids, p->rows.data(), step_, kIds);
+  } catch (...) {
+    if (cache_) reset_cache();  // the plan's rows will not arrive
+    throw;
+  }
   prefetch_ = std::move(p);
 }
 

@@ -150,7 +150,6 @@ int run(int argc, char** argv) {
   }
   aiacc::log::configure(job.log);
   aiacc::log::set_role("worker 0");
-  register_device(job);
   const auto& cluster = job.cluster;
   if (!dry_run && cluster.launcher != "local") {
     if (auto role = aiacc::trainer::role_from_environment(cluster)) return run_rank(job, *role, eval_checkpoint);
@@ -177,10 +176,14 @@ int run(int argc, char** argv) {
   }
   if (dry_run) {
     std::cout << "# resolved configuration\n" << aiacc::trainer::resolved_yaml(job) << "\n# plan\n";
-    aiacc::trainer::Trainer trainer(job);
+    // The plan, not the device: a dry run needs no GPU (nor loads CUDA).
+    aiacc::trainer::JobOptions plan = job;
+    plan.job.device = "cpu";
+    aiacc::trainer::Trainer trainer(plan);
     trainer.describe(std::cout);
     return 0;
   }
+  register_device(job);
   aiacc::trainer::Trainer trainer(job);
   if (!eval_checkpoint.empty()) {
     trainer.evaluate_checkpoint(eval_checkpoint);

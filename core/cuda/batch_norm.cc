@@ -21,11 +21,7 @@ CudnnBatchNorm2d::CudnnBatchNorm2d(std::int64_t batch, std::int64_t channels, st
     : options_(options), device_(device) {
   const kernels::BatchNormGeometry geometry{batch, channels, height * width};
   geometry.validate();
-  // As the CPU kernel: the running variance is unbiased (divides by M - 1).
-  if (geometry.values_per_channel() < 2) {
-    throw ConfigError(fmt::format("{}: {} values per channel (N*H*W); training statistics need at least 2",
-                                  kLayer, geometry.values_per_channel()));
-  }
+  values_per_channel_ = geometry.values_per_channel();
   if (!(options_.math.eps > 0.0) || options_.math.eps < CUDNN_BN_MIN_EPSILON) {
     throw ConfigError(fmt::format("{}: eps {} must be positive (and at least cuDNN's minimum {})", kLayer,
                                   options_.math.eps, CUDNN_BN_MIN_EPSILON));
@@ -43,6 +39,12 @@ CudnnBatchNorm2d::~CudnnBatchNorm2d() = default;
 void CudnnBatchNorm2d::forward_train(const CudnnHandle& cudnn, const void* x, const float* gamma,
                                      const float* beta, void* y, float* running_mean, float* running_var,
                                      float* save_mean, float* save_inv_std, cudaStream_t stream) {
+  // As the CPU kernel: the running variance is unbiased (divides by M - 1). Evaluation has no
+  // such limit (a last test batch of one 1x1 image is fine).
+  if (values_per_channel_ < 2) {
+    throw ConfigError(fmt::format("{}: {} values per channel (N*H*W); training statistics need at least 2",
+                                  kLayer, values_per_channel_));
+  }
   DeviceGuard guard(device_);
   const float one = 1.0f, zero = 0.0f;
   const Descriptors& d = *descriptors_;

@@ -24,8 +24,8 @@ struct CudnnBatchNormOptions {
 
 class CudnnBatchNorm2d {
  public:
-  // x is [N, C, H, W] (in `layout`); throws ConfigError for a dtype cuDNN refuses, eps <= 0 or
-  // fewer than 2 values per channel (N*H*W), as the CPU kernel requires.
+  // x is [N, C, H, W] (in `layout`); throws ConfigError for a dtype cuDNN refuses or eps <= 0.
+  // forward_train throws it for fewer than 2 values per channel (N*H*W), as the CPU kernel does.
   CudnnBatchNorm2d(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
                    CudnnBatchNormOptions options, int device);
   ~CudnnBatchNorm2d();
@@ -49,6 +49,7 @@ class CudnnBatchNorm2d {
   struct Descriptors;
   CudnnBatchNormOptions options_;
   int device_;
+  std::int64_t values_per_channel_ = 0;
   std::unique_ptr<Descriptors> descriptors_;
 };
 

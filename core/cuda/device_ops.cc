@@ -191,8 +191,8 @@ class CudaOps final : public DeviceOps {
   }
   void global_avg_pool_backward(const Device& device, std::int64_t batch, std::int64_t channels,
                                 std::int64_t spatial, const float* dy, float* dx) override {
-    // cuDNN's average-pool backward reads only dy (x and y are part of its signature).
-    pool2d_backward(device, global_pool_geometry(batch, channels, spatial), false, dx, dy, dy, dx);
+    DeviceGuard guard(device.index);
+    launch_global_avg_pool_backward(dy, dx, batch * channels, spatial, current_stream());
   }
 #else
   void conv2d_forward(const Device&, const kernels::Conv2dGeometry&, const float*, const float*, float*) override {

@@ -66,6 +66,8 @@ Tensor ResidualBlock::backward(const Tensor& grad_output, bool need_input_grad) 
   const Device device = output_.device();
   Tensor grad_sum = Tensor::empty(output_.shape(), output_.dtype(), device);
   if (!device.is_cpu()) {
+    AIACC_CHECK(grad_output.device() == device, "{}: grad_output on {}, the output on {}", name_,
+                grad_output.device().str(), device.str());
     device_ops(device).relu_backward(device, output_.numel(), output_.data<float>(),
                                      grad_output.data<float>(), grad_sum.data<float>());
   } else if (f64) {

@@ -26,15 +26,14 @@ constexpr const char* kImages =
     "  test: {type: synthetic_images, synthetic_images: {size: 32, height: 8, width: 8}}\n";
 
 JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block, const std::string& device,
-                  const std::string& extra = "") {
+                  const std::string& optimizer = "{type: sgd, lr: 0.05, momentum: 0.9}") {
   std::filesystem::create_directories(run_dir);
   auto path = run_dir / "job.yaml";
   std::ofstream(path) << "job: {name: device, run_dir: " << run_dir.string() << ", threads: 1, device: " << device
                       << "}\n"
                       << model_block << kImages
-                      << "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
-                         "train: {epochs: 2, log_every_steps: 3, checkpoint: {every_steps: 4}}\n"
-                      << extra;
+                      << "optimizer: " << optimizer << "\n"
+                      << "train: {epochs: 2, log_every_steps: 3, checkpoint: {every_steps: 4}}\n";
   return load_job(path.string(), {});
 }
 
@@ -90,9 +89,10 @@ TEST(DeviceTraining, JobsTheDevicePathDoesNotCoverAreRefusedByKey) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_refused";
   std::filesystem::remove_all(base);
-  EXPECT_THAT([&] { Trainer t(job_in(base / "dropout", "model: {type: mlp, mlp: {hidden: [8], dropout: 0.5}}\n", "cuda"));
-                    t.run(); },
-              ::testing::Throws<InternalError>());
+  EXPECT_THAT([&] { Trainer t(job_in(base / "dropout", "model: {type: mlp, mlp: {hidden: [8], dropout: 0.5}}\n", "cuda")); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("model.mlp.dropout 0.5 runs on the CPU only")));
+  EXPECT_THAT([&] { Trainer t(job_in(base / "lamb", "model: {type: mlp}\n", "cuda", "{type: lamb}")); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("optimizer.type: lamb runs on the CPU only")));
   EXPECT_THAT([&] { job_in(base / "bad", "model: {type: mlp}\n", "gpu0"); },
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("job.device: expected cpu, cuda or cuda:N")));
   std::filesystem::remove_all(base);

@@ -384,6 +384,10 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
       throw ConfigError(fmt::format("job.device: {}: models with embedding tables train on the CPU only "
                                     "for now", s.device.str()));
     }
+    if (const std::string& type = options.optimizer.type; type != "sgd" && type != "adam" && type != "adamw") {
+      throw ConfigError(fmt::format("optimizer.type: {} runs on the CPU only; on {} use sgd, adam or adamw",
+                                    type, s.device.str()));
+    }
     try {
       (void)device_ops(s.device);
     } catch (const Error& e) {

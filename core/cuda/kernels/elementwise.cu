@@ -1,4 +1,4 @@
-// Element-wise add and add + ReLU: grid-stride loops over fp32.
+// Element-wise add, add + ReLU and the spread of a mean's gradient: grid-stride loops over fp32.
 #include "core/cuda/kernels/elementwise.h"
 
 #include "core/cuda/kernels/launch.h"
@@ -22,7 +22,24 @@ void launch(const float* a, const float* b, float* y, std::int64_t count, cudaSt
   AIACC_CHECK_LAUNCH();
 }
 
+__global__ void spread_mean_kernel(const float* dy, float* dx, std::int64_t count, std::int64_t spatial,
+                                   float inv_spatial) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::int64_t{blockDim.x} * gridDim.x) {
+    dx[i] = dy[i / spatial] * inv_spatial;
+  }
+}
+
 }  // namespace
+
+void launch_global_avg_pool_backward(const float* dy, float* dx, std::int64_t planes, std::int64_t spatial,
+                                     cudaStream_t stream) {
+  const std::int64_t count = planes * spatial;
+  if (count <= 0) return;
+  spread_mean_kernel<<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(
+      dy, dx, count, spatial, 1.0f / static_cast<float>(spatial));
+  AIACC_CHECK_LAUNCH();
+}
 
 void launch_add(const float* a, const float* b, float* y, std::int64_t count, cudaStream_t stream) {
   launch<false>(a, b, y, count, stream);

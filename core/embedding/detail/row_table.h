@@ -57,7 +57,8 @@ class RowTable {
 
   std::int64_t size() const { return size_; }
   std::int64_t capacity() const { return static_cast<std::int64_t>(slots_.size()); }
-  // Bytes held: slots plus allocated arena blocks (including not yet used rows of the last).
+  // Bytes held: slots plus arena blocks, the last one up to the page its last row is on (a
+  // 2 MiB page for a huge block: an upper bound where huge pages are off).
   std::size_t memory_bytes() const;
 
   // Calls fn(id, row) for every row, in slot order (callers sort when order matters).
