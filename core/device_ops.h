@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <utility>
 
 #include "core/kernels/batch_norm.h"
 #include "core/kernels/conv2d.h"
@@ -75,8 +77,10 @@ class DeviceOps {
   virtual double softmax_cross_entropy(const Device& device, std::int64_t batch, std::int64_t classes,
                                        const float* logits, const std::int64_t* labels,
                                        double label_smoothing, float* dlogits) = 0;
-  // Whether every one of n values is finite (no NaN or infinity). Waits for the result.
-  virtual bool all_finite(const Device& device, std::int64_t n, const float* x) = 0;
+  // The index of the first of `tensors` (pointer, count) holding a NaN or an infinity, or -1.
+  // One wait for all of them (a step checks every gradient this way).
+  virtual std::int64_t first_nonfinite(const Device& device,
+                                       std::span<const std::pair<const float*, std::int64_t>> tensors) = 0;
   // The CPU rules' updates (core/optim) over n elements; `step` 1-based. sgd's momentum may be
   // null when rule.momentum is 0.
   virtual void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,

@@ -246,16 +246,26 @@ class CudaOps final : public DeviceOps {
                                                            dlogits, device.index, stream);
     return read_loss(loss, stream);
   }
-  bool all_finite(const Device& device, std::int64_t n, const float* x) override {
+  std::int64_t first_nonfinite(const Device& device,
+                               std::span<const std::pair<const float*, std::int64_t>> tensors) override {
+    if (tensors.empty()) return -1;
     DeviceGuard guard(device.index);
     const cudaStream_t stream = current_stream();
-    memory::PooledBuffer flag(device_allocator(device.index), sizeof(int), stream_id(stream));
-    AIACC_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), stream));
-    launch_check_finite(x, n, static_cast<int*>(flag.get()), stream);
-    int found = 0;
-    AIACC_CUDA_CHECK(cudaMemcpyAsync(&found, flag.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    // One flag per tensor, all cleared, set and read back together: one wait per step.
+    const std::size_t bytes = tensors.size() * sizeof(int);
+    memory::PooledBuffer flags(device_allocator(device.index), bytes, stream_id(stream));
+    int* flag = static_cast<int*>(flags.get());
+    AIACC_CUDA_CHECK(cudaMemsetAsync(flag, 0, bytes, stream));
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      launch_check_finite(tensors[t].first, tensors[t].second, flag + t, stream);
+    }
+    std::vector<int> found(tensors.size());
+    AIACC_CUDA_CHECK(cudaMemcpyAsync(found.data(), flag, bytes, cudaMemcpyDeviceToHost, stream));
     AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return found == 0;
+    for (std::size_t t = 0; t < found.size(); ++t) {
+      if (found[t] != 0) return static_cast<std::int64_t>(t);
+    }
+    return -1;
   }
   void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,
                    float* exp_avg, float* exp_avg_sq, std::int64_t n, std::int64_t step,

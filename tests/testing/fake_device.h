@@ -179,10 +179,16 @@ class FakeOps : public DeviceOps {
     return kernels::softmax_cross_entropy<float>(batch, classes, host(logits), host(labels), label_smoothing,
                                                  host(dlogits));
   }
-  bool all_finite(const Device&, std::int64_t n, const float* x) override {
+  std::int64_t first_nonfinite(const Device&,
+                               std::span<const std::pair<const float*, std::int64_t>> tensors) override {
     ++log_.ops;
-    const float* values = host(x);
-    return std::all_of(values, values + n, [](float v) { return std::isfinite(v); });
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const float* values = host(tensors[t].first);
+      if (!std::all_of(values, values + tensors[t].second, [](float v) { return std::isfinite(v); })) {
+        return static_cast<std::int64_t>(t);
+      }
+    }
+    return -1;
   }
   void adam_update(const Device&, const optim::AdamRule& rule, float* w, const float* g, float* exp_avg,
                    float* exp_avg_sq, std::int64_t n, std::int64_t step, double lr) override {

@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,14 +28,15 @@ constexpr const char* kImages =
     "  test: {type: synthetic_images, synthetic_images: {size: 32, height: 8, width: 8}}\n";
 
 JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block, const std::string& device,
-                  const std::string& optimizer = "{type: sgd, lr: 0.05, momentum: 0.9}") {
+                  const std::string& optimizer = "{type: sgd, lr: 0.05, momentum: 0.9}",
+                  const std::string& train_extra = "") {
   std::filesystem::create_directories(run_dir);
   auto path = run_dir / "job.yaml";
   std::ofstream(path) << "job: {name: device, run_dir: " << run_dir.string() << ", threads: 1, device: " << device
                       << "}\n"
                       << model_block << kImages
                       << "optimizer: " << optimizer << "\n"
-                      << "train: {epochs: 2, log_every_steps: 3, checkpoint: {every_steps: 4}}\n";
+                      << "train: {epochs: 2, log_every_steps: 3, checkpoint: {every_steps: 4}" << train_extra << "}\n";
   return load_job(path.string(), {});
 }
 
@@ -83,6 +86,28 @@ TEST(DeviceTraining, AnMlpJobOnTheDeviceEqualsTheCpuJob) {
 
 TEST(DeviceTraining, AResNetJobOnTheDeviceEqualsTheCpuJob) {
   expect_device_run_equals_cpu_run("model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "resnet");
+}
+
+// A batch of NaN features at step 3 (the trainer's fault injection): its non-finite gradients
+// are found on the device and the step skipped, as on the CPU.
+TEST(DeviceTraining, ANonFiniteStepIsFoundOnTheDeviceAndSkipped) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_nan";
+  std::filesystem::remove_all(base);
+  const std::string model = "model: {type: mlp, mlp: {hidden: [8]}}\n";
+  ::setenv("AIACC_TEST_NAN_AT", "3", 1);
+  Trainer on_cpu(job_in(base / "cpu", model, "cpu", "{type: sgd, lr: 0.05}", ", non_finite: skip"));
+  Trainer on_device(job_in(base / "device", model, "cuda", "{type: sgd, lr: 0.05}", ", non_finite: skip"));
+  const TrainResult cpu = on_cpu.run();
+  const TrainResult device = on_device.run();
+  ::unsetenv("AIACC_TEST_NAN_AT");
+  EXPECT_EQ(device.last_train_loss, cpu.last_train_loss);
+  expect_bitwise(on_device.model_tensors(), on_cpu.model_tensors());
+  // The skipped step left the parameters finite (a NaN step applied would not have).
+  for (const auto& [name, tensor] : on_device.model_tensors()) {
+    for (float v : tensor.to_vector<float>()) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
+  std::filesystem::remove_all(base);
 }
 
 TEST(DeviceTraining, JobsTheDevicePathDoesNotCoverAreRefusedByKey) {

@@ -102,10 +102,22 @@ std::unique_ptr<optim::LrSchedule> make_schedule(const optim::OptimizerOptions& 
 // False when a float tensor holds a NaN or an infinity (the check the all-reduce's fp16
 // fallback uses).
 bool all_finite(const Tensor& t) {
-  if (!t.device().is_cpu()) {
-    return device_ops(t.device()).all_finite(t.device(), t.numel(), t.data<float>());
-  }
   return !ring::detail::has_non_finite(t.dtype(), t.raw_data(), static_cast<std::size_t>(t.numel()));
+}
+
+// The name of the first parameter whose gradient holds a NaN or an infinity, or "". On a device
+// all are checked there at once (one wait per step).
+std::string first_nonfinite_grad(const std::vector<Parameter*>& params, Device device) {
+  if (device.is_cpu()) {
+    for (Parameter* p : params) {
+      if (!all_finite(p->grad())) return p->name();
+    }
+    return "";
+  }
+  std::vector<std::pair<const float*, std::int64_t>> grads;
+  for (Parameter* p : params) grads.emplace_back(p->grad().data<float>(), p->grad().numel());
+  const std::int64_t bad = device_ops(device).first_nonfinite(device, grads);
+  return bad < 0 ? "" : params[static_cast<std::size_t>(bad)]->name();
 }
 
 // A host copy of a device tensor (CPU tensors as they are): for metrics and checkpoints, which
@@ -735,10 +747,7 @@ TrainResult Trainer::run(const RunControl& control) {
       // every worker takes the same decision.
       std::string bad_tensor = s.non_finite_sparse;
       s.non_finite_sparse.clear();
-      for (Parameter* p : s.dense_params) {
-        if (!bad_tensor.empty()) break;
-        if (!all_finite(p->grad())) bad_tensor = p->name();
-      }
+      if (bad_tensor.empty()) bad_tensor = first_nonfinite_grad(s.dense_params, s.device);
       if (!bad_tensor.empty() && o.train.non_finite == "stop") {
         throw Error(fmt::format("the gradient of '{}' is not finite (NaN or Inf) at step {} (epoch {}); "
                                 "lower the learning rate or check the data, or set train.non_finite: skip",
