@@ -6,6 +6,7 @@
 #   scripts/build.sh && scripts/gpu-bundle.sh            # here
 #   gpu-bundle/run.sh [gpu_conv2d_test ...]              # on the GPU machine (default: all)
 #   gpu-bundle/aiacc-train.sh CONFIG --set job.device=cuda   # a training job there
+#   gpu-bundle/bench.sh                                   # ResNet-50 against PyTorch there
 #
 # CUDA's own libraries (cudart, cuBLAS, cuDNN, NCCL) are not packed: cuBLAS alone is over
 # 500 MiB. run.sh puts the GPU machine's on the library path (the NVIDIA Python wheels'
@@ -28,6 +29,10 @@ trainer=()
 if [[ -x build/tools/aiacc-train && -f build/tools/libaiacc_cuda.so ]]; then
   cp build/tools/aiacc-train build/tools/libaiacc_cuda.so "$out/train/"
   cp -r configs "$out/configs"
+  # Issue 8's benchmark against PyTorch (bench.sh below runs it).
+  mkdir -p "$out/tools/bench/pytorch"
+  cp tools/bench/compare_pytorch.py "$out/tools/bench/"
+  cp tools/bench/pytorch/*.py "$out/tools/bench/pytorch/"
   trainer=(build/tools/aiacc-train build/tools/libaiacc_cuda.so)
 fi
 
@@ -64,6 +69,17 @@ source "$(dirname "$0")/env.sh"
 exec "$here/train/aiacc-train" "$@"
 EOF
 chmod +x "$out/aiacc-train.sh"
+
+cat > "$out/bench.sh" <<'EOF'
+#!/usr/bin/env bash
+# ResNet-50 (224x224, batch 256) on this machine's GPU: aiacc-train (job.device: cuda) against
+# PyTorch (bf16 autocast, channels_last) in one run, and the ratio. PYTHON: the Python with torch.
+here=$(cd "$(dirname "$0")" && pwd)
+python=${PYTHON:-python3}
+exec "$python" "$here/tools/bench/compare_pytorch.py" resnet50_synthetic --device cuda \
+  --binary "$here/aiacc-train.sh" --python "$python" --threads "$(nproc)" --repeats "${REPEATS:-2}" "$@"
+EOF
+chmod +x "$out/bench.sh"
 
 cat > "$out/run.sh" <<'EOF'
 #!/usr/bin/env bash

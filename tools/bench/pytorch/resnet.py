@@ -18,6 +18,8 @@ line measured after a few warm-up steps:
       --eval-checkpoint runs/resnet_fashion_mnist/checkpoints/step-000000007020/model.safetensors
       (loads an aiacc-train dense checkpoint strictly by torchvision names and prints the test
       accuracy PyTorch computes with it: it must equal aiacc-train's eval accuracy)
+  python3 tools/bench/pytorch/resnet.py --depth 50 --data synthetic --batch 256 --image 3,224,224 \
+      --classes 1000 --device cuda --amp bf16 --channels-last --steps 20 --warmup 5   # on a GPU
 Needs python3-torch (Debian: /usr/bin/python3); python3-torchvision for ImageNet-style nets.
 """
 
@@ -252,6 +254,10 @@ def main():
     p.add_argument("--crop-padding", type=int, default=2, help="augmentation (fashion_mnist)")
     p.add_argument("--no-flip", action="store_true")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where the model trains")
+    p.add_argument("--amp", choices=["none", "bf16"], default="none",
+                   help="bf16: autocast forward and loss to bf16 (fp32 master weights)")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format (Tensor Cores)")
     p.add_argument("--print-state-dict-names", action="store_true",
                    help="print 'name shape' per state-dict entry and exit")
     p.add_argument("--eval-checkpoint", metavar="MODEL_SAFETENSORS",
@@ -286,9 +292,17 @@ def main():
         train_y = rng.integers(0, classes, size=pool * args.batch)
     steps_per_epoch = len(train_y) // args.batch
     total_steps = args.epochs * steps_per_epoch if args.epochs else args.warmup + args.steps
+    device = torch.device(args.device)
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=memory_format)
     optimizer = make_optimizer(model, args)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     model.train()
+    on_gpu = device.type == "cuda"
+
+    def sync():  # GPU work is asynchronous: time what has finished
+        if on_gpu:
+            torch.cuda.synchronize(device)
 
     def batches():
         while True:
@@ -305,12 +319,16 @@ def main():
     loss = float("nan")
     for step in range(total_steps):
         if step == args.warmup and not args.epochs:
+            sync()
             timed_start = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = cosine_lr(step + 1, args.lr, args.lr_warmup_steps, total_steps)
         x, y = next(stream)
+        x = x.to(device, non_blocking=True).contiguous(memory_format=memory_format)
+        y = y.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        out = loss_fn(model(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16"):
+            out = loss_fn(model(x), y)
         out.backward()
         optimizer.step()
         loss = out.item()
@@ -321,9 +339,11 @@ def main():
                               "test_accuracy": acc}), flush=True)
     if args.epochs:
         return
+    sync()
     seconds = time.perf_counter() - timed_start
     print(json.dumps({"framework": "pytorch", "model": name, "definition": source,
-                      "batch": args.batch, "threads": args.threads,
+                      "batch": args.batch, "threads": args.threads, "device": args.device,
+                      "amp": args.amp, "channels_last": args.channels_last,
                       "samples_per_s": round(args.steps * args.batch / seconds, 2),
                       "seconds_per_step": round(seconds / args.steps, 4), "steps": args.steps,
                       "final_loss": round(loss, 4), "torch": torch.__version__}))
