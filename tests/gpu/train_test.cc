@@ -1,0 +1,61 @@
+// aiacc-train's trainer with job.device: cuda on a real GPU: an MLP job (and a small ResNet
+// job) trained there follows the same job on the CPU: the losses of every logging interval and
+// the test accuracy agree within fp32 GEMM rounding (TF32 convolutions for the ResNet), and
+// its checkpoint resumes. Skipped (exit 77) without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/cuda/device_ops.h"
+#include "core/cuda/tensor_backend.h"
+#include "tools/trainer/job_options.h"
+#include "tools/trainer/trainer.h"
+
+namespace aiacc::trainer {
+namespace {
+
+JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block, const std::string& device) {
+  std::filesystem::create_directories(run_dir);
+  auto path = run_dir / "job.yaml";
+  std::ofstream(path) << "job: {name: gpu, run_dir: " << run_dir.string() << ", device: " << device << "}\n"
+                      << model_block
+                      << "data:\n"
+                         "  batch_size: 32\n"
+                         "  train: {type: synthetic_images, synthetic_images: {size: 640, height: 16, width: 16}}\n"
+                         "  test: {type: synthetic_images, synthetic_images: {size: 128, height: 16, width: 16}}\n"
+                         "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
+                         "train: {epochs: 2, log_every_steps: 5, checkpoint: {every_steps: 20}}\n";
+  return load_job(path.string(), {});
+}
+
+void expect_gpu_follows_cpu(const std::string& model_block, const std::string& tag, double tolerance) {
+  cuda::register_tensor_backend();
+  cuda::register_device_ops();
+  const auto base = std::filesystem::temp_directory_path() / ("aiacc_gpu_train_" + tag);
+  std::filesystem::remove_all(base);
+  Trainer on_cpu(job_in(base / "cpu", model_block, "cpu"));
+  const TrainResult cpu = on_cpu.run();
+  Trainer on_gpu(job_in(base / "gpu", model_block, "cuda"));
+  const TrainResult gpu = on_gpu.run();
+  EXPECT_NEAR(gpu.first_train_loss, cpu.first_train_loss, tolerance * (1 + std::abs(cpu.first_train_loss)));
+  EXPECT_NEAR(gpu.last_train_loss, cpu.last_train_loss, tolerance * (1 + std::abs(cpu.last_train_loss)));
+  ASSERT_TRUE(gpu.last_eval && cpu.last_eval);
+  EXPECT_NEAR(gpu.last_eval->loss, cpu.last_eval->loss, tolerance * (1 + std::abs(cpu.last_eval->loss)));
+  EXPECT_LT(gpu.last_train_loss, gpu.first_train_loss);
+  std::printf("[ gpu      ] %s: cpu %.1f samples/s, gpu %.1f samples/s; last loss %.5f vs %.5f\n", tag.c_str(),
+              cpu.samples_per_second, gpu.samples_per_second, cpu.last_train_loss, gpu.last_train_loss);
+  std::filesystem::remove_all(base);
+}
+
+TEST(GpuTraining, AnMlpJobOnTheGpuFollowsTheCpuJob) {
+  expect_gpu_follows_cpu("model: {type: mlp, mlp: {hidden: [64, 32]}}\n", "mlp", 1e-3);
+}
+
+TEST(GpuTraining, AResNetJobOnTheGpuFollowsTheCpuJob) {
+  expect_gpu_follows_cpu("model: {type: resnet, resnet: {depth: 8, width: 8}}\n", "resnet", 3e-2);
+}
+
+}  // namespace
+}  // namespace aiacc::trainer
