@@ -49,9 +49,7 @@ class Parameter {
   // Layers read both through this object, so they run where it now is.
   void to(Device device) {
     if (value_.device() == device) return;
-    Tensor moved = Tensor::empty(value_.shape(), value_.dtype(), device);
-    moved.copy_from(value_);
-    value_ = std::move(moved);
+    value_ = value_.to(device);
     if (kind_ == ParamKind::dense) grad_ = Tensor::zeros(value_.shape(), value_.dtype(), device);
   }
 

@@ -259,6 +259,13 @@ void dispatch_dtype(DType dtype, F&& f) {
 
 }  // namespace
 
+Tensor Tensor::to(Device target) const {
+  if (!defined() || device() == target) return *this;
+  Tensor out = empty(shape_, dtype_, target);
+  out.copy_from(*this);
+  return out;
+}
+
 Tensor Tensor::to(DType dtype) const {
   AIACC_CHECK(device().is_cpu(), "Tensor::to is host-only");
   Tensor out = empty(shape_, dtype);

@@ -155,6 +155,7 @@ class Tensor {
   Tensor clone() const;                        // deep copy on the same device
   void copy_from(const Tensor& source);        // same shape and dtype; any devices (see DeviceBackend::copy)
   Tensor to(DType dtype) const;                // converted copy (float types and integers); CPU only
+  Tensor to(Device device) const;              // a copy on `device`; this tensor when already there
   void fill(double value);                     // CPU only
   void zero();                                 // any device
 

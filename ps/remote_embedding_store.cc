@@ -63,6 +63,15 @@ embedding::RowCachePlan RemoteEmbeddingStore::plan_batch(std::span<const std::in
   return cache_->plan(ids, static_cast<std::int64_t>(step_));
 }
 
+Ticket RemoteEmbeddingStore::start_pull(std::span<const std::int64_t> ids, float* rows) {
+  try {
+    return client_->pull(config_.spec.name, ids, rows, step_, kIds);
+  } catch (...) {
+    if (cache_) reset_cache();  // as in settle(): a plan's rows will not arrive
+    throw;
+  }
+}
+
 void RemoteEmbeddingStore::settle(Prefetch& p) {
   try {
     client_->wait(p.ticket);  // never leave a ticket writing into freed memory
@@ -107,18 +116,13 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
     }
   }
   if (!cache_) {
-    client_->wait(client_->pull(config_.spec.name, ids, rows, step_, kIds));
+    client_->wait(start_pull(ids, rows));
     return;
   }
   Prefetch fetch;
   fetch.plan = plan_batch(ids);
   fetch.rows.resize(fetch.plan.fetch_ids.size() * static_cast<std::size_t>(config_.spec.dim));
-  try {
-    fetch.ticket = client_->pull(config_.spec.name, fetch.plan.fetch_ids, fetch.rows.data(), step_, kIds);
-  } catch (...) {
-    reset_cache();  // as in settle(): the plan's rows never arrived
-    throw;
-  }
+  fetch.ticket = start_pull(fetch.plan.fetch_ids, fetch.rows.data());
   settle(fetch);
   copy_from_slots(fetch.plan, rows);
 }
@@ -135,12 +139,7 @@ void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
     fetch_ids = p->plan.fetch_ids;
   }
   p->rows.resize(fetch_ids.size() * static_cast<std::size_t>(config_.spec.dim));
-  try {
-    p->ticket = client_->pull(config_.spec.name, fetch_ids, p->rows.data(), step_, kIds);
-  } catch (...) {
-    if (cache_) reset_cache();  // the plan's rows will not arrive
-    throw;
-  }
+  p->ticket = start_pull(fetch_ids, p->rows.data());
   prefetch_ = std::move(p);
 }
 

@@ -84,6 +84,9 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
   // With a cache: plans `ids` for this step (ConfigError naming the table and the option when
   // the batch has more unique rows than the cache).
   embedding::RowCachePlan plan_batch(std::span<const std::int64_t> ids);
+  // Sends a pull of `ids` into `rows` for this step (a failure empties the cache, whose plan
+  // already counts the rows as held).
+  Ticket start_pull(std::span<const std::int64_t> ids, float* rows);
   // Waits for a prefetch and, with a cache, puts its fetched rows into their slots (its plan
   // already counts them as held, whether or not the prefetch is used).
   void settle(Prefetch& p);

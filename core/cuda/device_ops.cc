@@ -31,21 +31,20 @@
 namespace aiacc::cuda {
 namespace {
 
-// A cuBLAS handle is not to be shared between threads; each keeps one per device.
-const CublasHandle& cublas_for(int device) {
-  thread_local std::map<int, CublasHandle> handles;
+// cuBLAS and cuDNN handles are not to be shared between threads; each keeps one per device
+// (created under the caller's DeviceGuard).
+template <class Handle>
+const Handle& handle_for(int device) {
+  thread_local std::map<int, Handle> handles;
   auto it = handles.find(device);
-  if (it == handles.end()) it = handles.emplace(device, CublasHandle::create()).first;
+  if (it == handles.end()) it = handles.emplace(device, Handle::create()).first;
   return it->second;
 }
 
+const CublasHandle& cublas_for(int device) { return handle_for<CublasHandle>(device); }
+
 #if AIACC_HAVE_CUDNN
-const CudnnHandle& cudnn_for(int device) {
-  thread_local std::map<int, CudnnHandle> handles;
-  auto it = handles.find(device);
-  if (it == handles.end()) it = handles.emplace(device, CudnnHandle::create()).first;
-  return it->second;
-}
+const CudnnHandle& cudnn_for(int device) { return handle_for<CudnnHandle>(device); }
 
 // cuDNN's descriptors (and a convolution's chosen algorithms) are built once per shape: one
 // object per (device, shape) and thread, made on first use.

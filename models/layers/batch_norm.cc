@@ -64,11 +64,8 @@ Tensor BatchNorm::forward(const Tensor& input, bool training) {
 void BatchNorm::to(Device device) {
   weight_.to(device);
   bias_.to(device);
-  for (Tensor* stat : {&running_mean_, &running_var_}) {
-    Tensor moved = Tensor::empty(stat->shape(), stat->dtype(), device);
-    moved.copy_from(*stat);
-    *stat = moved;
-  }
+  running_mean_ = running_mean_.to(device);
+  running_var_ = running_var_.to(device);
 }
 
 Tensor BatchNorm::forward_on_device(const Tensor& input, bool training) {

@@ -83,10 +83,8 @@ TEST(DeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
   // Evaluation mode normalises with the running statistics the training steps left.
   const testing::Batch b = testing::batch(5, true);
   const Tensor cpu_logits = on_cpu->forward(b.x, false);
-  const Tensor device_logits = on_device->forward(testing::to_device(b.x, Device::cuda(0)), false);
-  Tensor back = Tensor::empty(device_logits.shape());
-  back.copy_from(device_logits);
-  EXPECT_EQ(back.to_vector<float>(), cpu_logits.to_vector<float>());
+  const Tensor device_logits = on_device->forward(b.x.to(Device::cuda(0)), false);
+  EXPECT_EQ(device_logits.to(Device::cpu()).to_vector<float>(), cpu_logits.to_vector<float>());
 }
 
 TEST(DeviceDispatchErrors, MismatchedDevicesAndCpuOnlyOptimisersAreNamed) {

@@ -73,12 +73,6 @@ inline Batch batch(int step, bool image = false) {
   return {Tensor::from_vector(x, shape), Tensor::from_vector(labels, {kBatch})};
 }
 
-inline Tensor to_device(const Tensor& host, Device device) {
-  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
-  t.copy_from(host);
-  return t;
-}
-
 // Moves `net` to `device` and trains it `steps` steps there; returns the losses.
 inline std::vector<double> train_on(models::Sequential& net, const optim::OptimizerOptions& options,
                                     Device device, int steps, bool image = false) {
@@ -88,18 +82,14 @@ inline std::vector<double> train_on(models::Sequential& net, const optim::Optimi
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
     const Batch b = batch(step % 2, image);  // two batches in turn: learnable
-    const Tensor logits = net.forward(to_device(b.x, device), true);
-    losses.push_back(loss.forward(logits, to_device(b.labels, device)));
+    const Tensor logits = net.forward(b.x.to(device), true);
+    losses.push_back(loss.forward(logits, b.labels.to(device)));
     net.backward(loss.backward(), false);
     optimizer.step(options.lr);
   }
   return losses;
 }
 
-inline std::vector<float> host_values(Parameter& p) {
-  Tensor host = Tensor::empty(p.value().shape(), p.value().dtype());
-  host.copy_from(p.value());
-  return host.to_vector<float>();
-}
+inline std::vector<float> host_values(Parameter& p) { return p.value().to(Device::cpu()).to_vector<float>(); }
 
 }  // namespace aiacc::testing

@@ -120,28 +120,17 @@ std::string first_nonfinite_grad(const std::vector<Parameter*>& params, Device d
   return bad < 0 ? "" : params[static_cast<std::size_t>(bad)]->name();
 }
 
-// A host copy of a device tensor (CPU tensors as they are): for metrics and checkpoints, which
-// read the bytes on the host.
-Tensor on_host(const Tensor& t) {
-  if (!t.defined() || t.device().is_cpu()) return t;
-  Tensor host = Tensor::empty(t.shape(), t.dtype());
-  host.copy_from(t);
-  return host;
-}
-
+// Host copies of device tensors (CPU tensors as they are): for checkpoints, which read the
+// bytes on the host.
 NamedTensors on_host(NamedTensors named) {
-  for (auto& entry : named) entry.second = on_host(entry.second);
+  for (auto& entry : named) entry.second = entry.second.to(Device::cpu());
   return named;
 }
 
 // The batch's dense inputs and labels copied to `device` (sparse ids stay on the host).
 void move_batch(Batch& batch, Device device) {
-  if (device.is_cpu()) return;
-  for (Tensor* t : {&batch.inputs, &batch.labels}) {
-    Tensor moved = Tensor::empty(t->shape(), t->dtype(), device);
-    moved.copy_from(*t);
-    *t = moved;
-  }
+  batch.inputs = batch.inputs.to(device);
+  batch.labels = batch.labels.to(device);
 }
 
 
@@ -542,7 +531,7 @@ EvalResult Trainer::evaluate() {
     const Tensor labels = batch->labels;
     move_batch(*batch, s.device);
     double loss = s.model->forward(*batch, /*training=*/false);
-    meter.add(loss, on_host(s.model->outputs()), labels);
+    meter.add(loss, s.model->outputs().to(Device::cpu()), labels);
   }
   if (s.multi_worker()) {
     const auto all = s.group->allgather(meter.to_bytes());
@@ -762,7 +751,7 @@ TrainResult Trainer::run(const RunControl& control) {
         trace::Span span("compute", "optimizer");
         s.optimizer->step(lr);
       }
-      if (bad_tensor.empty()) interval.add(loss, on_host(s.model->outputs()), labels);
+      if (bad_tensor.empty()) interval.add(loss, s.model->outputs().to(Device::cpu()), labels);
       ++step;
       ++batch_index;
       if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
