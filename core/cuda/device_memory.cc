@@ -90,7 +90,10 @@ class CudaSourceBase : public memory::MemorySource {
   std::vector<cudaEvent_t> spare_events_;
 };
 
-// Out of memory is an answer (null), any other failure an error.
+// Out of memory is an answer (null), any other failure an error. The caller makes the call
+// first and passes its result: in one expression `f(cudaMalloc(&ptr, n), ptr)` the compiler may
+// copy `ptr` before cudaMalloc writes it (GCC does), which turned every allocation into "out of
+// memory" on the first GPU run.
 void* null_when_out_of_memory(cudaError_t status, void* ptr, const char* call) {
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
@@ -106,7 +109,8 @@ class DeviceMemorySource final : public CudaSourceBase {
   void* allocate(std::size_t bytes) override {
     DeviceGuard guard(device_);
     void* ptr = nullptr;
-    return null_when_out_of_memory(cudaMalloc(&ptr, bytes), ptr, "cudaMalloc");
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    return null_when_out_of_memory(status, ptr, "cudaMalloc");
   }
   void release(void* ptr, std::size_t bytes) noexcept override {
     const cudaError_t status = cudaFree(ptr);
@@ -121,8 +125,8 @@ class PinnedMemorySource final : public CudaSourceBase {
   void* allocate(std::size_t bytes) override {
     DeviceGuard guard(device_);
     void* ptr = nullptr;
-    return null_when_out_of_memory(cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable), ptr,
-                                   "cudaHostAlloc");
+    const cudaError_t status = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+    return null_when_out_of_memory(status, ptr, "cudaHostAlloc");
   }
   void release(void* ptr, std::size_t bytes) noexcept override {
     const cudaError_t status = cudaFreeHost(ptr);
