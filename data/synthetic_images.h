@@ -1,6 +1,6 @@
 // `synthetic_images`: deterministic images with a learnable structure, for tests and benchmarks.
 // Each class has a smooth prototype pattern (a sum of random plane waves, fixed by the seed);
-// an example is its class's prototype plus Gaussian noise, generated on demand from
+// an example is its class's prototype plus near-Gaussian noise, generated on demand from
 // (seed, split, example index), so any size costs no memory and the splits share one task.
 #pragma once
 
@@ -46,6 +46,8 @@ class SyntheticImages final : public Dataset {
   std::int64_t label(std::int64_t index) const;
 
  private:
+  void write_example(std::int64_t index, float* out) const;  // prototype plus noise
+
   Options options_;
   std::uint64_t example_seed_;     // differs between splits
   std::vector<float> prototypes_;  // [num_classes, C, H, W]
