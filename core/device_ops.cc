@@ -28,6 +28,10 @@ Registry& registry() {
 
 }  // namespace
 
+std::string ActivationFormat::str() const {
+  return fmt::format("{} {}", dtype_name(dtype), channels_last ? "nhwc" : "nchw");
+}
+
 void register_device_ops(DeviceKind kind, std::unique_ptr<DeviceOps> ops) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);

@@ -3,13 +3,14 @@
 // (cuda::register_device_ops() in core/cuda/device_ops.h), after which layers whose tensors live
 // on that device kind run through them. Tests register a fake device backed by host memory
 // (tests/core/fake_device.h), so the dispatch itself is checked on machines without a GPU.
-// Every pointer is f32 memory of `device`; calls are queued on the device's current stream
-// unless they say they wait.
+// Pointers are memory of `device` (f32 unless an ActivationFormat or dtype says otherwise);
+// calls are queued on the device's current stream unless they say they wait.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "core/kernels/batch_norm.h"
@@ -22,6 +23,17 @@
 
 namespace aiacc {
 
+// How a model's activations are stored on a device. Parameters, their gradients and optimiser
+// state are f32 in the CPU's layout in every format; a bf16 format is mixed precision: f32
+// master weights, bf16 activations and activation gradients, f32 accumulation.
+struct ActivationFormat {
+  DType dtype = DType::f32;    // f32 or bf16
+  bool channels_last = false;  // 4-D activations [N, C, H, W] held as NHWC memory
+  bool operator==(const ActivationFormat&) const = default;
+  bool is_default() const { return *this == ActivationFormat{}; }
+  std::string str() const;  // "f32 nchw", "bf16 nhwc"
+};
+
 class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
@@ -32,45 +44,57 @@ class DeviceOps {
   // dx = dy w, dw = dy^T x, db = column sums of dy; each may be null, the others overwritten.
   virtual void linear_backward(const Device& device, const kernels::LinearGeometry& g, const float* x,
                                const float* w, const float* dy, float* dx, float* dw, float* db) = 0;
+  // Element-wise ops over n values of `dtype` (f32 or bf16; layout does not matter).
   // y = max(x, 0); dx = dy where y > 0, else 0.
-  virtual void relu_forward(const Device& device, std::int64_t n, const float* x, float* y) = 0;
-  virtual void relu_backward(const Device& device, std::int64_t n, const float* y, const float* dy,
-                             float* dx) = 0;
+  virtual void relu_forward(const Device& device, DType dtype, std::int64_t n, const void* x, void* y) = 0;
+  virtual void relu_backward(const Device& device, DType dtype, std::int64_t n, const void* y, const void* dy,
+                             void* dx) = 0;
   // y = a + b; y = max(a + b, 0) (the residual join). y may equal a or b.
-  virtual void add(const Device& device, std::int64_t n, const float* a, const float* b, float* y) = 0;
-  virtual void add_relu(const Device& device, std::int64_t n, const float* a, const float* b, float* y) = 0;
-  // NCHW convolution without bias (core/kernels/conv2d.h's geometry); outputs overwritten.
-  virtual void conv2d_forward(const Device& device, const kernels::Conv2dGeometry& g, const float* x,
-                              const float* w, float* y) = 0;
-  virtual void conv2d_backward_data(const Device& device, const kernels::Conv2dGeometry& g, const float* w,
-                                    const float* dy, float* dx) = 0;
+  virtual void add(const Device& device, DType dtype, std::int64_t n, const void* a, const void* b, void* y) = 0;
+  virtual void add_relu(const Device& device, DType dtype, std::int64_t n, const void* a, const void* b,
+                        void* y) = 0;
+  // Activations x, y, dx, dy below are [N, C, H, W] in `format`; weights and their gradients
+  // are f32 in the CPU's layout whatever the format.
+  // y = x in `format`, from x f32 [N, C, H, W] (a model's input batch).
+  virtual void to_activation_format(const Device& device, const ActivationFormat& format, std::int64_t batch,
+                                    std::int64_t channels, std::int64_t spatial, const float* x, void* y) = 0;
+  // Convolution without bias (core/kernels/conv2d.h's geometry; w [O, C, KH, KW]); outputs
+  // overwritten.
+  virtual void conv2d_forward(const Device& device, const kernels::Conv2dGeometry& g,
+                              const ActivationFormat& format, const void* x, const float* w, void* y) = 0;
+  virtual void conv2d_backward_data(const Device& device, const kernels::Conv2dGeometry& g,
+                                    const ActivationFormat& format, const float* w, const void* dy, void* dx) = 0;
   virtual void conv2d_backward_weight(const Device& device, const kernels::Conv2dGeometry& g,
-                                      const float* x, const float* dy, float* dw) = 0;
+                                      const ActivationFormat& format, const void* x, const void* dy, float* dw) = 0;
   // Batch norm over [N, C, S] (core/kernels/batch_norm.h): training forward (batch statistics,
   // running ones updated, mean and inverse std saved), evaluation forward, and the training
-  // backward from the saved statistics (dx may be null).
+  // backward from the saved statistics (dx may be null). Per-channel tensors are f32 [C].
   virtual void batch_norm_forward_train(const Device& device, const kernels::BatchNormGeometry& g,
-                                        const kernels::BatchNormOptions& options, const float* x,
-                                        const float* gamma, const float* beta, float* y, float* saved_mean,
-                                        float* saved_inv_std, float* running_mean, float* running_var) = 0;
+                                        const ActivationFormat& format, const kernels::BatchNormOptions& options,
+                                        const void* x, const float* gamma, const float* beta, void* y,
+                                        float* saved_mean, float* saved_inv_std, float* running_mean,
+                                        float* running_var) = 0;
   virtual void batch_norm_forward_eval(const Device& device, const kernels::BatchNormGeometry& g,
-                                       const kernels::BatchNormOptions& options, const float* x,
-                                       const float* gamma, const float* beta, const float* running_mean,
-                                       const float* running_var, float* y) = 0;
+                                       const ActivationFormat& format, const kernels::BatchNormOptions& options,
+                                       const void* x, const float* gamma, const float* beta,
+                                       const float* running_mean, const float* running_var, void* y) = 0;
   virtual void batch_norm_backward(const Device& device, const kernels::BatchNormGeometry& g,
-                                   const kernels::BatchNormOptions& options, const float* x, const float* dy,
-                                   const float* gamma, const float* saved_mean, const float* saved_inv_std,
-                                   float* dx, float* dgamma, float* dbeta) = 0;
+                                   const ActivationFormat& format, const kernels::BatchNormOptions& options,
+                                   const void* x, const void* dy, const float* gamma, const float* saved_mean,
+                                   const float* saved_inv_std, void* dx, float* dgamma, float* dbeta) = 0;
   // 2-D pooling (max, or average counting padding) and its backward from x, y and dy.
-  virtual void pool2d_forward(const Device& device, const kernels::Pool2dGeometry& g, bool max,
-                              const float* x, float* y) = 0;
-  virtual void pool2d_backward(const Device& device, const kernels::Pool2dGeometry& g, bool max,
-                               const float* x, const float* y, const float* dy, float* dx) = 0;
-  // y[N, C] = mean over the S = H*W values of x[N, C, S], and its backward.
-  virtual void global_avg_pool_forward(const Device& device, std::int64_t batch, std::int64_t channels,
-                                       std::int64_t spatial, const float* x, float* y) = 0;
-  virtual void global_avg_pool_backward(const Device& device, std::int64_t batch, std::int64_t channels,
-                                        std::int64_t spatial, const float* dy, float* dx) = 0;
+  virtual void pool2d_forward(const Device& device, const kernels::Pool2dGeometry& g,
+                              const ActivationFormat& format, bool max, const void* x, void* y) = 0;
+  virtual void pool2d_backward(const Device& device, const kernels::Pool2dGeometry& g,
+                               const ActivationFormat& format, bool max, const void* x, const void* y,
+                               const void* dy, void* dx) = 0;
+  // y[N, C] (f32 in every format: the classifier's input) = mean over the S = H*W values of
+  // x[N, C, S], and its backward (dy f32 [N, C], dx in `format`).
+  virtual void global_avg_pool_forward(const Device& device, const ActivationFormat& format, std::int64_t batch,
+                                       std::int64_t channels, std::int64_t spatial, const void* x, float* y) = 0;
+  virtual void global_avg_pool_backward(const Device& device, const ActivationFormat& format, std::int64_t batch,
+                                        std::int64_t channels, std::int64_t spatial, const float* dy,
+                                        void* dx) = 0;
   // Mean softmax cross-entropy of logits [N, C] for labels [N] (i64 on the device), writing
   // dlogits [N, C] of that mean. Waits for the result; DataError naming the first example with
   // a label outside [0, C), as the CPU kernel does.

@@ -62,7 +62,11 @@ class Mlp final : public Model {
 
   std::vector<Parameter*> parameters() override { return net_.parameters(); }
   std::vector<std::pair<std::string, Tensor>> buffers() override { return net_.buffers(); }
-  void to(Device device) override {
+  void to(Device device, const ActivationFormat& format = {}) override {
+    if (!format.is_default()) {
+      throw ConfigError(fmt::format("job.precision: the mlp trains in f32 only (activations {} asked; "
+                                    "mixed precision is for the resnet model)", format.str()));
+    }
     if (!device.is_cpu() && dropout_ > 0) {
       throw ConfigError(fmt::format("job.device: {}: model.mlp.dropout {} runs on the CPU only (set 0)",
                                     device.str(), dropout_));

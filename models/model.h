@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "core/batch.h"
+#include "core/device_ops.h"
 #include "core/embedding/embedding_store.h"
 #include "core/error.h"
 #include "core/parameter.h"
@@ -64,9 +65,12 @@ class Model {
   virtual void backward() = 0;
 
   // Moves the model's parameters and state to `device`; forward() then takes batches there
-  // (inputs and labels on the device, outputs() on it too). ConfigError for a model that does
-  // not run there (the default: models with embedding tables or layers without device ops).
-  virtual void to(Device device) {
+  // (inputs and labels on the device, outputs() on it too), with activations in `format`
+  // (job.precision: bf16 is bf16 channels-last; parameters stay f32). ConfigError for a model
+  // that does not run there or so (the default: models with embedding tables or layers without
+  // device ops).
+  virtual void to(Device device, const ActivationFormat& format = {}) {
+    (void)format;
     if (device.is_cpu()) return;
     throw ConfigError(fmt::format("job.device: {}: this model runs on the CPU only (its layers have no "
                                   "device path yet)", device.str()));

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <memory>
 
+#include "core/check.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/util/random.h"
@@ -77,8 +79,30 @@ double ResNet::forward(const Batch& batch, bool training) {
     throw InternalError(fmt::format("model resnet: inputs {} do not hold {} images of {}",
                                     batch.inputs.shape().str(), n, example_shape_.str()));
   }
-  logits_ = net_.forward(batch.inputs.reshape(image), training);
+  Tensor input = batch.inputs.reshape(image);
+  if (!format_.is_default() && !input.device().is_cpu()) {
+    // The batch arrives f32 NCHW; the trunk runs in its own format from the stem on.
+    AIACC_CHECK(input.dtype() == DType::f32, "model resnet: inputs are {}, expected f32", dtype_name(input.dtype()));
+    Tensor converted = Tensor::empty(image, format_.dtype, input.device());
+    device_ops(input.device())
+        .to_activation_format(input.device(), format_, image[0], image[1], image[2] * image[3], input.data<float>(),
+                              converted.raw_data());
+    input = converted;
+  }
+  logits_ = net_.forward(input, training);
   return loss_.forward(logits_, batch.labels);
+}
+
+void ResNet::to(Device device, const ActivationFormat& format) {
+  if (device.is_cpu() && !format.is_default()) {
+    throw ConfigError(fmt::format("job.precision: activations {} run on a GPU only (set job.device: cuda)",
+                                  format.str()));
+  }
+  if (format.dtype != DType::f32 && format.dtype != DType::bf16) {
+    throw ConfigError(fmt::format("job.precision: activations {}: f32 or bf16", format.str()));
+  }
+  net_.to(device, format);
+  format_ = format;
 }
 
 void ResNet::backward() { net_.backward(loss_.backward(), /*need_input_grad=*/false); }

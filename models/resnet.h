@@ -83,7 +83,8 @@ class ResNet final : public Model {
   void backward() override;
   // Every batch norm's running_mean, running_var and num_batches_tracked, in forward order.
   std::vector<std::pair<std::string, Tensor>> buffers() override { return net_.buffers(); }
-  void to(Device device) override { net_.to(device); }
+  // On a device `format` may be bf16 channels-last (mixed precision); the CPU runs f32 NCHW.
+  void to(Device device, const ActivationFormat& format = {}) override;
 
   const ResNetArchitecture& architecture() const { return arch_; }
   // The layers from images to logits, for callers that need more than the Model API (input
@@ -93,6 +94,7 @@ class ResNet final : public Model {
  private:
   ResNetArchitecture arch_;
   Shape example_shape_;
+  ActivationFormat format_;  // of the trunk's activations
   Sequential net_;
   SoftmaxCrossEntropy loss_;
   Tensor logits_;

@@ -72,12 +72,13 @@ chmod +x "$out/aiacc-train.sh"
 
 cat > "$out/bench.sh" <<'EOF'
 #!/usr/bin/env bash
-# ResNet-50 (224x224, batch 256) on this machine's GPU: aiacc-train (job.device: cuda) against
-# PyTorch (bf16 autocast, channels_last) in one run, and the ratio. PYTHON: the Python with torch.
+# ResNet-50 (224x224, batch 256) on this machine's GPU against PyTorch in one run, and the
+# ratios: bf16 (aiacc-train's job.precision: bf16 against bf16 autocast with channels_last),
+# then fp32 on both sides. PYTHON: the Python with torch; PRESETS: a subset.
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
-exec "$python" "$here/tools/bench/compare_pytorch.py" resnet50_synthetic --device cuda \
-  --binary "$here/aiacc-train.sh" --python "$python" --threads "$(nproc)" --repeats "${REPEATS:-2}" "$@"
+exec "$python" "$here/tools/bench/compare_pytorch.py" ${PRESETS:-resnet50_synthetic resnet50_synthetic_fp32} \
+  --device cuda --binary "$here/aiacc-train.sh" --python "$python" --threads "$(nproc)" --repeats "${REPEATS:-2}" "$@"
 EOF
 chmod +x "$out/bench.sh"
 

@@ -36,6 +36,13 @@ CudnnBatchNorm2d::CudnnBatchNorm2d(std::int64_t batch, std::int64_t channels, st
 
 CudnnBatchNorm2d::~CudnnBatchNorm2d() = default;
 
+// cuDNN's plain spatial mode runs NHWC through slow generic kernels (ResNet-50 at batch 256 in
+// bf16 on an H100: 48 ms for one backward of [256, 256, 56, 56], a hundred times its memory
+// time); the persistent mode has the kernels written for NHWC training.
+cudnnBatchNormMode_t CudnnBatchNorm2d::training_mode() const {
+  return options_.layout == TensorLayout::nhwc ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+}
+
 void CudnnBatchNorm2d::forward_train(const CudnnHandle& cudnn, const void* x, const float* gamma,
                                      const float* beta, void* y, float* running_mean, float* running_var,
                                      float* save_mean, float* save_inv_std, cudaStream_t stream) {
@@ -50,7 +57,7 @@ void CudnnBatchNorm2d::forward_train(const CudnnHandle& cudnn, const void* x, co
   const Descriptors& d = *descriptors_;
   // cuDNN's running update is running = (1 - factor) running + factor batch: PyTorch's momentum.
   AIACC_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-      cudnn.on(stream), CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.activation.get(), x, d.activation.get(), y,
+      cudnn.on(stream), training_mode(), &one, &zero, d.activation.get(), x, d.activation.get(), y,
       d.per_channel.get(), gamma, beta, options_.math.momentum, running_mean, running_var, options_.math.eps,
       save_mean, save_inv_std));
 }
@@ -73,7 +80,7 @@ void CudnnBatchNorm2d::backward(const CudnnHandle& cudnn, const void* x, const v
   const float one = 1.0f, zero = 0.0f;
   const Descriptors& d = *descriptors_;
   AIACC_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-      cudnn.on(stream), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, d.activation.get(), x,
+      cudnn.on(stream), training_mode(), &one, &zero, &one, &zero, d.activation.get(), x,
       d.activation.get(), dy, d.activation.get(), dx, d.per_channel.get(), gamma, dgamma, dbeta,
       options_.math.eps, save_mean, save_inv_std));
 }

@@ -47,6 +47,7 @@ class CudnnBatchNorm2d {
 
  private:
   struct Descriptors;
+  cudnnBatchNormMode_t training_mode() const;
   CudnnBatchNormOptions options_;
   int device_;
   std::int64_t values_per_channel_ = 0;

@@ -1,7 +1,14 @@
 // CudaOps: each DeviceOps call made current on its device and queued on the current stream.
 #include "core/cuda/device_ops.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <mutex>
+#include <set>
+#include <string>
 #include <memory>
 #include <cstring>
 #include <vector>
@@ -9,7 +16,9 @@
 #include <fmt/format.h>
 
 #include "core/cuda/kernels/activation.h"
+#include "core/cuda/kernels/batch_norm_nhwc.h"
 #include "core/cuda/kernels/elementwise.h"
+#include "core/cuda/kernels/layout.h"
 #include "core/cuda/kernels/losses.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
@@ -56,32 +65,47 @@ Op& cached(std::map<std::vector<std::int64_t>, std::unique_ptr<Op>>& cache, std:
   return *it->second;
 }
 
-CudnnConv2d& conv_for(int device, const kernels::Conv2dGeometry& g) {
-  thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<CudnnConv2d>> cache;
-  return cached(cache, {device, g.batch, g.in_channels, g.height, g.width, g.out_channels, g.kernel_h,
-                        g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w},
-                [&] { return std::make_unique<CudnnConv2d>(g, CudnnConvOptions{}, device); });
+TensorLayout layout_of(const ActivationFormat& format) {
+  return format.channels_last ? TensorLayout::nhwc : TensorLayout::nchw;
 }
 
-CudnnBatchNorm2d& batch_norm_for(int device, const kernels::BatchNormGeometry& g,
+CudnnConv2d& conv_for(int device, const kernels::Conv2dGeometry& g, const ActivationFormat& format) {
+  thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<CudnnConv2d>> cache;
+  return cached(cache, {device, g.batch, g.in_channels, g.height, g.width, g.out_channels, g.kernel_h,
+                        g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, static_cast<std::int64_t>(format.dtype),
+                        format.channels_last},
+                [&] {
+                  CudnnConvOptions options;
+                  options.dtype = format.dtype;
+                  options.layout = layout_of(format);
+                  return std::make_unique<CudnnConv2d>(g, options, device);
+                });
+}
+
+CudnnBatchNorm2d& batch_norm_for(int device, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
                                  const kernels::BatchNormOptions& math) {
   thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<CudnnBatchNorm2d>> cache;
-  // [N, C, S] is [N, C, S, 1] to cuDNN: the same NCHW memory. Options are part of the key.
+  // [N, C, S] is [N, C, S, 1] to cuDNN: the same NCHW memory ([N, S, 1, C], the same NHWC
+  // memory). Options are part of the key.
   const auto bits = [](double v) { std::int64_t b; std::memcpy(&b, &v, sizeof b); return b; };
-  return cached(cache, {device, g.batch, g.channels, g.spatial, bits(math.momentum), bits(math.eps)}, [&] {
+  return cached(cache, {device, g.batch, g.channels, g.spatial, bits(math.momentum), bits(math.eps),
+                        static_cast<std::int64_t>(format.dtype), format.channels_last}, [&] {
     CudnnBatchNormOptions options;
+    options.dtype = format.dtype;
+    options.layout = layout_of(format);
     options.math = math;
     return std::make_unique<CudnnBatchNorm2d>(g.batch, g.channels, g.spatial, 1, options, device);
   });
 }
 
-CudnnPool2d& pool_for(int device, const kernels::Pool2dGeometry& g, bool max) {
+CudnnPool2d& pool_for(int device, const kernels::Pool2dGeometry& g, bool max, const ActivationFormat& format) {
   thread_local std::map<std::vector<std::int64_t>, std::unique_ptr<CudnnPool2d>> cache;
   return cached(cache, {device, max ? 1 : 0, g.batch, g.channels, g.height, g.width, g.kernel_h, g.kernel_w,
-                        g.stride_h, g.stride_w, g.pad_h, g.pad_w},
+                        g.stride_h, g.stride_w, g.pad_h, g.pad_w, static_cast<std::int64_t>(format.dtype),
+                        format.channels_last},
                 [&] {
-                  return std::make_unique<CudnnPool2d>(g, max ? PoolMode::max : PoolMode::average, DType::f32,
-                                                       TensorLayout::nchw, device);
+                  return std::make_unique<CudnnPool2d>(g, max ? PoolMode::max : PoolMode::average, format.dtype,
+                                                       layout_of(format), device);
                 });
 }
 
@@ -102,137 +126,402 @@ kernels::Pool2dGeometry global_pool_geometry(std::int64_t batch, std::int64_t ch
 }
 #endif
 
+// AIACC_PROFILE_OPS=1: every op below waits for the GPU before and after itself, and its time
+// is added to a total per (op, shape, format) from its second call on (the first searches
+// algorithms), printed largest first to stderr when the process
+// exits. For finding the slow kernel of a step; the waits serialise host and GPU, so a step
+// under it is slower than without.
+class OpProfile {
+ public:
+  static OpProfile* get() {
+    static OpProfile* instance = [] {
+      const char* flag = std::getenv("AIACC_PROFILE_OPS");
+      return flag != nullptr && std::string(flag) != "0" ? new OpProfile : nullptr;
+    }();
+    return instance;
+  }
+  void add(const std::string& key, double seconds) {
+    std::lock_guard lock(mutex_);
+    // A shape's first call builds descriptors and searches cuDNN's algorithms: not counted.
+    if (seen_.insert(key).second) return;
+    auto& entry = totals_[key];
+    entry.first += seconds;
+    entry.second += 1;
+  }
+  ~OpProfile() = default;
+
+ private:
+  OpProfile() { std::atexit([] { get()->print(); }); }
+  void print() {
+    std::lock_guard lock(mutex_);
+    std::vector<std::pair<std::string, std::pair<double, long>>> rows(totals_.begin(), totals_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double all = 0;
+    for (const auto& row : rows) all += row.second.first;
+    std::fprintf(stderr, "AIACC_PROFILE_OPS: %.1f ms in %zu kinds of op\n", all * 1e3, rows.size());
+    for (const auto& [key, total] : rows) {
+      std::fprintf(stderr, "%10.2f ms %6ld calls %6.1f%%  %s\n", total.first * 1e3, total.second,
+                   100.0 * total.first / std::max(all, 1e-12), key.c_str());
+    }
+  }
+  std::mutex mutex_;
+  std::map<std::string, std::pair<double, long>> totals_;
+  std::set<std::string> seen_;
+};
+
+class ProfileScope {
+ public:
+  template <class Describe>
+  ProfileScope(const char* op, Describe&& describe) : profile_(OpProfile::get()) {
+    if (profile_ == nullptr) return;
+    key_ = fmt::format("{} {}", op, describe());
+    AIACC_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~ProfileScope() {
+    if (profile_ == nullptr) return;
+    (void)cudaStreamSynchronize(current_stream());
+    profile_->add(key_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  OpProfile* profile_;
+  std::string key_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+std::string conv_key(const kernels::Conv2dGeometry& g, const ActivationFormat& f) {
+  return fmt::format("N{} C{} {}x{} O{} k{} s{} {}", g.batch, g.in_channels, g.height, g.width, g.out_channels,
+                     g.kernel_h, g.stride_h, f.str());
+}
+std::string nchw_key(std::int64_t n, std::int64_t c, std::int64_t s, const ActivationFormat& f) {
+  return fmt::format("N{} C{} S{} {}", n, c, s, f.str());
+}
+
+// The formats this backend runs: f32 or bf16, either layout.
+void check_format(const ActivationFormat& format) {
+  if (format.dtype != DType::f32 && format.dtype != DType::bf16) {
+    throw ConfigError(fmt::format("activations of {} on a GPU: f32 or bf16", format.str()));
+  }
+}
+
+// Values of `dtype` (f32 or bf16) in a pooled buffer on `stream`.
+memory::PooledBuffer scratch(int device, DType dtype, std::int64_t count, cudaStream_t stream) {
+  return memory::PooledBuffer(device_allocator(device), static_cast<std::size_t>(count) * dtype_size(dtype),
+                              stream_id(stream));
+}
+
+// out = in over [N, C, S] f32 values, from one format to another (either may be f32 NCHW).
+void convert(const void* in, const ActivationFormat& from, void* out, const ActivationFormat& to, std::int64_t n,
+             std::int64_t c, std::int64_t s, cudaStream_t stream) {
+  if (from.dtype == DType::f32 && to.dtype == DType::bf16) {
+    launch_convert_layout(static_cast<const float*>(in), from.channels_last, static_cast<BFloat16*>(out),
+                          to.channels_last, n, c, s, stream);
+  } else if (from.dtype == DType::bf16 && to.dtype == DType::f32) {
+    launch_convert_layout(static_cast<const BFloat16*>(in), from.channels_last, static_cast<float*>(out),
+                          to.channels_last, n, c, s, stream);
+  } else if (from.dtype == DType::f32 && to.dtype == DType::f32) {
+    launch_convert_layout(static_cast<const float*>(in), from.channels_last, static_cast<float*>(out),
+                          to.channels_last, n, c, s, stream);
+  } else {
+    throw InternalError(fmt::format("no GPU conversion from {} to {}", from.str(), to.str()));
+  }
+}
+
+#if AIACC_HAVE_CUDNN
+// A convolution's f32 weight [O, C, KH, KW] as cuDNN takes it in `format` ([O, KH, KW, C] when
+// channels last, bf16 for bf16 activations): itself, or a converted copy kept in `held` until
+// the stream's work is queued (the allocator orders reuse after it).
+const void* weight_for(const kernels::Conv2dGeometry& g, const ActivationFormat& format, const float* w,
+                       int device, cudaStream_t stream, memory::PooledBuffer& held) {
+  if (format.is_default()) return w;
+  const std::int64_t taps = g.kernel_h * g.kernel_w;
+  held = scratch(device, format.dtype, g.out_channels * g.in_channels * taps, stream);
+  convert(w, ActivationFormat{}, held.get(), format, g.out_channels, g.in_channels, taps, stream);
+  return held.get();
+}
+#endif
+
 class CudaOps final : public DeviceOps {
+  // `p` after checking that `dtype` is f32 (the element-wise ops' other storage is bf16).
+  static const void* f32(DType dtype, const void* p) {
+    if (dtype != DType::f32) throw ConfigError(fmt::format("element-wise {} on a GPU: f32 or bf16", dtype_name(dtype)));
+    return p;
+  }
+
  public:
   void linear_forward(const Device& device, const kernels::LinearGeometry& g, const float* x,
                       const float* w, const float* b, float* y) override {
     DeviceGuard guard(device.index);
+    ProfileScope scope("linear fwd", [&] { return fmt::format("{}x{}x{}", g.batch, g.in_features, g.out_features); });
     cuda::linear_forward<float>(cublas_for(device.index), g, x, w, b, y, current_stream());
   }
   void linear_backward(const Device& device, const kernels::LinearGeometry& g, const float* x,
                        const float* w, const float* dy, float* dx, float* dw, float* db) override {
     DeviceGuard guard(device.index);
+    ProfileScope scope("linear bwd", [&] { return fmt::format("{}x{}x{}", g.batch, g.in_features, g.out_features); });
     cuda::linear_backward<float>(cublas_for(device.index), g, x, w, dy, dx, dw, db, current_stream());
   }
-  void relu_forward(const Device& device, std::int64_t n, const float* x, float* y) override {
+  void relu_forward(const Device& device, DType dtype, std::int64_t n, const void* x, void* y) override {
     DeviceGuard guard(device.index);
-    launch_relu_forward<float>(x, y, n, current_stream());
+    ProfileScope scope("relu fwd", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
+    if (dtype == DType::bf16) {
+      launch_relu_forward(static_cast<const BFloat16*>(x), static_cast<BFloat16*>(y), n, current_stream());
+    } else {
+      launch_relu_forward(static_cast<const float*>(f32(dtype, x)), static_cast<float*>(y), n, current_stream());
+    }
   }
-  void relu_backward(const Device& device, std::int64_t n, const float* y, const float* dy,
-                     float* dx) override {
+  void relu_backward(const Device& device, DType dtype, std::int64_t n, const void* y, const void* dy,
+                     void* dx) override {
     DeviceGuard guard(device.index);
-    launch_relu_backward<float>(y, dy, dx, n, current_stream());
+    ProfileScope scope("relu bwd", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
+    if (dtype == DType::bf16) {
+      launch_relu_backward(static_cast<const BFloat16*>(y), static_cast<const BFloat16*>(dy),
+                           static_cast<BFloat16*>(dx), n, current_stream());
+    } else {
+      launch_relu_backward(static_cast<const float*>(f32(dtype, y)), static_cast<const float*>(dy),
+                           static_cast<float*>(dx), n, current_stream());
+    }
   }
-  void add(const Device& device, std::int64_t n, const float* a, const float* b, float* y) override {
+  void add(const Device& device, DType dtype, std::int64_t n, const void* a, const void* b, void* y) override {
     DeviceGuard guard(device.index);
-    launch_add(a, b, y, n, current_stream());
+    ProfileScope scope("add", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
+    if (dtype == DType::bf16) {
+      launch_add_bf16(static_cast<const BFloat16*>(a), static_cast<const BFloat16*>(b), static_cast<BFloat16*>(y),
+                      n, current_stream());
+    } else {
+      launch_add(static_cast<const float*>(f32(dtype, a)), static_cast<const float*>(b), static_cast<float*>(y), n,
+                 current_stream());
+    }
   }
-  void add_relu(const Device& device, std::int64_t n, const float* a, const float* b, float* y) override {
+  void add_relu(const Device& device, DType dtype, std::int64_t n, const void* a, const void* b,
+                void* y) override {
     DeviceGuard guard(device.index);
-    launch_add_relu(a, b, y, n, current_stream());
+    ProfileScope scope("add relu", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
+    if (dtype == DType::bf16) {
+      launch_add_relu_bf16(static_cast<const BFloat16*>(a), static_cast<const BFloat16*>(b),
+                           static_cast<BFloat16*>(y), n, current_stream());
+    } else {
+      launch_add_relu(static_cast<const float*>(f32(dtype, a)), static_cast<const float*>(b),
+                      static_cast<float*>(y), n, current_stream());
+    }
+  }
+  void to_activation_format(const Device& device, const ActivationFormat& format, std::int64_t batch,
+                            std::int64_t channels, std::int64_t spatial, const float* x, void* y) override {
+    check_format(format);
+    DeviceGuard guard(device.index);
+    ProfileScope scope("to format", [&] { return nchw_key(batch, channels, spatial, format); });
+    convert(x, ActivationFormat{}, y, format, batch, channels, spatial, current_stream());
   }
 #if AIACC_HAVE_CUDNN
-  void conv2d_forward(const Device& device, const kernels::Conv2dGeometry& g, const float* x, const float* w,
-                      float* y) override {
+  void conv2d_forward(const Device& device, const kernels::Conv2dGeometry& g, const ActivationFormat& format,
+                      const void* x, const float* w, void* y) override {
+    check_format(format);
     DeviceGuard guard(device.index);
-    conv_for(device.index, g).forward(cudnn_for(device.index), x, w, y, current_stream());
+    ProfileScope scope("conv fwd", [&] { return conv_key(g, format); });
+    const cudaStream_t stream = current_stream();
+    memory::PooledBuffer held;
+    const void* weight = weight_for(g, format, w, device.index, stream, held);
+    conv_for(device.index, g, format).forward(cudnn_for(device.index), x, weight, y, stream);
   }
-  void conv2d_backward_data(const Device& device, const kernels::Conv2dGeometry& g, const float* w,
-                            const float* dy, float* dx) override {
+  void conv2d_backward_data(const Device& device, const kernels::Conv2dGeometry& g, const ActivationFormat& format,
+                            const float* w, const void* dy, void* dx) override {
+    check_format(format);
     DeviceGuard guard(device.index);
-    conv_for(device.index, g).backward_data(cudnn_for(device.index), w, dy, dx, current_stream());
+    ProfileScope scope("conv bwd data", [&] { return conv_key(g, format); });
+    const cudaStream_t stream = current_stream();
+    memory::PooledBuffer held;
+    const void* weight = weight_for(g, format, w, device.index, stream, held);
+    conv_for(device.index, g, format).backward_data(cudnn_for(device.index), weight, dy, dx, stream);
   }
-  void conv2d_backward_weight(const Device& device, const kernels::Conv2dGeometry& g, const float* x,
-                              const float* dy, float* dw) override {
+  void conv2d_backward_weight(const Device& device, const kernels::Conv2dGeometry& g,
+                              const ActivationFormat& format, const void* x, const void* dy, float* dw) override {
+    check_format(format);
     DeviceGuard guard(device.index);
-    conv_for(device.index, g).backward_weight(cudnn_for(device.index), x, dy, dw, current_stream());
+    ProfileScope scope("conv bwd weight", [&] { return conv_key(g, format); });
+    const cudaStream_t stream = current_stream();
+    CudnnConv2d& conv = conv_for(device.index, g, format);
+    if (format.is_default()) {
+      conv.backward_weight(cudnn_for(device.index), x, dy, dw, stream);
+      return;
+    }
+    // cuDNN writes dw in the activations' dtype and layout; the f32 gradient is converted back.
+    const std::int64_t taps = g.kernel_h * g.kernel_w;
+    memory::PooledBuffer grad = scratch(device.index, format.dtype, g.out_channels * g.in_channels * taps, stream);
+    conv.backward_weight(cudnn_for(device.index), x, dy, grad.get(), stream);
+    convert(grad.get(), format, dw, ActivationFormat{}, g.out_channels, g.in_channels, taps, stream);
   }
   void batch_norm_forward_train(const Device& device, const kernels::BatchNormGeometry& g,
-                                const kernels::BatchNormOptions& options, const float* x, const float* gamma,
-                                const float* beta, float* y, float* saved_mean, float* saved_inv_std,
-                                float* running_mean, float* running_var) override {
+                                const ActivationFormat& format, const kernels::BatchNormOptions& options,
+                                const void* x, const float* gamma, const float* beta, void* y, float* saved_mean,
+                                float* saved_inv_std, float* running_mean, float* running_var) override {
+    check_format(format);
     DeviceGuard guard(device.index);
-    batch_norm_for(device.index, g, options)
+    ProfileScope scope("bn fwd train", [&] { return nchw_key(g.batch, g.channels, g.spatial, format); });
+    if (format.channels_last) {
+      const std::int64_t rows = g.batch * g.spatial;
+      if (rows < 2) {
+        throw ConfigError(fmt::format("batch norm: {} values per channel (N*H*W); training statistics need at "
+                                      "least 2", rows));
+      }
+      const cudaStream_t stream = current_stream();
+      memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
+                                   stream_id(stream));
+      if (format.dtype == DType::bf16) {
+        launch_batch_norm_nhwc_forward_train(static_cast<const BFloat16*>(x), gamma, beta, static_cast<BFloat16*>(y),
+                                             running_mean, running_var, saved_mean, saved_inv_std, rows, g.channels,
+                                             options, scratch.get(), stream);
+      } else {
+        launch_batch_norm_nhwc_forward_train(static_cast<const float*>(x), gamma, beta, static_cast<float*>(y),
+                                             running_mean, running_var, saved_mean, saved_inv_std, rows, g.channels,
+                                             options, scratch.get(), stream);
+      }
+      return;
+    }
+    batch_norm_for(device.index, g, format, options)
         .forward_train(cudnn_for(device.index), x, gamma, beta, y, running_mean, running_var, saved_mean,
                        saved_inv_std, current_stream());
   }
   void batch_norm_forward_eval(const Device& device, const kernels::BatchNormGeometry& g,
-                               const kernels::BatchNormOptions& options, const float* x, const float* gamma,
-                               const float* beta, const float* running_mean, const float* running_var,
-                               float* y) override {
+                               const ActivationFormat& format, const kernels::BatchNormOptions& options,
+                               const void* x, const float* gamma, const float* beta, const float* running_mean,
+                               const float* running_var, void* y) override {
+    check_format(format);
     DeviceGuard guard(device.index);
-    batch_norm_for(device.index, g, options)
+    if (format.channels_last) {
+      const cudaStream_t stream = current_stream();
+      memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
+                                   stream_id(stream));
+      const std::int64_t rows = g.batch * g.spatial;
+      if (format.dtype == DType::bf16) {
+        launch_batch_norm_nhwc_forward_eval(static_cast<const BFloat16*>(x), gamma, beta, running_mean, running_var,
+                                            static_cast<BFloat16*>(y), rows, g.channels, options, scratch.get(),
+                                            stream);
+      } else {
+        launch_batch_norm_nhwc_forward_eval(static_cast<const float*>(x), gamma, beta, running_mean, running_var,
+                                            static_cast<float*>(y), rows, g.channels, options, scratch.get(), stream);
+      }
+      return;
+    }
+    batch_norm_for(device.index, g, format, options)
         .forward_eval(cudnn_for(device.index), x, gamma, beta, running_mean, running_var, y, current_stream());
   }
-  void batch_norm_backward(const Device& device, const kernels::BatchNormGeometry& g,
-                           const kernels::BatchNormOptions& options, const float* x, const float* dy,
-                           const float* gamma, const float* saved_mean, const float* saved_inv_std, float* dx,
+  void batch_norm_backward(const Device& device, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
+                           const kernels::BatchNormOptions& options, const void* x, const void* dy,
+                           const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
                            float* dgamma, float* dbeta) override {
+    check_format(format);
     DeviceGuard guard(device.index);
+    ProfileScope scope("bn bwd", [&] { return nchw_key(g.batch, g.channels, g.spatial, format); });
     AIACC_CHECK(dx != nullptr, "batch norm backward on {} computes dx", device.str());
-    batch_norm_for(device.index, g, options)
+    if (format.channels_last) {
+      const cudaStream_t stream = current_stream();
+      memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
+                                   stream_id(stream));
+      const std::int64_t rows = g.batch * g.spatial;
+      if (format.dtype == DType::bf16) {
+        launch_batch_norm_nhwc_backward(static_cast<const BFloat16*>(x), static_cast<const BFloat16*>(dy), gamma,
+                                        saved_mean, saved_inv_std, static_cast<BFloat16*>(dx), dgamma, dbeta, rows,
+                                        g.channels, scratch.get(), stream);
+      } else {
+        launch_batch_norm_nhwc_backward(static_cast<const float*>(x), static_cast<const float*>(dy), gamma,
+                                        saved_mean, saved_inv_std, static_cast<float*>(dx), dgamma, dbeta, rows,
+                                        g.channels, scratch.get(), stream);
+      }
+      return;
+    }
+    batch_norm_for(device.index, g, format, options)
         .backward(cudnn_for(device.index), x, dy, gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta,
                   current_stream());
   }
-  void pool2d_forward(const Device& device, const kernels::Pool2dGeometry& g, bool max, const float* x,
-                      float* y) override {
+  void pool2d_forward(const Device& device, const kernels::Pool2dGeometry& g, const ActivationFormat& format,
+                      bool max, const void* x, void* y) override {
+    check_format(format);
     DeviceGuard guard(device.index);
-    pool_for(device.index, g, max).forward(cudnn_for(device.index), x, y, current_stream());
+    ProfileScope scope("pool fwd", [&] { return nchw_key(g.batch, g.channels, g.height * g.width, format); });
+    pool_for(device.index, g, max, format).forward(cudnn_for(device.index), x, y, current_stream());
   }
-  void pool2d_backward(const Device& device, const kernels::Pool2dGeometry& g, bool max, const float* x,
-                       const float* y, const float* dy, float* dx) override {
+  void pool2d_backward(const Device& device, const kernels::Pool2dGeometry& g, const ActivationFormat& format,
+                       bool max, const void* x, const void* y, const void* dy, void* dx) override {
+    check_format(format);
     DeviceGuard guard(device.index);
-    pool_for(device.index, g, max).backward(cudnn_for(device.index), x, y, dy, dx, current_stream());
+    ProfileScope scope("pool bwd", [&] { return nchw_key(g.batch, g.channels, g.height * g.width, format); });
+    pool_for(device.index, g, max, format).backward(cudnn_for(device.index), x, y, dy, dx, current_stream());
   }
-  void global_avg_pool_forward(const Device& device, std::int64_t batch, std::int64_t channels,
-                               std::int64_t spatial, const float* x, float* y) override {
-    pool2d_forward(device, global_pool_geometry(batch, channels, spatial), false, x, y);
-  }
-  void global_avg_pool_backward(const Device& device, std::int64_t batch, std::int64_t channels,
-                                std::int64_t spatial, const float* dy, float* dx) override {
+  void global_avg_pool_forward(const Device& device, const ActivationFormat& format, std::int64_t batch,
+                               std::int64_t channels, std::int64_t spatial, const void* x, float* y) override {
+    check_format(format);
+    if (format.is_default()) {
+      pool2d_forward(device, global_pool_geometry(batch, channels, spatial), format, false, x, y);
+      return;
+    }
     DeviceGuard guard(device.index);
-    launch_global_avg_pool_backward(dy, dx, batch * channels, spatial, current_stream());
+    if (format.dtype == DType::bf16) {
+      launch_global_avg_pool_forward(static_cast<const BFloat16*>(x), format.channels_last, y, batch, channels,
+                                     spatial, current_stream());
+    } else {
+      launch_global_avg_pool_forward(static_cast<const float*>(x), format.channels_last, y, batch, channels,
+                                     spatial, current_stream());
+    }
+  }
+  void global_avg_pool_backward(const Device& device, const ActivationFormat& format, std::int64_t batch,
+                                std::int64_t channels, std::int64_t spatial, const float* dy, void* dx) override {
+    check_format(format);
+    DeviceGuard guard(device.index);
+    if (format.is_default()) {
+      launch_global_avg_pool_backward(dy, static_cast<float*>(dx), batch * channels, spatial, current_stream());
+    } else if (format.dtype == DType::bf16) {
+      launch_global_avg_pool_backward_any(dy, static_cast<BFloat16*>(dx), format.channels_last, batch, channels,
+                                          spatial, current_stream());
+    } else {
+      launch_global_avg_pool_backward_any(dy, static_cast<float*>(dx), format.channels_last, batch, channels,
+                                          spatial, current_stream());
+    }
   }
 #else
-  void conv2d_forward(const Device&, const kernels::Conv2dGeometry&, const float*, const float*, float*) override {
+  void conv2d_forward(const Device&, const kernels::Conv2dGeometry&, const ActivationFormat&, const void*,
+                      const float*, void*) override {
     no_cudnn("a convolution");
   }
-  void conv2d_backward_data(const Device&, const kernels::Conv2dGeometry&, const float*, const float*,
-                            float*) override {
+  void conv2d_backward_data(const Device&, const kernels::Conv2dGeometry&, const ActivationFormat&, const float*,
+                            const void*, void*) override {
     no_cudnn("a convolution");
   }
-  void conv2d_backward_weight(const Device&, const kernels::Conv2dGeometry&, const float*, const float*,
-                              float*) override {
+  void conv2d_backward_weight(const Device&, const kernels::Conv2dGeometry&, const ActivationFormat&, const void*,
+                              const void*, float*) override {
     no_cudnn("a convolution");
   }
-  void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry&, const kernels::BatchNormOptions&,
-                                const float*, const float*, const float*, float*, float*, float*, float*,
-                                float*) override {
+  void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry&, const ActivationFormat&,
+                                const kernels::BatchNormOptions&, const void*, const float*, const float*, void*,
+                                float*, float*, float*, float*) override {
     no_cudnn("batch norm");
   }
-  void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry&, const kernels::BatchNormOptions&,
-                               const float*, const float*, const float*, const float*, const float*,
-                               float*) override {
+  void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry&, const ActivationFormat&,
+                               const kernels::BatchNormOptions&, const void*, const float*, const float*,
+                               const float*, const float*, void*) override {
     no_cudnn("batch norm");
   }
-  void batch_norm_backward(const Device&, const kernels::BatchNormGeometry&, const kernels::BatchNormOptions&,
-                           const float*, const float*, const float*, const float*, const float*, float*, float*,
-                           float*) override {
+  void batch_norm_backward(const Device&, const kernels::BatchNormGeometry&, const ActivationFormat&,
+                           const kernels::BatchNormOptions&, const void*, const void*, const float*, const float*,
+                           const float*, void*, float*, float*) override {
     no_cudnn("batch norm");
   }
-  void pool2d_forward(const Device&, const kernels::Pool2dGeometry&, bool, const float*, float*) override {
+  void pool2d_forward(const Device&, const kernels::Pool2dGeometry&, const ActivationFormat&, bool, const void*,
+                      void*) override {
     no_cudnn("pooling");
   }
-  void pool2d_backward(const Device&, const kernels::Pool2dGeometry&, bool, const float*, const float*,
-                       const float*, float*) override {
+  void pool2d_backward(const Device&, const kernels::Pool2dGeometry&, const ActivationFormat&, bool, const void*,
+                       const void*, const void*, void*) override {
     no_cudnn("pooling");
   }
-  void global_avg_pool_forward(const Device&, std::int64_t, std::int64_t, std::int64_t, const float*,
-                               float*) override {
+  void global_avg_pool_forward(const Device&, const ActivationFormat&, std::int64_t, std::int64_t, std::int64_t,
+                               const void*, float*) override {
     no_cudnn("pooling");
   }
-  void global_avg_pool_backward(const Device&, std::int64_t, std::int64_t, std::int64_t, const float*,
-                                float*) override {
+  void global_avg_pool_backward(const Device&, const ActivationFormat&, std::int64_t, std::int64_t, std::int64_t,
+                                const float*, void*) override {
     no_cudnn("pooling");
   }
 #endif
@@ -270,11 +559,13 @@ class CudaOps final : public DeviceOps {
                    float* exp_avg, float* exp_avg_sq, std::int64_t n, std::int64_t step,
                    double lr) override {
     DeviceGuard guard(device.index);
+    ProfileScope scope("adam", [&] { return std::string("all"); });
     launch_adam_update(rule, w, g, exp_avg, exp_avg_sq, n, step, lr, current_stream());
   }
   void sgd_update(const Device& device, const optim::SgdRule& rule, float* w, const float* g,
                   float* momentum, std::int64_t n, std::int64_t step, double lr) override {
     DeviceGuard guard(device.index);
+    ProfileScope scope("sgd", [&] { return std::string("all"); });
     launch_sgd_update(rule, w, g, momentum, n, step, lr, current_stream());
   }
 };

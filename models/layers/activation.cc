@@ -8,14 +8,15 @@
 namespace aiacc::models {
 
 Tensor ReLU::forward(const Tensor& input, bool /*training*/) {
+  const bool on_cpu = input.device().is_cpu();
   AIACC_CHECK(
-      input.dtype() == DType::f32 || (input.dtype() == DType::f64 && input.device().is_cpu()),
-      "{}: input {} is {} on {} (need f32, or f64 on cpu)", name_, input.shape().str(),
+      input.dtype() == DType::f32 || (input.dtype() == DType::f64 && on_cpu) || (input.dtype() == DType::bf16 && !on_cpu),
+      "{}: input {} is {} on {} (need f32, f64 on the CPU or bf16 on a device)", name_, input.shape().str(),
       dtype_name(input.dtype()), input.device().str());
   output_ = Tensor::empty(input.shape(), input.dtype(), input.device());
   if (!input.device().is_cpu()) {
     device_ops(input.device())
-        .relu_forward(input.device(), input.numel(), input.data<float>(), output_.data<float>());
+        .relu_forward(input.device(), input.dtype(), input.numel(), input.raw_data(), output_.raw_data());
   } else if (input.dtype() == DType::f64) {
     kernels::relu_forward<double>(input.numel(), input.data<double>(), output_.data<double>());
   } else {
@@ -36,8 +37,8 @@ Tensor ReLU::backward(const Tensor& grad_output, bool need_input_grad) {
     AIACC_CHECK(grad_output.device() == output_.device(), "{}: grad_output on {}, the output on {}",
                 name_, grad_output.device().str(), output_.device().str());
     device_ops(output_.device())
-        .relu_backward(output_.device(), output_.numel(), output_.data<float>(),
-                       grad_output.data<float>(), grad_input.data<float>());
+        .relu_backward(output_.device(), output_.dtype(), output_.numel(), output_.raw_data(),
+                       grad_output.raw_data(), grad_input.raw_data());
   } else if (output_.dtype() == DType::f64) {
     kernels::relu_backward<double>(output_.numel(), output_.data<double>(),
                                    grad_output.data<double>(), grad_input.data<double>());

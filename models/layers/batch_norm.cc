@@ -47,9 +47,10 @@ Tensor BatchNorm::forward(const Tensor& input, bool training) {
   AIACC_CHECK(input.rank() >= 2 && input.dim(1) == channels_,
               "{}: expected input [N, {}] or [N, {}, H, W], got {}", name_, channels_, channels_,
               input.shape().str());
-  AIACC_CHECK(input.dtype() == weight_.value().dtype() && input.device() == weight_.value().device(),
-              "{}: input is {} on {}, the layer is {} on {}", name_, dtype_name(input.dtype()),
-              input.device().str(), dtype_name(weight_.value().dtype()), weight_.value().device().str());
+  AIACC_CHECK(input.dtype() == activation_format(input).dtype && input.device() == weight_.value().device(),
+              "{}: input is {} on {}, the layer is {} on {} with {} activations", name_, dtype_name(input.dtype()),
+              input.device().str(), dtype_name(weight_.value().dtype()), weight_.value().device().str(),
+              activation_format(input).str());
   if (training) {
     AIACC_CHECK_GT(input.numel() / channels_, 1,
                    "{}: training needs more than one value per channel, input {}", name_,
@@ -61,7 +62,15 @@ Tensor BatchNorm::forward(const Tensor& input, bool training) {
                                      : forward_typed<float>(input, training);
 }
 
-void BatchNorm::to(Device device) {
+ActivationFormat BatchNorm::activation_format(const Tensor& input) const {
+  if (input.rank() == 4) return format_;
+  ActivationFormat f32;
+  f32.dtype = weight_.value().dtype();  // f64 for gradient checks on the CPU
+  return f32;
+}
+
+void BatchNorm::to(Device device, const ActivationFormat& format) {
+  format_ = format;
   weight_.to(device);
   bias_.to(device);
   running_mean_ = running_mean_.to(device);
@@ -70,25 +79,25 @@ void BatchNorm::to(Device device) {
 
 Tensor BatchNorm::forward_on_device(const Tensor& input, bool training) {
   const Device device = input.device();
-  AIACC_CHECK(input.dtype() == DType::f32 && !(training && cross_replica_sum_),
-              "{}: on {} batch norm is f32 and not synchronised across replicas (got {}{})", name_,
-              device.str(), dtype_name(input.dtype()), cross_replica_sum_ ? ", synchronised" : "");
+  AIACC_CHECK(!(training && cross_replica_sum_),
+              "{}: on {} batch norm is not synchronised across replicas", name_, device.str());
   const kernels::BatchNormGeometry g = geometry(input);
-  Tensor output = Tensor::empty(input.shape(), DType::f32, device);
+  const ActivationFormat format = activation_format(input);
+  Tensor output = Tensor::empty(input.shape(), input.dtype(), device);
   DeviceOps& ops = device_ops(device);
   if (training) {
     saved_mean_ = Tensor::empty(Shape{channels_}, DType::f32, device);
     saved_inv_std_ = Tensor::empty(Shape{channels_}, DType::f32, device);
-    ops.batch_norm_forward_train(device, g, options_, input.data<float>(), weight_.value().data<float>(),
-                                 bias_.value().data<float>(), output.data<float>(), saved_mean_.data<float>(),
+    ops.batch_norm_forward_train(device, g, format, options_, input.raw_data(), weight_.value().data<float>(),
+                                 bias_.value().data<float>(), output.raw_data(), saved_mean_.data<float>(),
                                  saved_inv_std_.data<float>(), running_mean_.data<float>(),
                                  running_var_.data<float>());
     num_batches_tracked_.data<std::int64_t>()[0] += 1;
     saved_stats_ = kernels::BatchNormStats::batch;
   } else {
-    ops.batch_norm_forward_eval(device, g, options_, input.data<float>(), weight_.value().data<float>(),
+    ops.batch_norm_forward_eval(device, g, format, options_, input.raw_data(), weight_.value().data<float>(),
                                 bias_.value().data<float>(), running_mean_.data<float>(),
-                                running_var_.data<float>(), output.data<float>());
+                                running_var_.data<float>(), output.raw_data());
     saved_stats_ = kernels::BatchNormStats::running;
   }
   return output;
@@ -139,11 +148,12 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
     AIACC_CHECK(saved_stats_ == kernels::BatchNormStats::batch && grad_output.device() == device,
                 "{}: backward on {} follows a training forward there (grad_output on {})", name_,
                 device.str(), grad_output.device().str());
-    grad_input = Tensor::empty(input_.shape(), DType::f32, device);  // cuDNN always writes dx
-    device_ops(device).batch_norm_backward(device, geometry(input_), options_, input_.data<float>(),
-                                           grad_output.data<float>(), weight_.value().data<float>(),
-                                           saved_mean_.data<float>(), saved_inv_std_.data<float>(),
-                                           grad_input.data<float>(), weight_.grad().data<float>(),
+    grad_input = Tensor::empty(input_.shape(), input_.dtype(), device);  // cuDNN always writes dx
+    device_ops(device).batch_norm_backward(device, geometry(input_), activation_format(input_), options_,
+                                           input_.raw_data(), grad_output.raw_data(),
+                                           weight_.value().data<float>(), saved_mean_.data<float>(),
+                                           saved_inv_std_.data<float>(), grad_input.raw_data(),
+                                           weight_.grad().data<float>(),
                                            bias_.grad().data<float>());
     if (!need_input_grad) grad_input = Tensor();
   } else {

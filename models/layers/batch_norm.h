@@ -46,7 +46,7 @@ class BatchNorm : public Layer {
   std::vector<std::pair<std::string, Tensor>> buffers() override;
   // Also moves the running statistics (num_batches_tracked, a host counter, stays). On a device:
   // f32, not synchronised across replicas, and backward only after a training forward.
-  void to(Device device) override;
+  void to(Device device, const ActivationFormat& format = {}) override;
 
   // Synchronised batch norm (SyncBatchNorm): in training, mean and variance are taken over
   // the batches of all replicas (two sums per forward, one per backward through `sum`), so N
@@ -61,6 +61,8 @@ class BatchNorm : public Layer {
   std::int64_t num_batches_tracked() const { return num_batches_tracked_.data<std::int64_t>()[0]; }
 
  private:
+  // The storage of `input` (4-D ones in the format set by to(), others f32 or f64).
+  ActivationFormat activation_format(const Tensor& input) const;
   kernels::BatchNormGeometry geometry(const Tensor& t) const;
   Tensor forward_on_device(const Tensor& input, bool training);  // f32 through DeviceOps
   template <class T>
@@ -78,6 +80,7 @@ class BatchNorm : public Layer {
   Tensor num_batches_tracked_;
   // What the last forward normalised with, for backward.
   Tensor input_;
+  ActivationFormat format_;  // of 4-D inputs on a device (2-D ones are f32)
   Tensor saved_mean_;     // [C]
   Tensor saved_inv_std_;  // [C]
   kernels::BatchNormStats saved_stats_ = kernels::BatchNormStats::batch;

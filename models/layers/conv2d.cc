@@ -58,21 +58,21 @@ Tensor Conv2d::forward(const Tensor& input, bool /*training*/) {
               "{}: expected input [N, {}, H, W], got {}", name_, geometry_.in_channels,
               input.shape().str());
   const Tensor& w = weight_->value();
-  AIACC_CHECK(input.dtype() == w.dtype() && input.device() == w.device(),
-              "{}: input is {} on {}, the layer is {} on {}", name_, dtype_name(input.dtype()),
-              input.device().str(), dtype_name(w.dtype()), w.device().str());
+  const DType expected = w.device().is_cpu() ? w.dtype() : format_.dtype;
+  AIACC_CHECK(input.dtype() == expected && input.device() == w.device(),
+              "{}: input is {} on {}, the layer takes {} on {}", name_, dtype_name(input.dtype()),
+              input.device().str(), dtype_name(expected), w.device().str());
   const kernels::Conv2dGeometry g = geometry_for(input.shape());
   AIACC_CHECK(g.height + 2 * g.pad_h >= g.kernel_h && g.width + 2 * g.pad_w >= g.kernel_w,
               "{}: input {} is smaller than the {}x{} kernel (padding {})", name_,
               input.shape().str(), g.kernel_h, g.kernel_w, g.pad_h);
   input_ = input;
   if (!input.device().is_cpu()) {
-    AIACC_CHECK(input.dtype() == DType::f32 && !bias_, "{}: on {} a convolution is f32 without bias "
-                "(got {}{})", name_, input.device().str(), dtype_name(input.dtype()), bias_ ? ", bias" : "");
+    AIACC_CHECK(!bias_, "{}: on {} a convolution has no bias", name_, input.device().str());
     Tensor output = Tensor::empty(Shape{g.batch, g.out_channels, g.out_height(), g.out_width()},
-                                  DType::f32, input.device());
-    device_ops(input.device()).conv2d_forward(input.device(), g, input.data<float>(), w.data<float>(),
-                                              output.data<float>());
+                                  input.dtype(), input.device());
+    device_ops(input.device()).conv2d_forward(input.device(), g, format_, input.raw_data(), w.data<float>(),
+                                              output.raw_data());
     return output;
   }
   return input.dtype() == DType::f64 ? forward_typed<double>(input, g)
@@ -101,13 +101,13 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
     AIACC_CHECK(grad_output.device() == device, "{}: grad_output on {}, the input was on {}", name_,
                 grad_output.device().str(), device.str());
     DeviceOps& ops = device_ops(device);
-    const float* dy = grad_output.data<float>();
+    const void* dy = grad_output.raw_data();
     // Parameter gradients first, so their communication can start while dx is computed.
-    ops.conv2d_backward_weight(device, g, input_.data<float>(), dy, weight_->grad().data<float>());
+    ops.conv2d_backward_weight(device, g, format_, input_.raw_data(), dy, weight_->grad().data<float>());
     weight_->grad_ready();
     if (!need_input_grad) return {};
-    Tensor grad_input = Tensor::empty(input_.shape(), DType::f32, device);
-    ops.conv2d_backward_data(device, g, weight_->value().data<float>(), dy, grad_input.data<float>());
+    Tensor grad_input = Tensor::empty(input_.shape(), input_.dtype(), device);
+    ops.conv2d_backward_data(device, g, format_, weight_->value().data<float>(), dy, grad_input.raw_data());
     return grad_input;
   }
   return input_.dtype() == DType::f64 ? backward_typed<double>(grad_output, need_input_grad)

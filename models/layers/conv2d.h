@@ -28,6 +28,10 @@ class Conv2d : public Layer {
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override;
   std::string name() const override { return name_; }
+  void to(Device device, const ActivationFormat& format = {}) override {
+    format_ = format;
+    Layer::to(device, format);
+  }
 
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_.get(); }  // null without bias
@@ -44,6 +48,7 @@ class Conv2d : public Layer {
   std::unique_ptr<Parameter> weight_;
   std::unique_ptr<Parameter> bias_;
   Tensor input_;  // the last forward's input, for backward
+  ActivationFormat format_;  // of the activations on a device
 };
 
 }  // namespace aiacc::models

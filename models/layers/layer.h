@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_ops.h"
 #include "core/parameter.h"
 #include "core/tensor.h"
 
@@ -28,9 +29,11 @@ class Layer {
   // tensors sharing the layer's storage.
   virtual std::vector<std::pair<std::string, Tensor>> buffers() { return {}; }
   // Moves the layer's parameters (and state it keeps on the compute device) to `device`; it then
-  // takes inputs there (f32 only off the CPU; DeviceOps, core/device_ops.h). Composites move
-  // their children.
-  virtual void to(Device device) {
+  // takes inputs there (DeviceOps, core/device_ops.h), its 4-D activations in `format` (f32
+  // NCHW, or the mixed-precision bf16 channels-last; the CPU runs the default only).
+  // Composites move their children.
+  virtual void to(Device device, const ActivationFormat& format = {}) {
+    (void)format;
     for (Parameter* p : parameters()) p->to(device);
   }
   virtual std::string name() const = 0;

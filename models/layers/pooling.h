@@ -20,6 +20,7 @@ class MaxPool2d : public Layer {
   Tensor forward(const Tensor& input, bool training) override;  // [N, C, H, W] -> [N, C, OH, OW]
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string name() const override { return name_; }
+  void to(Device, const ActivationFormat& format = {}) override { format_ = format; }
 
  private:
   std::string name_;
@@ -28,6 +29,7 @@ class MaxPool2d : public Layer {
   Tensor input_, output_;             // of the last forward (a device's backward reads them)
   DType dtype_ = DType::f32;
   Device device_;
+  ActivationFormat format_;  // of the activations on a device
 };
 
 // Average over the window, padding counted as zeros (divisor kernel*kernel everywhere).
@@ -37,12 +39,14 @@ class AvgPool2d : public Layer {
   Tensor forward(const Tensor& input, bool training) override;  // [N, C, H, W] -> [N, C, OH, OW]
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string name() const override { return name_; }
+  void to(Device, const ActivationFormat& format = {}) override { format_ = format; }
 
  private:
   std::string name_;
   kernels::Pool2dGeometry geometry_;  // of the last forward
   DType dtype_ = DType::f32;
   Device device_;
+  ActivationFormat format_;  // of the activations on a device
   Tensor input_, output_;  // of the last forward on a device (cuDNN's backward takes them)
   bool ready_ = false;  // a forward has run
 };
@@ -54,12 +58,14 @@ class GlobalAvgPool : public Layer {
   Tensor forward(const Tensor& input, bool training) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string name() const override { return name_; }
+  void to(Device, const ActivationFormat& format = {}) override { format_ = format; }
 
  private:
   std::string name_;
   Shape input_shape_;  // of the last forward
   DType dtype_ = DType::f32;
   Device device_;
+  ActivationFormat format_;  // of the activations on a device
 };
 
 }  // namespace aiacc::models

@@ -43,8 +43,8 @@ Tensor ResidualBlock::forward(const Tensor& input, bool training) {
     AIACC_CHECK(skip.device() == main_out.device(), "{}: main path on {}, shortcut on {}", name_,
                 main_out.device().str(), skip.device().str());
     device_ops(main_out.device())
-        .add_relu(main_out.device(), main_out.numel(), main_out.data<float>(), skip.data<float>(),
-                  output_.data<float>());
+        .add_relu(main_out.device(), main_out.dtype(), main_out.numel(), main_out.raw_data(), skip.raw_data(),
+                  output_.raw_data());
   } else if (main_out.dtype() == DType::f64) {
     kernels::add_relu_forward<double>(main_out.numel(), main_out.data<double>(),
                                       skip.data<double>(), output_.data<double>());
@@ -68,8 +68,8 @@ Tensor ResidualBlock::backward(const Tensor& grad_output, bool need_input_grad) 
   if (!device.is_cpu()) {
     AIACC_CHECK(grad_output.device() == device, "{}: grad_output on {}, the output on {}", name_,
                 grad_output.device().str(), device.str());
-    device_ops(device).relu_backward(device, output_.numel(), output_.data<float>(),
-                                     grad_output.data<float>(), grad_sum.data<float>());
+    device_ops(device).relu_backward(device, output_.dtype(), output_.numel(), output_.raw_data(),
+                                     grad_output.raw_data(), grad_sum.raw_data());
   } else if (f64) {
     kernels::relu_backward<double>(output_.numel(), output_.data<double>(),
                                    grad_output.data<double>(), grad_sum.data<double>());
@@ -93,8 +93,8 @@ Tensor ResidualBlock::backward(const Tensor& grad_output, bool need_input_grad) 
   // hand back the caller's grad_output itself.
   Tensor grad_input = Tensor::empty(grad_main.shape(), grad_main.dtype(), device);
   if (!device.is_cpu()) {
-    device_ops(device).add(device, grad_main.numel(), grad_main.data<float>(), grad_skip.data<float>(),
-                           grad_input.data<float>());
+    device_ops(device).add(device, grad_main.dtype(), grad_main.numel(), grad_main.raw_data(),
+                           grad_skip.raw_data(), grad_input.raw_data());
   } else if (f64) {
     kernels::add<double>(grad_main.numel(), grad_main.data<double>(), grad_skip.data<double>(),
                          grad_input.data<double>());

@@ -35,9 +35,9 @@ class ResidualBlock : public Layer {
   std::vector<std::pair<std::string, Tensor>> buffers() override;
   std::string name() const override { return name_; }
 
-  void to(Device device) override {
-    main_->to(device);
-    if (shortcut_) shortcut_->to(device);
+  void to(Device device, const ActivationFormat& format = {}) override {
+    main_->to(device, format);
+    if (shortcut_) shortcut_->to(device, format);
   }
   Sequential& main_path() { return *main_; }
   Sequential* shortcut() { return shortcut_.get(); }  // null for the identity

@@ -27,8 +27,8 @@ class Sequential : public Layer {
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override;
   std::vector<std::pair<std::string, Tensor>> buffers() override;
-  void to(Device device) override {
-    for (auto& layer : layers_) layer->to(device);
+  void to(Device device, const ActivationFormat& format = {}) override {
+    for (auto& layer : layers_) layer->to(device, format);
   }
   std::string name() const override { return name_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }

@@ -64,5 +64,30 @@ TEST(GpuDeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
   EXPECT_LT(gpu_losses[10], gpu_losses[0]);
 }
 
+// The same CNN with mixed precision (bf16 channels-last activations through cuDNN, f32 weights
+// and updates) and with f32 channels-last: both follow the CPU's f32 run.
+TEST(GpuDeviceDispatch, ACnnInBf16AndChannelsLastFollowsTheCpuRun) {
+  register_tensor_backend();
+  register_device_ops();
+  optim::OptimizerOptions options;
+  options.type = "sgd";
+  options.lr = 0.1;
+  options.momentum = 0.9;
+  auto on_cpu = testing::cnn();
+  const auto cpu_losses = testing::train_on(*on_cpu, options, Device::cpu(), 12, true);
+  for (const auto& [dtype, tolerance] : {std::pair{DType::f32, 1e-2}, std::pair{DType::bf16, 4e-2}}) {
+    ActivationFormat format;
+    format.dtype = dtype;
+    format.channels_last = true;
+    auto on_gpu = testing::cnn();
+    const auto gpu_losses = testing::train_on(*on_gpu, options, Device::cuda(0), 12, true, format);
+    for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
+      EXPECT_NEAR(gpu_losses[i], cpu_losses[i], tolerance * (1.0 + std::abs(cpu_losses[i])))
+          << format.str() << " step " << i;
+    }
+    EXPECT_LT(gpu_losses[10], gpu_losses[0]) << format.str();
+  }
+}
+
 }  // namespace
 }  // namespace aiacc::cuda

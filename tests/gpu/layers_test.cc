@@ -11,6 +11,7 @@
 
 #include "core/cuda/batch_norm.h"
 #include "core/cuda/kernels/activation.h"
+#include "core/cuda/kernels/batch_norm_nhwc.h"
 #include "core/cuda/pooling.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/batch_norm.h"
@@ -71,6 +72,60 @@ TEST(GpuLayers, BatchNormMatchesTheCpu) {
   expect_close(d_dgamma.to_host(), dgamma, 1e-4f, "dgamma");
   expect_close(d_dbeta.to_host(), dbeta, 1e-4f, "dbeta");
   expect_close(d_y_eval.to_host(), y_eval, 1e-5f, "eval y");
+}
+
+// Our channels-last batch norm kernels (f32 storage here, so the bound is fp32's): 40 channels
+// (a partial 32-wide tile), channel means far from zero (the one-pass variance's weak spot).
+TEST(GpuLayers, ChannelsLastBatchNormKernelsMatchTheCpu) {
+  const std::int64_t n = 6, c = 40, s = 21, rows = n * s;
+  const kernels::BatchNormGeometry g{n, c, s};
+  kernels::BatchNormOptions math;
+  math.momentum = 0.2;
+  const auto size = static_cast<std::size_t>(n * c * s);
+  std::vector<float> x = random_floats(size, 11, -2.0f, 3.0f);
+  for (std::size_t i = 0; i < size; ++i) x[i] += 50.0f * static_cast<float>((i / static_cast<std::size_t>(s)) % 7);
+  const std::vector<float> gamma = random_floats(static_cast<std::size_t>(c), 12, 0.5f, 1.5f);
+  const std::vector<float> beta = random_floats(static_cast<std::size_t>(c), 13);
+  const std::vector<float> dy = random_floats(size, 14);
+  const auto per_channel = static_cast<std::size_t>(c);
+  std::vector<float> y(size), mean(per_channel), inv_std(per_channel), running_mean(per_channel, 0.1f),
+      running_var(per_channel, 0.9f), dx(size), dgamma(per_channel), dbeta(per_channel), y_eval(size);
+  kernels::batch_norm_forward_train<float>(g, math, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                                           inv_std.data(), running_mean.data(), running_var.data());
+  kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, x.data(), dy.data(), gamma.data(),
+                                      mean.data(), inv_std.data(), dx.data(), dgamma.data(), dbeta.data());
+  kernels::batch_norm_forward_eval<float>(g, math, x.data(), gamma.data(), beta.data(), running_mean.data(),
+                                          running_var.data(), y_eval.data());
+  // [N, C, S] <-> [N, S, C]
+  const auto to_nhwc = [&](const std::vector<float>& v) {
+    std::vector<float> out(v.size());
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < c; ++j)
+        for (std::int64_t k = 0; k < s; ++k) out[static_cast<std::size_t>((i * s + k) * c + j)] = v[static_cast<std::size_t>((i * c + j) * s + k)];
+    return out;
+  };
+  const DeviceVector<float> d_x(to_nhwc(x)), d_dy(to_nhwc(dy)), d_gamma(gamma), d_beta(beta);
+  DeviceVector<float> d_y(std::vector<float>(size, 9.0f)), d_dx(std::vector<float>(size, 9.0f)),
+      d_y_eval(std::vector<float>(size, 9.0f));
+  const std::vector<float> nines(per_channel, 9.0f);
+  DeviceVector<float> d_rm(std::vector<float>(per_channel, 0.1f)), d_rv(std::vector<float>(per_channel, 0.9f)),
+      d_mean(nines), d_inv_std(nines), d_dgamma(nines), d_dbeta(nines);
+  DeviceVector<unsigned char> scratch(std::vector<unsigned char>(batch_norm_nhwc_scratch_bytes(c), 0xff));
+  launch_batch_norm_nhwc_forward_train(d_x.get(), d_gamma.get(), d_beta.get(), d_y.get(), d_rm.get(), d_rv.get(),
+                                       d_mean.get(), d_inv_std.get(), rows, c, math, scratch.get(), nullptr);
+  launch_batch_norm_nhwc_backward(d_x.get(), d_dy.get(), d_gamma.get(), d_mean.get(), d_inv_std.get(), d_dx.get(),
+                                  d_dgamma.get(), d_dbeta.get(), rows, c, scratch.get(), nullptr);
+  launch_batch_norm_nhwc_forward_eval(d_x.get(), d_gamma.get(), d_beta.get(), d_rm.get(), d_rv.get(), d_y_eval.get(),
+                                      rows, c, math, scratch.get(), nullptr);
+  expect_close(d_y.to_host(), to_nhwc(y), 1e-4f, "y");
+  expect_close(d_mean.to_host(), mean, 1e-6f, "saved mean");
+  expect_close(d_inv_std.to_host(), inv_std, 1e-4f, "saved inverse std");
+  expect_close(d_rm.to_host(), running_mean, 1e-6f, "running mean");
+  expect_close(d_rv.to_host(), running_var, 1e-4f, "running variance (unbiased)");
+  expect_close(d_dx.to_host(), to_nhwc(dx), 1e-3f, "dx");
+  expect_close(d_dgamma.to_host(), dgamma, 1e-3f, "dgamma");
+  expect_close(d_dbeta.to_host(), dbeta, 1e-4f, "dbeta");
+  expect_close(d_y_eval.to_host(), to_nhwc(y_eval), 1e-4f, "eval y");
 }
 
 TEST(GpuLayers, PoolingMatchesTheCpu) {

@@ -16,10 +16,12 @@
 namespace aiacc::trainer {
 namespace {
 
-JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block, const std::string& device) {
+JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block, const std::string& device,
+                  const std::string& precision = "fp32") {
   std::filesystem::create_directories(run_dir);
   auto path = run_dir / "job.yaml";
-  std::ofstream(path) << "job: {name: gpu, run_dir: " << run_dir.string() << ", device: " << device << "}\n"
+  std::ofstream(path) << "job: {name: gpu, run_dir: " << run_dir.string() << ", device: " << device
+                      << ", precision: " << precision << "}\n"
                       << model_block
                       << "data:\n"
                          "  batch_size: 32\n"
@@ -30,14 +32,15 @@ JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model
   return load_job(path.string(), {});
 }
 
-void expect_gpu_follows_cpu(const std::string& model_block, const std::string& tag, double tolerance) {
+void expect_gpu_follows_cpu(const std::string& model_block, const std::string& tag, double tolerance,
+                            const std::string& precision = "fp32") {
   cuda::register_tensor_backend();
   cuda::register_device_ops();
   const auto base = std::filesystem::temp_directory_path() / ("aiacc_gpu_train_" + tag);
   std::filesystem::remove_all(base);
   Trainer on_cpu(job_in(base / "cpu", model_block, "cpu"));
   const TrainResult cpu = on_cpu.run();
-  Trainer on_gpu(job_in(base / "gpu", model_block, "cuda"));
+  Trainer on_gpu(job_in(base / "gpu", model_block, "cuda", precision));
   const TrainResult gpu = on_gpu.run();
   EXPECT_NEAR(gpu.first_train_loss, cpu.first_train_loss, tolerance * (1 + std::abs(cpu.first_train_loss)));
   EXPECT_NEAR(gpu.last_train_loss, cpu.last_train_loss, tolerance * (1 + std::abs(cpu.last_train_loss)));
@@ -55,6 +58,12 @@ TEST(GpuTraining, AnMlpJobOnTheGpuFollowsTheCpuJob) {
 
 TEST(GpuTraining, AResNetJobOnTheGpuFollowsTheCpuJob) {
   expect_gpu_follows_cpu("model: {type: resnet, resnet: {depth: 8, width: 8}}\n", "resnet", 3e-2);
+}
+
+// Mixed precision: bf16 channels-last activations, f32 weights. bf16 keeps 8 bits of mantissa,
+// so the bound is looser than TF32's; the run must still learn like the f32 one.
+TEST(GpuTraining, AResNetJobInBf16FollowsTheCpuJob) {
+  expect_gpu_follows_cpu("model: {type: resnet, resnet: {depth: 8, width: 8}}\n", "resnet_bf16", 8e-2, "bf16");
 }
 
 }  // namespace

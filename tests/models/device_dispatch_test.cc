@@ -87,6 +87,67 @@ TEST(DeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
   EXPECT_EQ(device_logits.to(Device::cpu()).to_vector<float>(), cpu_logits.to_vector<float>());
 }
 
+ActivationFormat format(DType dtype, bool channels_last) {
+  ActivationFormat f;
+  f.dtype = dtype;
+  f.channels_last = channels_last;
+  return f;
+}
+
+// Channels-last f32 only moves values: every layer must read and write NHWC (a layer that took
+// its input as NCHW would scramble it), and the run then equals the CPU's bit for bit.
+TEST(DeviceDispatch, AChannelsLastCnnEqualsTheCpuRun) {
+  testing::install_fake_device();
+  optim::OptimizerOptions options;
+  options.type = "sgd";
+  options.lr = 0.1;
+  options.momentum = 0.9;
+  auto on_cpu = cnn();
+  auto on_device = cnn();
+  const auto cpu_losses = train_on(*on_cpu, options, Device::cpu(), 6, true);
+  const auto device_losses = train_on(*on_device, options, Device::cuda(0), 6, true, format(DType::f32, true));
+  EXPECT_EQ(device_losses, cpu_losses);
+  const auto cpu_params = on_cpu->parameters(), device_params = on_device->parameters();
+  for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+    EXPECT_EQ(host_values(*device_params[i]), cpu_params[i]->value().to_vector<float>()) << cpu_params[i]->name();
+  }
+}
+
+// Mixed precision (bf16 channels-last activations, f32 weights and updates): the fake device
+// rounds where the GPU rounds, so the run follows the f32 one within bf16's 8-bit mantissa,
+// and still learns; the weights stay f32.
+TEST(DeviceDispatch, ABf16ChannelsLastCnnFollowsTheCpuRunWithinBf16Rounding) {
+  testing::install_fake_device();
+  optim::OptimizerOptions options;
+  options.type = "sgd";
+  options.lr = 0.1;
+  options.momentum = 0.9;
+  auto on_cpu = cnn();
+  auto on_device = cnn();
+  const auto cpu_losses = train_on(*on_cpu, options, Device::cpu(), 10, true);
+  const auto device_losses = train_on(*on_device, options, Device::cuda(0), 10, true, format(DType::bf16, true));
+  ASSERT_EQ(device_losses.size(), cpu_losses.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < cpu_losses.size(); ++i) {
+    EXPECT_NEAR(device_losses[i], cpu_losses[i], 3e-2 * (1.0 + std::abs(cpu_losses[i]))) << "step " << i;
+    worst = std::max(worst, std::abs(device_losses[i] - cpu_losses[i]));
+  }
+  EXPECT_GT(worst, 0.0) << "bf16 activations must round somewhere";
+  EXPECT_LT(device_losses[8], device_losses[0]);
+  for (Parameter* p : on_device->parameters()) EXPECT_EQ(p->value().dtype(), DType::f32) << p->name();
+  // Evaluation from the running statistics, in the same format.
+  const testing::Batch b = testing::batch(5, true);
+  const auto cpu_logits = on_cpu->forward(b.x, false).to_vector<float>();
+  const auto device_logits =
+      on_device->forward(testing::in_format(b.x, Device::cuda(0), format(DType::bf16, true)), false)
+          .to(Device::cpu())
+          .to_vector<float>();
+  ASSERT_EQ(device_logits.size(), cpu_logits.size());
+  for (std::size_t i = 0; i < cpu_logits.size(); ++i) {
+    EXPECT_NEAR(device_logits[i], cpu_logits[i], 0.1 * (1.0 + std::abs(cpu_logits[i]))) << i;
+  }
+}
+
 TEST(DeviceDispatchErrors, MismatchedDevicesAndCpuOnlyOptimisersAreNamed) {
   testing::install_fake_device();
   Linear layer("fc", 3, 2, true, 1);
@@ -97,7 +158,13 @@ TEST(DeviceDispatchErrors, MismatchedDevicesAndCpuOnlyOptimisersAreNamed) {
   Conv2d with_bias("conv", 3, 4, 3, 1, 1, true, 2);
   with_bias.to(Device::cuda(0));
   EXPECT_THAT([&] { with_bias.forward(Tensor::zeros({1, 3, 5, 5}, DType::f32, Device::cuda(0)), true); },
-              ::testing::ThrowsMessage<InternalError>(::testing::HasSubstr("conv: on cuda:0 a convolution is f32 without bias")));
+              ::testing::ThrowsMessage<InternalError>(::testing::HasSubstr("conv: on cuda:0 a convolution has no bias")));
+  // A layer set for bf16 activations names what it got and what it takes.
+  MaxPool2d pool("pool", 2, 2);
+  pool.to(Device::cuda(0), format(DType::bf16, true));
+  EXPECT_THAT([&] { pool.forward(Tensor::zeros({1, 3, 4, 4}, DType::f32, Device::cuda(0)), true); },
+              ::testing::ThrowsMessage<InternalError>(::testing::AllOf(
+                  ::testing::HasSubstr("pool: input is f32 on cuda:0"), ::testing::HasSubstr("bf16 nhwc"))));
   optim::OptimizerOptions adagrad;
   adagrad.type = "adagrad";
   EXPECT_THAT([&] { optim::Optimizer optimizer(adagrad, layer.parameters()); },

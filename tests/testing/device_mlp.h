@@ -73,16 +73,28 @@ inline Batch batch(int step, bool image = false) {
   return {Tensor::from_vector(x, shape), Tensor::from_vector(labels, {kBatch})};
 }
 
-// Moves `net` to `device` and trains it `steps` steps there; returns the losses.
+// x (f32 [N, C, H, W] on the CPU) on `device` in `format`, as a model hands its first layer.
+inline Tensor in_format(const Tensor& x, Device device, const ActivationFormat& format) {
+  Tensor on_device = x.to(device);
+  if (format.is_default()) return on_device;
+  Tensor out = Tensor::empty(x.shape(), format.dtype, device);
+  device_ops(device).to_activation_format(device, format, x.dim(0), x.dim(1), x.dim(2) * x.dim(3),
+                                          on_device.data<float>(), out.raw_data());
+  return out;
+}
+
+// Moves `net` to `device` (activations in `format`) and trains it `steps` steps there; returns
+// the losses.
 inline std::vector<double> train_on(models::Sequential& net, const optim::OptimizerOptions& options,
-                                    Device device, int steps, bool image = false) {
-  net.to(device);
+                                    Device device, int steps, bool image = false,
+                                    const ActivationFormat& format = {}) {
+  net.to(device, format);
   optim::Optimizer optimizer(options, net.parameters());
   models::SoftmaxCrossEntropy loss;
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
     const Batch b = batch(step % 2, image);  // two batches in turn: learnable
-    const Tensor logits = net.forward(b.x.to(device), true);
+    const Tensor logits = net.forward(image ? in_format(b.x, device, format) : b.x.to(device), true);
     losses.push_back(loss.forward(logits, b.labels.to(device)));
     net.backward(loss.backward(), false);
     optimizer.step(options.lr);

@@ -25,6 +25,7 @@
 #include "core/kernels/pooling.h"
 #include <vector>
 #include "core/tensor.h"
+#include "core/util/half.h"
 
 namespace aiacc::testing {
 
@@ -70,6 +71,76 @@ class FakeBackend : public DeviceBackend {
   FakeDeviceLog& log_;
 };
 
+// Activations [N, C, S] in any ActivationFormat as the f32 NCHW values the CPU kernels take:
+// unpack() reads them (bf16 widened, NHWC transposed), pack() writes them back (rounded to bf16
+// to nearest even, as the GPU's kernels round). The default format passes through unchanged,
+// so f32 NCHW runs are bit-equal to the CPU's and f32 NHWC runs too.
+inline std::int64_t nchw_offset(bool channels_last, std::int64_t n, std::int64_t c, std::int64_t s,
+                                std::int64_t channels, std::int64_t spatial) {
+  return channels_last ? (n * spatial + s) * channels + c : (n * channels + c) * spatial + s;
+}
+
+inline std::vector<float> unpack(const ActivationFormat& format, const void* device_ptr, std::int64_t batch,
+                                 std::int64_t channels, std::int64_t spatial) {
+  std::vector<float> out(static_cast<std::size_t>(batch * channels * spatial));
+  const void* p = host(device_ptr);
+  for (std::int64_t n = 0; n < batch; ++n) {
+    for (std::int64_t c = 0; c < channels; ++c) {
+      for (std::int64_t s = 0; s < spatial; ++s) {
+        const std::int64_t from = nchw_offset(format.channels_last, n, c, s, channels, spatial);
+        out[static_cast<std::size_t>((n * channels + c) * spatial + s)] =
+            format.dtype == DType::bf16 ? to_float(static_cast<const BFloat16*>(p)[from])
+                                        : static_cast<const float*>(p)[from];
+      }
+    }
+  }
+  return out;
+}
+
+inline void pack(const ActivationFormat& format, const std::vector<float>& values, void* device_ptr,
+                 std::int64_t batch, std::int64_t channels, std::int64_t spatial) {
+  void* p = host(device_ptr);
+  for (std::int64_t n = 0; n < batch; ++n) {
+    for (std::int64_t c = 0; c < channels; ++c) {
+      for (std::int64_t s = 0; s < spatial; ++s) {
+        const std::int64_t to = nchw_offset(format.channels_last, n, c, s, channels, spatial);
+        const float v = values[static_cast<std::size_t>((n * channels + c) * spatial + s)];
+        if (format.dtype == DType::bf16) {
+          static_cast<BFloat16*>(p)[to] = to_bf16(v);
+        } else {
+          static_cast<float*>(p)[to] = v;
+        }
+      }
+    }
+  }
+}
+
+inline ActivationFormat flat_format(DType dtype) {
+  ActivationFormat format;
+  format.dtype = dtype;
+  return format;
+}
+
+// n element-wise values of `dtype` as f32.
+struct Flat {
+  Flat(DType dtype, const void* p, std::int64_t n) : values(unpack(flat_format(dtype), p, 1, 1, n)) {}
+  std::vector<float> values;
+};
+
+inline void round_in_place(DType dtype, float* values, std::int64_t n) {
+  if (dtype != DType::bf16) return;
+  for (std::int64_t i = 0; i < n; ++i) values[i] = to_float(to_bf16(values[i]));
+}
+
+// A convolution's f32 weight as the GPU uses it for `format` (rounded to bf16 for bf16).
+inline std::vector<float> rounded_weight(const ActivationFormat& format, const kernels::Conv2dGeometry& g,
+                                         const float* device_w) {
+  const float* w = host(device_w);
+  std::vector<float> out(w, w + g.out_channels * g.in_channels * g.kernel_h * g.kernel_w);
+  round_in_place(format.dtype, out.data(), static_cast<std::int64_t>(out.size()));
+  return out;
+}
+
 class FakeOps : public DeviceOps {
  public:
   explicit FakeOps(FakeDeviceLog& log) : log_(log) {}
@@ -83,95 +154,147 @@ class FakeOps : public DeviceOps {
     ++log_.ops;
     kernels::linear_backward<float>(g, host(x), host(w), host(dy), host(dx), host(dw), host(db));
   }
-  void relu_forward(const Device&, std::int64_t n, const float* x, float* y) override {
+  void relu_forward(const Device&, DType dtype, std::int64_t n, const void* x, void* y) override {
     ++log_.ops;
-    kernels::relu_forward<float>(n, host(x), host(y));
+    Flat in(dtype, x, n);
+    std::vector<float> out(in.values.size());
+    kernels::relu_forward<float>(n, in.values.data(), out.data());
+    pack(flat_format(dtype), out, y, 1, 1, n);
   }
-  void relu_backward(const Device&, std::int64_t n, const float* y, const float* dy, float* dx) override {
+  void relu_backward(const Device&, DType dtype, std::int64_t n, const void* y, const void* dy, void* dx) override {
     ++log_.ops;
-    kernels::relu_backward<float>(n, host(y), host(dy), host(dx));
+    Flat out(dtype, y, n), grad(dtype, dy, n);
+    std::vector<float> result(out.values.size());
+    kernels::relu_backward<float>(n, out.values.data(), grad.values.data(), result.data());
+    pack(flat_format(dtype), result, dx, 1, 1, n);
   }
-  void add(const Device&, std::int64_t n, const float* a, const float* b, float* y) override {
+  void add(const Device&, DType dtype, std::int64_t n, const void* a, const void* b, void* y) override {
     ++log_.ops;
-    kernels::add<float>(n, host(a), host(b), host(y));
+    Flat fa(dtype, a, n), fb(dtype, b, n);
+    std::vector<float> out(fa.values.size());
+    kernels::add<float>(n, fa.values.data(), fb.values.data(), out.data());
+    pack(flat_format(dtype), out, y, 1, 1, n);
   }
-  void add_relu(const Device&, std::int64_t n, const float* a, const float* b, float* y) override {
+  void add_relu(const Device&, DType dtype, std::int64_t n, const void* a, const void* b, void* y) override {
     ++log_.ops;
-    kernels::add_relu_forward<float>(n, host(a), host(b), host(y));
+    Flat fa(dtype, a, n), fb(dtype, b, n);
+    std::vector<float> out(fa.values.size());
+    kernels::add_relu_forward<float>(n, fa.values.data(), fb.values.data(), out.data());
+    pack(flat_format(dtype), out, y, 1, 1, n);
   }
-  void conv2d_forward(const Device&, const kernels::Conv2dGeometry& g, const float* x, const float* w,
-                      float* y) override {
+  void to_activation_format(const Device&, const ActivationFormat& format, std::int64_t batch,
+                            std::int64_t channels, std::int64_t spatial, const float* x, void* y) override {
     ++log_.ops;
-    kernels::conv2d_forward<float>(g, host(x), host(w), nullptr, host(y));
+    const float* in = host(x);
+    pack(format, std::vector<float>(in, in + batch * channels * spatial), y, batch, channels, spatial);
   }
-  void conv2d_backward_data(const Device&, const kernels::Conv2dGeometry& g, const float* w, const float* dy,
-                            float* dx) override {
+  void conv2d_forward(const Device&, const kernels::Conv2dGeometry& g, const ActivationFormat& format,
+                      const void* x, const float* w, void* y) override {
     ++log_.ops;
-    kernels::conv2d_backward_data<float>(g, host(w), host(dy), host(dx));
+    const std::vector<float> in = unpack(format, x, g.batch, g.in_channels, g.height * g.width);
+    const std::vector<float> weight = rounded_weight(format, g, w);
+    std::vector<float> out(static_cast<std::size_t>(g.batch * g.out_channels * g.out_height() * g.out_width()));
+    kernels::conv2d_forward<float>(g, in.data(), weight.data(), nullptr, out.data());
+    pack(format, out, y, g.batch, g.out_channels, g.out_height() * g.out_width());
   }
-  void conv2d_backward_weight(const Device&, const kernels::Conv2dGeometry& g, const float* x,
-                              const float* dy, float* dw) override {
+  void conv2d_backward_data(const Device&, const kernels::Conv2dGeometry& g, const ActivationFormat& format,
+                            const float* w, const void* dy, void* dx) override {
     ++log_.ops;
-    kernels::conv2d_backward_weight<float>(g, host(x), host(dy), host(dw));
+    const std::vector<float> grad = unpack(format, dy, g.batch, g.out_channels, g.out_height() * g.out_width());
+    const std::vector<float> weight = rounded_weight(format, g, w);
+    std::vector<float> out(static_cast<std::size_t>(g.batch * g.in_channels * g.height * g.width));
+    kernels::conv2d_backward_data<float>(g, weight.data(), grad.data(), out.data());
+    pack(format, out, dx, g.batch, g.in_channels, g.height * g.width);
   }
-  void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry& g,
-                                const kernels::BatchNormOptions& options, const float* x, const float* gamma,
-                                const float* beta, float* y, float* saved_mean, float* saved_inv_std,
+  void conv2d_backward_weight(const Device&, const kernels::Conv2dGeometry& g, const ActivationFormat& format,
+                              const void* x, const void* dy, float* dw) override {
+    ++log_.ops;
+    const std::vector<float> in = unpack(format, x, g.batch, g.in_channels, g.height * g.width);
+    const std::vector<float> grad = unpack(format, dy, g.batch, g.out_channels, g.out_height() * g.out_width());
+    float* out = host(dw);
+    kernels::conv2d_backward_weight<float>(g, in.data(), grad.data(), out);
+    // A GPU writes the weight gradient in the activations' dtype, then widens it.
+    round_in_place(format.dtype, out, g.out_channels * g.in_channels * g.kernel_h * g.kernel_w);
+  }
+  void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
+                                const kernels::BatchNormOptions& options, const void* x, const float* gamma,
+                                const float* beta, void* y, float* saved_mean, float* saved_inv_std,
                                 float* running_mean, float* running_var) override {
     ++log_.ops;
-    kernels::batch_norm_forward_train<float>(g, options, host(x), host(gamma), host(beta), host(y),
+    const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.spatial);
+    std::vector<float> out(in.size());
+    kernels::batch_norm_forward_train<float>(g, options, in.data(), host(gamma), host(beta), out.data(),
                                              host(saved_mean), host(saved_inv_std), host(running_mean),
                                              host(running_var));
+    pack(format, out, y, g.batch, g.channels, g.spatial);
   }
-  void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry& g,
-                               const kernels::BatchNormOptions& options, const float* x, const float* gamma,
+  void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
+                               const kernels::BatchNormOptions& options, const void* x, const float* gamma,
                                const float* beta, const float* running_mean, const float* running_var,
-                               float* y) override {
+                               void* y) override {
     ++log_.ops;
-    kernels::batch_norm_forward_eval<float>(g, options, host(x), host(gamma), host(beta), host(running_mean),
-                                            host(running_var), host(y));
+    const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.spatial);
+    std::vector<float> out(in.size());
+    kernels::batch_norm_forward_eval<float>(g, options, in.data(), host(gamma), host(beta), host(running_mean),
+                                            host(running_var), out.data());
+    pack(format, out, y, g.batch, g.channels, g.spatial);
   }
-  void batch_norm_backward(const Device&, const kernels::BatchNormGeometry& g, const kernels::BatchNormOptions&,
-                           const float* x, const float* dy, const float* gamma, const float* saved_mean,
-                           const float* saved_inv_std, float* dx, float* dgamma, float* dbeta) override {
+  void batch_norm_backward(const Device&, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
+                           const kernels::BatchNormOptions&, const void* x, const void* dy, const float* gamma,
+                           const float* saved_mean, const float* saved_inv_std, void* dx, float* dgamma,
+                           float* dbeta) override {
     ++log_.ops;
-    kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, host(x), host(dy), host(gamma),
-                                        host(saved_mean), host(saved_inv_std), host(dx), host(dgamma),
+    const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.spatial);
+    const std::vector<float> grad = unpack(format, dy, g.batch, g.channels, g.spatial);
+    std::vector<float> out(in.size());
+    kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, in.data(), grad.data(), host(gamma),
+                                        host(saved_mean), host(saved_inv_std), out.data(), host(dgamma),
                                         host(dbeta));
+    pack(format, out, dx, g.batch, g.channels, g.spatial);
   }
-  void pool2d_forward(const Device&, const kernels::Pool2dGeometry& g, bool max, const float* x,
-                      float* y) override {
+  void pool2d_forward(const Device&, const kernels::Pool2dGeometry& g, const ActivationFormat& format, bool max,
+                      const void* x, void* y) override {
     ++log_.ops;
+    const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.height * g.width);
+    const auto outputs = static_cast<std::size_t>(g.batch * g.channels * g.out_height() * g.out_width());
+    std::vector<float> out(outputs);
     if (max) {
-      std::vector<std::int64_t> argmax(static_cast<std::size_t>(g.batch * g.channels * g.out_height() * g.out_width()));
-      kernels::max_pool2d_forward<float>(g, host(x), host(y), argmax.data());
+      std::vector<std::int64_t> argmax(outputs);
+      kernels::max_pool2d_forward<float>(g, in.data(), out.data(), argmax.data());
     } else {
-      kernels::avg_pool2d_forward<float>(g, host(x), host(y));
+      kernels::avg_pool2d_forward<float>(g, in.data(), out.data());
     }
+    pack(format, out, y, g.batch, g.channels, g.out_height() * g.out_width());
   }
-  void pool2d_backward(const Device&, const kernels::Pool2dGeometry& g, bool max, const float* x,
-                       const float*, const float* dy, float* dx) override {
+  void pool2d_backward(const Device&, const kernels::Pool2dGeometry& g, const ActivationFormat& format, bool max,
+                       const void* x, const void*, const void* dy, void* dx) override {
     ++log_.ops;
+    const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.height * g.width);
+    const std::vector<float> grad = unpack(format, dy, g.batch, g.channels, g.out_height() * g.out_width());
+    std::vector<float> out(in.size());
     if (max) {
       // The CPU kernel routes by argmax: found again from x, as cuDNN finds it from x and y.
-      const auto outputs = static_cast<std::size_t>(g.batch * g.channels * g.out_height() * g.out_width());
-      std::vector<std::int64_t> argmax(outputs);
-      std::vector<float> y(outputs);
-      kernels::max_pool2d_forward<float>(g, host(x), y.data(), argmax.data());
-      kernels::max_pool2d_backward<float>(g, host(dy), argmax.data(), host(dx));
+      std::vector<std::int64_t> argmax(grad.size());
+      std::vector<float> y(grad.size());
+      kernels::max_pool2d_forward<float>(g, in.data(), y.data(), argmax.data());
+      kernels::max_pool2d_backward<float>(g, grad.data(), argmax.data(), out.data());
     } else {
-      kernels::avg_pool2d_backward<float>(g, host(dy), host(dx));
+      kernels::avg_pool2d_backward<float>(g, grad.data(), out.data());
     }
+    pack(format, out, dx, g.batch, g.channels, g.height * g.width);
   }
-  void global_avg_pool_forward(const Device&, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
-                               const float* x, float* y) override {
+  void global_avg_pool_forward(const Device&, const ActivationFormat& format, std::int64_t batch,
+                               std::int64_t channels, std::int64_t spatial, const void* x, float* y) override {
     ++log_.ops;
-    kernels::global_avg_pool_forward<float>(batch, channels, spatial, host(x), host(y));
+    const std::vector<float> in = unpack(format, x, batch, channels, spatial);
+    kernels::global_avg_pool_forward<float>(batch, channels, spatial, in.data(), host(y));
   }
-  void global_avg_pool_backward(const Device&, std::int64_t batch, std::int64_t channels, std::int64_t spatial,
-                                const float* dy, float* dx) override {
+  void global_avg_pool_backward(const Device&, const ActivationFormat& format, std::int64_t batch,
+                                std::int64_t channels, std::int64_t spatial, const float* dy, void* dx) override {
     ++log_.ops;
-    kernels::global_avg_pool_backward<float>(batch, channels, spatial, host(dy), host(dx));
+    std::vector<float> out(static_cast<std::size_t>(batch * channels * spatial));
+    kernels::global_avg_pool_backward<float>(batch, channels, spatial, host(dy), out.data());
+    pack(format, out, dx, batch, channels, spatial);
   }
   double softmax_cross_entropy(const Device&, std::int64_t batch, std::int64_t classes, const float* logits,
                                const std::int64_t* labels, double label_smoothing, float* dlogits) override {

@@ -63,7 +63,20 @@ PRESETS = {
         "torch": ["tools/bench/pytorch/resnet.py", "--depth", "50", "--data", "synthetic",
                   "--batch", "256", "--image", "3,224,224", "--classes", "1000", "--label-smoothing", "0",
                   "--weight-decay", "1e-4", "--warmup", "3", "--threads", "{threads}", "--steps", "{steps}"],
+        # ... and aiacc-train with its mixed precision (bf16 channels-last activations, f32 weights).
         "torch_gpu": ["--amp", "bf16", "--channels-last"],
+        "gpu_overrides": ["job.precision=bf16"],
+    },
+    "resnet50_synthetic_fp32": {
+        # The same on a GPU in fp32 on both sides (TF32 convolutions, PyTorch's default), NCHW.
+        "config": "configs/resnet50_synthetic.yaml",
+        "needs": [],
+        "log_every": 1,
+        "steps": 10,
+        "overrides": ["optimizer.schedule.warmup_steps=0"],
+        "torch": ["tools/bench/pytorch/resnet.py", "--depth", "50", "--data", "synthetic",
+                  "--batch", "256", "--image", "3,224,224", "--classes", "1000", "--label-smoothing", "0",
+                  "--weight-decay", "1e-4", "--warmup", "3", "--threads", "{threads}", "--steps", "{steps}"],
     },
     "resnet_fashion_mnist": {
         "config": "configs/resnet_fashion_mnist.yaml",
@@ -95,6 +108,8 @@ def run_aiacc(binary, preset, threads, steps, workdir, device):
         cmd += ["--set", override]
     if device != "cpu":
         cmd += ["--set", f"job.device={device}", "--set", "cluster.workers=1"]
+        for override in preset.get("gpu_overrides", []):
+            cmd += ["--set", override]
     subprocess.run(cmd, cwd=ROOT, check=True)
     rates = []
     with open(os.path.join(run_dir, "bench", "metrics.jsonl")) as f:

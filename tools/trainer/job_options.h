@@ -21,6 +21,7 @@ struct JobSection {
   int threads = 0;
   bool flush_denormals = true;
   std::string device = "cpu";
+  std::string precision = "fp32";
 
   template <class V>
   void visit(V& v) {
@@ -33,6 +34,10 @@ struct JobSection {
             [](const std::string& text) {
               return Device::parse(text) ? std::string() : std::string("expected cpu, cuda or cuda:N");
             });
+    v.field("precision", precision,
+            "fp32, or bf16: mixed precision on a GPU (bf16 channels-last activations through cuDNN's "
+            "Tensor Core kernels; weights, gradients and optimiser state stay fp32); resnet only",
+            config::one_of({"fp32", "bf16"}));
     v.field("flush_denormals", flush_denormals,
             "compute threads treat floats below 1.2e-38 as 0 (flush-to-zero): optimiser moments of idle "
             "weights otherwise decay into slow subnormal arithmetic");

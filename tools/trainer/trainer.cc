@@ -373,6 +373,10 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     s.stores.emplace(spec.name, store);
     return store;
   };
+  if (options.job.precision != "fp32" && Device::parse(options.job.device)->is_cpu()) {
+    throw ConfigError(fmt::format("job.precision: {} is mixed precision on a GPU; set job.device: cuda "
+                                  "(the CPU trains in fp32)", options.job.precision));
+  }
   s.model = models::make_model(options.model, context);
   s.device = *Device::parse(options.job.device);
   if (!s.device.is_cpu()) {
@@ -394,7 +398,12 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     } catch (const Error& e) {
       throw ConfigError(fmt::format("job.device: {}", e.what()));
     }
-    s.model->to(s.device);
+    ActivationFormat format;
+    if (options.job.precision == "bf16") {
+      format.dtype = DType::bf16;
+      format.channels_last = true;  // the Tensor Cores' layout: cuDNN's fast bf16 kernels take NHWC
+    }
+    s.model->to(s.device, format);
   }
   for (Parameter* p : s.model->parameters()) {
     if (p->kind() == ParamKind::dense) {
