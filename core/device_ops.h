@@ -101,6 +101,11 @@ class DeviceOps {
   virtual double softmax_cross_entropy(const Device& device, std::int64_t batch, std::int64_t classes,
                                        const float* logits, const std::int64_t* labels,
                                        double label_smoothing, float* dlogits) = 0;
+  // Multiplies every value of `tensors` (pointer, count) by `factor` and returns the index of the
+  // first tensor that held a NaN or an infinity before, or -1: loss scaling's two steps (the
+  // loss gradient scaled up, the parameter gradients unscaled and checked). One wait.
+  virtual std::int64_t multiply_and_check(const Device& device, std::span<const std::pair<float*, std::int64_t>> tensors,
+                                          float factor) = 0;
   // The index of the first of `tensors` (pointer, count) holding a NaN or an infinity, or -1.
   // One wait for all of them (a step checks every gradient this way).
   virtual std::int64_t first_nonfinite(const Device& device,

@@ -76,6 +76,16 @@ class Model {
                                   "device path yet)", device.str()));
   }
 
+  // Loss scaling (fp16 mixed precision): backward() then differentiates scale * loss, so every
+  // gradient comes out `scale` times larger, and the trainer divides them back. ConfigError from
+  // models that do not scale (the default) for any scale other than 1.
+  virtual void set_loss_scale(float scale) {
+    if (scale != 1.0f) {
+      throw ConfigError("job.precision: fp16 needs loss scaling, which this model does not do (use bf16, or "
+                        "the resnet model)");
+    }
+  }
+
   // Non-trainable state that checkpoints must hold (batch-norm running statistics, ...),
   // as named tensors.
   virtual std::vector<std::pair<std::string, Tensor>> buffers() { return {}; }

@@ -98,14 +98,25 @@ void ResNet::to(Device device, const ActivationFormat& format) {
     throw ConfigError(fmt::format("job.precision: activations {} run on a GPU only (set job.device: cuda)",
                                   format.str()));
   }
-  if (format.dtype != DType::f32 && format.dtype != DType::bf16) {
-    throw ConfigError(fmt::format("job.precision: activations {}: f32 or bf16", format.str()));
+  if (format.dtype != DType::f32 && format.dtype != DType::bf16 && format.dtype != DType::f16) {
+    throw ConfigError(fmt::format("job.precision: activations {}: f32, bf16 or f16", format.str()));
   }
   net_.to(device, format);
   format_ = format;
 }
 
-void ResNet::backward() { net_.backward(loss_.backward(), /*need_input_grad=*/false); }
+void ResNet::backward() {
+  Tensor dlogits = loss_.backward();
+  if (loss_scale_ != 1.0f) {
+    if (dlogits.device().is_cpu()) {
+      for (float& v : dlogits.span<float>()) v *= loss_scale_;
+    } else {
+      const std::pair<float*, std::int64_t> all{dlogits.data<float>(), dlogits.numel()};
+      (void)device_ops(dlogits.device()).multiply_and_check(dlogits.device(), {&all, 1}, loss_scale_);
+    }
+  }
+  net_.backward(dlogits, /*need_input_grad=*/false);
+}
 
 AIACC_REGISTER_MODEL("resnet", ResNet);
 

@@ -85,6 +85,7 @@ class ResNet final : public Model {
   std::vector<std::pair<std::string, Tensor>> buffers() override { return net_.buffers(); }
   // On a device `format` may be bf16 channels-last (mixed precision); the CPU runs f32 NCHW.
   void to(Device device, const ActivationFormat& format = {}) override;
+  void set_loss_scale(float scale) override { loss_scale_ = scale; }
 
   const ResNetArchitecture& architecture() const { return arch_; }
   // The layers from images to logits, for callers that need more than the Model API (input
@@ -95,6 +96,7 @@ class ResNet final : public Model {
   ResNetArchitecture arch_;
   Shape example_shape_;
   ActivationFormat format_;  // of the trunk's activations
+  float loss_scale_ = 1.0f;
   Sequential net_;
   SoftmaxCrossEntropy loss_;
   Tensor logits_;

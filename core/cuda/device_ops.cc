@@ -200,34 +200,58 @@ std::string nchw_key(std::int64_t n, std::int64_t c, std::int64_t s, const Activ
   return fmt::format("N{} C{} S{} {}", n, c, s, f.str());
 }
 
-// The formats this backend runs: f32 or bf16, either layout.
-void check_format(const ActivationFormat& format) {
-  if (format.dtype != DType::f32 && format.dtype != DType::bf16) {
-    throw ConfigError(fmt::format("activations of {} on a GPU: f32 or bf16", format.str()));
+// Calls fn(T{}) with T the storage type of `dtype`: float, BFloat16 or Half; ConfigError for
+// others (`what` names the caller).
+template <class Fn>
+void with_storage(DType dtype, const char* what, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: fn(float{}); return;
+    case DType::bf16: fn(BFloat16{}); return;
+    case DType::f16: fn(Half{}); return;
+    default: throw ConfigError(fmt::format("{} of {} on a GPU: f32, bf16 or f16", what, dtype_name(dtype)));
   }
 }
 
-// Values of `dtype` (f32 or bf16) in a pooled buffer on `stream`.
+// The formats this backend runs: f32, bf16 or f16, either layout.
+void check_format(const ActivationFormat& format) {
+  with_storage(format.dtype, "activations", [](auto) {});
+}
+
+// Values of `dtype` in a pooled buffer on `stream`.
 memory::PooledBuffer scratch(int device, DType dtype, std::int64_t count, cudaStream_t stream) {
   return memory::PooledBuffer(device_allocator(device), static_cast<std::size_t>(count) * dtype_size(dtype),
                               stream_id(stream));
 }
 
-// out = in over [N, C, S] f32 values, from one format to another (either may be f32 NCHW).
+// out = in over [N, C, S] values, from one format to another; one side is f32.
 void convert(const void* in, const ActivationFormat& from, void* out, const ActivationFormat& to, std::int64_t n,
              std::int64_t c, std::int64_t s, cudaStream_t stream) {
-  if (from.dtype == DType::f32 && to.dtype == DType::bf16) {
-    launch_convert_layout(static_cast<const float*>(in), from.channels_last, static_cast<BFloat16*>(out),
-                          to.channels_last, n, c, s, stream);
-  } else if (from.dtype == DType::bf16 && to.dtype == DType::f32) {
-    launch_convert_layout(static_cast<const BFloat16*>(in), from.channels_last, static_cast<float*>(out),
-                          to.channels_last, n, c, s, stream);
-  } else if (from.dtype == DType::f32 && to.dtype == DType::f32) {
-    launch_convert_layout(static_cast<const float*>(in), from.channels_last, static_cast<float*>(out),
-                          to.channels_last, n, c, s, stream);
+  if (from.dtype == DType::f32) {
+    with_storage(to.dtype, "a conversion", [&](auto tag) {
+      using T = decltype(tag);
+      launch_convert_layout(static_cast<const float*>(in), from.channels_last, static_cast<T*>(out), to.channels_last,
+                            n, c, s, stream);
+    });
+  } else if (to.dtype == DType::f32) {
+    with_storage(from.dtype, "a conversion", [&](auto tag) {
+      using T = decltype(tag);
+      launch_convert_layout(static_cast<const T*>(in), from.channels_last, static_cast<float*>(out), to.channels_last,
+                            n, c, s, stream);
+    });
   } else {
     throw InternalError(fmt::format("no GPU conversion from {} to {}", from.str(), to.str()));
   }
+}
+
+// The residual joins per storage type.
+void launch_join(bool relu, const float* a, const float* b, float* y, std::int64_t n, cudaStream_t stream) {
+  relu ? launch_add_relu(a, b, y, n, stream) : launch_add(a, b, y, n, stream);
+}
+void launch_join(bool relu, const BFloat16* a, const BFloat16* b, BFloat16* y, std::int64_t n, cudaStream_t stream) {
+  relu ? launch_add_relu_bf16(a, b, y, n, stream) : launch_add_bf16(a, b, y, n, stream);
+}
+void launch_join(bool relu, const Half* a, const Half* b, Half* y, std::int64_t n, cudaStream_t stream) {
+  relu ? launch_add_relu_f16(a, b, y, n, stream) : launch_add_f16(a, b, y, n, stream);
 }
 
 #if AIACC_HAVE_CUDNN
@@ -245,10 +269,13 @@ const void* weight_for(const kernels::Conv2dGeometry& g, const ActivationFormat&
 #endif
 
 class CudaOps final : public DeviceOps {
-  // `p` after checking that `dtype` is f32 (the element-wise ops' other storage is bf16).
-  static const void* f32(DType dtype, const void* p) {
-    if (dtype != DType::f32) throw ConfigError(fmt::format("element-wise {} on a GPU: f32 or bf16", dtype_name(dtype)));
-    return p;
+  void join(const Device& device, DType dtype, bool relu, std::int64_t n, const void* a, const void* b, void* y) {
+    DeviceGuard guard(device.index);
+    ProfileScope scope(relu ? "add relu" : "add", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
+    with_storage(dtype, "add", [&](auto tag) {
+      using T = decltype(tag);
+      launch_join(relu, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n, current_stream());
+    });
   }
 
  public:
@@ -267,46 +294,27 @@ class CudaOps final : public DeviceOps {
   void relu_forward(const Device& device, DType dtype, std::int64_t n, const void* x, void* y) override {
     DeviceGuard guard(device.index);
     ProfileScope scope("relu fwd", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
-    if (dtype == DType::bf16) {
-      launch_relu_forward(static_cast<const BFloat16*>(x), static_cast<BFloat16*>(y), n, current_stream());
-    } else {
-      launch_relu_forward(static_cast<const float*>(f32(dtype, x)), static_cast<float*>(y), n, current_stream());
-    }
+    with_storage(dtype, "relu", [&](auto tag) {
+      using T = decltype(tag);
+      launch_relu_forward(static_cast<const T*>(x), static_cast<T*>(y), n, current_stream());
+    });
   }
   void relu_backward(const Device& device, DType dtype, std::int64_t n, const void* y, const void* dy,
                      void* dx) override {
     DeviceGuard guard(device.index);
     ProfileScope scope("relu bwd", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
-    if (dtype == DType::bf16) {
-      launch_relu_backward(static_cast<const BFloat16*>(y), static_cast<const BFloat16*>(dy),
-                           static_cast<BFloat16*>(dx), n, current_stream());
-    } else {
-      launch_relu_backward(static_cast<const float*>(f32(dtype, y)), static_cast<const float*>(dy),
-                           static_cast<float*>(dx), n, current_stream());
-    }
+    with_storage(dtype, "relu", [&](auto tag) {
+      using T = decltype(tag);
+      launch_relu_backward(static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n,
+                           current_stream());
+    });
   }
   void add(const Device& device, DType dtype, std::int64_t n, const void* a, const void* b, void* y) override {
-    DeviceGuard guard(device.index);
-    ProfileScope scope("add", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
-    if (dtype == DType::bf16) {
-      launch_add_bf16(static_cast<const BFloat16*>(a), static_cast<const BFloat16*>(b), static_cast<BFloat16*>(y),
-                      n, current_stream());
-    } else {
-      launch_add(static_cast<const float*>(f32(dtype, a)), static_cast<const float*>(b), static_cast<float*>(y), n,
-                 current_stream());
-    }
+    join(device, dtype, false, n, a, b, y);
   }
   void add_relu(const Device& device, DType dtype, std::int64_t n, const void* a, const void* b,
                 void* y) override {
-    DeviceGuard guard(device.index);
-    ProfileScope scope("add relu", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
-    if (dtype == DType::bf16) {
-      launch_add_relu_bf16(static_cast<const BFloat16*>(a), static_cast<const BFloat16*>(b),
-                           static_cast<BFloat16*>(y), n, current_stream());
-    } else {
-      launch_add_relu(static_cast<const float*>(f32(dtype, a)), static_cast<const float*>(b),
-                      static_cast<float*>(y), n, current_stream());
-    }
+    join(device, dtype, true, n, a, b, y);
   }
   void to_activation_format(const Device& device, const ActivationFormat& format, std::int64_t batch,
                             std::int64_t channels, std::int64_t spatial, const float* x, void* y) override {
@@ -369,15 +377,12 @@ class CudaOps final : public DeviceOps {
       const cudaStream_t stream = current_stream();
       memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
                                    stream_id(stream));
-      if (format.dtype == DType::bf16) {
-        launch_batch_norm_nhwc_forward_train(static_cast<const BFloat16*>(x), gamma, beta, static_cast<BFloat16*>(y),
-                                             running_mean, running_var, saved_mean, saved_inv_std, rows, g.channels,
-                                             options, scratch.get(), stream);
-      } else {
-        launch_batch_norm_nhwc_forward_train(static_cast<const float*>(x), gamma, beta, static_cast<float*>(y),
-                                             running_mean, running_var, saved_mean, saved_inv_std, rows, g.channels,
-                                             options, scratch.get(), stream);
-      }
+      with_storage(format.dtype, "batch norm", [&](auto tag) {
+        using T = decltype(tag);
+        launch_batch_norm_nhwc_forward_train(static_cast<const T*>(x), gamma, beta, static_cast<T*>(y), running_mean,
+                                             running_var, saved_mean, saved_inv_std, rows, g.channels, options,
+                                             scratch.get(), stream);
+      });
       return;
     }
     batch_norm_for(device.index, g, format, options)
@@ -395,14 +400,11 @@ class CudaOps final : public DeviceOps {
       memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
                                    stream_id(stream));
       const std::int64_t rows = g.batch * g.spatial;
-      if (format.dtype == DType::bf16) {
-        launch_batch_norm_nhwc_forward_eval(static_cast<const BFloat16*>(x), gamma, beta, running_mean, running_var,
-                                            static_cast<BFloat16*>(y), rows, g.channels, options, scratch.get(),
-                                            stream);
-      } else {
-        launch_batch_norm_nhwc_forward_eval(static_cast<const float*>(x), gamma, beta, running_mean, running_var,
-                                            static_cast<float*>(y), rows, g.channels, options, scratch.get(), stream);
-      }
+      with_storage(format.dtype, "batch norm", [&](auto tag) {
+        using T = decltype(tag);
+        launch_batch_norm_nhwc_forward_eval(static_cast<const T*>(x), gamma, beta, running_mean, running_var,
+                                            static_cast<T*>(y), rows, g.channels, options, scratch.get(), stream);
+      });
       return;
     }
     batch_norm_for(device.index, g, format, options)
@@ -421,15 +423,12 @@ class CudaOps final : public DeviceOps {
       memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
                                    stream_id(stream));
       const std::int64_t rows = g.batch * g.spatial;
-      if (format.dtype == DType::bf16) {
-        launch_batch_norm_nhwc_backward(static_cast<const BFloat16*>(x), static_cast<const BFloat16*>(dy), gamma,
-                                        saved_mean, saved_inv_std, static_cast<BFloat16*>(dx), dgamma, dbeta, rows,
-                                        g.channels, scratch.get(), stream);
-      } else {
-        launch_batch_norm_nhwc_backward(static_cast<const float*>(x), static_cast<const float*>(dy), gamma,
-                                        saved_mean, saved_inv_std, static_cast<float*>(dx), dgamma, dbeta, rows,
-                                        g.channels, scratch.get(), stream);
-      }
+      with_storage(format.dtype, "batch norm", [&](auto tag) {
+        using T = decltype(tag);
+        launch_batch_norm_nhwc_backward(static_cast<const T*>(x), static_cast<const T*>(dy), gamma, saved_mean,
+                                        saved_inv_std, static_cast<T*>(dx), dgamma, dbeta, rows, g.channels,
+                                        scratch.get(), stream);
+      });
       return;
     }
     batch_norm_for(device.index, g, format, options)
@@ -458,13 +457,11 @@ class CudaOps final : public DeviceOps {
       return;
     }
     DeviceGuard guard(device.index);
-    if (format.dtype == DType::bf16) {
-      launch_global_avg_pool_forward(static_cast<const BFloat16*>(x), format.channels_last, y, batch, channels,
-                                     spatial, current_stream());
-    } else {
-      launch_global_avg_pool_forward(static_cast<const float*>(x), format.channels_last, y, batch, channels,
-                                     spatial, current_stream());
-    }
+    with_storage(format.dtype, "global pooling", [&](auto tag) {
+      using T = decltype(tag);
+      launch_global_avg_pool_forward(static_cast<const T*>(x), format.channels_last, y, batch, channels, spatial,
+                                     current_stream());
+    });
   }
   void global_avg_pool_backward(const Device& device, const ActivationFormat& format, std::int64_t batch,
                                 std::int64_t channels, std::int64_t spatial, const float* dy, void* dx) override {
@@ -472,13 +469,13 @@ class CudaOps final : public DeviceOps {
     DeviceGuard guard(device.index);
     if (format.is_default()) {
       launch_global_avg_pool_backward(dy, static_cast<float*>(dx), batch * channels, spatial, current_stream());
-    } else if (format.dtype == DType::bf16) {
-      launch_global_avg_pool_backward_any(dy, static_cast<BFloat16*>(dx), format.channels_last, batch, channels,
-                                          spatial, current_stream());
-    } else {
-      launch_global_avg_pool_backward_any(dy, static_cast<float*>(dx), format.channels_last, batch, channels,
-                                          spatial, current_stream());
+      return;
     }
+    with_storage(format.dtype, "global pooling", [&](auto tag) {
+      using T = decltype(tag);
+      launch_global_avg_pool_backward_any(dy, static_cast<T*>(dx), format.channels_last, batch, channels, spatial,
+                                          current_stream());
+    });
   }
 #else
   void conv2d_forward(const Device&, const kernels::Conv2dGeometry&, const ActivationFormat&, const void*,
@@ -533,6 +530,26 @@ class CudaOps final : public DeviceOps {
     const LossOnDevice loss = launch_softmax_cross_entropy(batch, classes, logits, labels, label_smoothing,
                                                            dlogits, device.index, stream);
     return read_loss(loss, stream);
+  }
+  std::int64_t multiply_and_check(const Device& device, std::span<const std::pair<float*, std::int64_t>> tensors,
+                                  float factor) override {
+    if (tensors.empty()) return -1;
+    DeviceGuard guard(device.index);
+    const cudaStream_t stream = current_stream();
+    const std::size_t bytes = tensors.size() * sizeof(int);
+    memory::PooledBuffer flags(device_allocator(device.index), bytes, stream_id(stream));
+    int* flag = static_cast<int*>(flags.get());
+    AIACC_CUDA_CHECK(cudaMemsetAsync(flag, 0, bytes, stream));
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      launch_unscale_and_check(tensors[t].first, tensors[t].second, factor, flag + t, stream);
+    }
+    std::vector<int> found(tensors.size());
+    AIACC_CUDA_CHECK(cudaMemcpyAsync(found.data(), flag, bytes, cudaMemcpyDeviceToHost, stream));
+    AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (std::size_t t = 0; t < found.size(); ++t) {
+      if (found[t] != 0) return static_cast<std::int64_t>(t);
+    }
+    return -1;
   }
   std::int64_t first_nonfinite(const Device& device,
                                std::span<const std::pair<const float*, std::int64_t>> tensors) override {

@@ -10,8 +10,9 @@ namespace aiacc::models {
 Tensor ReLU::forward(const Tensor& input, bool /*training*/) {
   const bool on_cpu = input.device().is_cpu();
   AIACC_CHECK(
-      input.dtype() == DType::f32 || (input.dtype() == DType::f64 && on_cpu) || (input.dtype() == DType::bf16 && !on_cpu),
-      "{}: input {} is {} on {} (need f32, f64 on the CPU or bf16 on a device)", name_, input.shape().str(),
+      input.dtype() == DType::f32 || (input.dtype() == DType::f64 && on_cpu) ||
+          ((input.dtype() == DType::bf16 || input.dtype() == DType::f16) && !on_cpu),
+      "{}: input {} is {} on {} (need f32, f64 on the CPU, or bf16 or f16 on a device)", name_, input.shape().str(),
       dtype_name(input.dtype()), input.device().str());
   output_ = Tensor::empty(input.shape(), input.dtype(), input.device());
   if (!input.device().is_cpu()) {

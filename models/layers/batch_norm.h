@@ -61,7 +61,8 @@ class BatchNorm : public Layer {
   std::int64_t num_batches_tracked() const { return num_batches_tracked_.data<std::int64_t>()[0]; }
 
  private:
-  // The storage of `input` (4-D ones in the format set by to(), others f32 or f64).
+  // The storage of `input` (4-D ones on a device in the format set by to(), others the
+  // weights' f32 or f64).
   ActivationFormat activation_format(const Tensor& input) const;
   kernels::BatchNormGeometry geometry(const Tensor& t) const;
   Tensor forward_on_device(const Tensor& input, bool training);  // f32 through DeviceOps

@@ -66,5 +66,10 @@ TEST(GpuTraining, AResNetJobInBf16FollowsTheCpuJob) {
   expect_gpu_follows_cpu("model: {type: resnet, resnet: {depth: 8, width: 8}}\n", "resnet_bf16", 8e-2, "bf16");
 }
 
+// fp16 with dynamic loss scaling: 10 bits of mantissa, gradients scaled by 2^16 and unscaled.
+TEST(GpuTraining, AResNetJobInFp16FollowsTheCpuJob) {
+  expect_gpu_follows_cpu("model: {type: resnet, resnet: {depth: 8, width: 8}}\n", "resnet_fp16", 5e-2, "fp16");
+}
+
 }  // namespace
 }  // namespace aiacc::trainer

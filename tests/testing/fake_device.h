@@ -24,6 +24,7 @@
 #include "core/kernels/losses.h"
 #include "core/kernels/pooling.h"
 #include <vector>
+#include "core/optim/loss_scaler.h"
 #include "core/tensor.h"
 #include "core/util/half.h"
 
@@ -89,8 +90,9 @@ inline std::vector<float> unpack(const ActivationFormat& format, const void* dev
       for (std::int64_t s = 0; s < spatial; ++s) {
         const std::int64_t from = nchw_offset(format.channels_last, n, c, s, channels, spatial);
         out[static_cast<std::size_t>((n * channels + c) * spatial + s)] =
-            format.dtype == DType::bf16 ? to_float(static_cast<const BFloat16*>(p)[from])
-                                        : static_cast<const float*>(p)[from];
+            format.dtype == DType::bf16  ? to_float(static_cast<const BFloat16*>(p)[from])
+            : format.dtype == DType::f16 ? to_float(static_cast<const Half*>(p)[from])
+                                         : static_cast<const float*>(p)[from];
       }
     }
   }
@@ -107,6 +109,8 @@ inline void pack(const ActivationFormat& format, const std::vector<float>& value
         const float v = values[static_cast<std::size_t>((n * channels + c) * spatial + s)];
         if (format.dtype == DType::bf16) {
           static_cast<BFloat16*>(p)[to] = to_bf16(v);
+        } else if (format.dtype == DType::f16) {
+          static_cast<Half*>(p)[to] = to_half(v);
         } else {
           static_cast<float*>(p)[to] = v;
         }
@@ -128,8 +132,10 @@ struct Flat {
 };
 
 inline void round_in_place(DType dtype, float* values, std::int64_t n) {
-  if (dtype != DType::bf16) return;
-  for (std::int64_t i = 0; i < n; ++i) values[i] = to_float(to_bf16(values[i]));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::bf16) values[i] = to_float(to_bf16(values[i]));
+    if (dtype == DType::f16) values[i] = to_float(to_half(values[i]));
+  }
 }
 
 // A convolution's f32 weight as the GPU uses it for `format` (rounded to bf16 for bf16).
@@ -301,6 +307,17 @@ class FakeOps : public DeviceOps {
     ++log_.ops;
     return kernels::softmax_cross_entropy<float>(batch, classes, host(logits), host(labels), label_smoothing,
                                                  host(dlogits));
+  }
+  std::int64_t multiply_and_check(const Device&, std::span<const std::pair<float*, std::int64_t>> tensors,
+                                  float factor) override {
+    ++log_.ops;
+    std::int64_t first = -1;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const bool bad = optim::unscale_gradients({host(tensors[t].first), static_cast<std::size_t>(tensors[t].second)},
+                                                factor);
+      if (bad && first < 0) first = static_cast<std::int64_t>(t);
+    }
+    return first;
   }
   std::int64_t first_nonfinite(const Device&,
                                std::span<const std::pair<const float*, std::int64_t>> tensors) override {

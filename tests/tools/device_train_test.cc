@@ -29,11 +29,11 @@ constexpr const char* kImages =
 
 JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block, const std::string& device,
                   const std::string& optimizer = "{type: sgd, lr: 0.05, momentum: 0.9}",
-                  const std::string& train_extra = "") {
+                  const std::string& train_extra = "", const std::string& precision = "fp32") {
   std::filesystem::create_directories(run_dir);
   auto path = run_dir / "job.yaml";
   std::ofstream(path) << "job: {name: device, run_dir: " << run_dir.string() << ", threads: 1, device: " << device
-                      << "}\n"
+                      << ", precision: " << precision << "}\n"
                       << model_block << kImages
                       << "optimizer: " << optimizer << "\n"
                       << "train: {epochs: 2, log_every_steps: 3, checkpoint: {every_steps: 4}" << train_extra << "}\n";
@@ -110,6 +110,54 @@ TEST(DeviceTraining, ANonFiniteStepIsFoundOnTheDeviceAndSkipped) {
   std::filesystem::remove_all(base);
 }
 
+// Mixed precision through the whole trainer: bf16 and fp16 (loss-scaled) channels-last ResNet
+// jobs follow the f32 CPU job within their rounding and keep f32 weights.
+TEST(DeviceTraining, MixedPrecisionResNetJobsFollowTheCpuJob) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_mixed";
+  std::filesystem::remove_all(base);
+  const std::string model = "model: {type: resnet, resnet: {depth: 8, width: 4}}\n";
+  Trainer on_cpu(job_in(base / "cpu", model, "cpu"));
+  const TrainResult cpu = on_cpu.run();
+  for (const std::string precision : {"bf16", "fp16"}) {
+    Trainer mixed(job_in(base / precision, model, "cuda", "{type: sgd, lr: 0.05, momentum: 0.9}", "", precision));
+    const TrainResult got = mixed.run();
+    EXPECT_EQ(got.steps, cpu.steps) << precision;
+    EXPECT_NEAR(got.last_train_loss, cpu.last_train_loss, 5e-2 * (1 + cpu.last_train_loss)) << precision;
+    ASSERT_TRUE(got.last_eval && cpu.last_eval);
+    EXPECT_NEAR(got.last_eval->loss, cpu.last_eval->loss, 5e-2 * (1 + cpu.last_eval->loss)) << precision;
+    EXPECT_NE(got.last_train_loss, cpu.last_train_loss) << precision << " rounds activations";
+    for (Parameter* p : mixed.model().parameters()) EXPECT_EQ(p->value().dtype(), DType::f32) << p->name();
+    if (precision == "fp16") {
+      // 2^16 times a mean-loss gradient fits fp16 for this small net: no step was lost.
+      EXPECT_EQ(got.overflow_steps, 0);
+      EXPECT_EQ(got.loss_scale, 65536.0);
+    }
+  }
+  std::filesystem::remove_all(base);
+}
+
+// An fp16 step whose gradients overflow (here: a batch of NaN features) is skipped and the loss
+// scale halves; training goes on (train.non_finite stays "stop": overflow is expected in fp16).
+TEST(DeviceTraining, AnOverflowingFp16StepIsSkippedAndTheLossScaleBacksOff) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_fp16_overflow";
+  std::filesystem::remove_all(base);
+  ::setenv("AIACC_TEST_NAN_AT", "3", 1);
+  Trainer job(job_in(base, "model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "cuda",
+                     "{type: sgd, lr: 0.05, momentum: 0.9}", "", "fp16"));
+  const TrainResult got = job.run();
+  ::unsetenv("AIACC_TEST_NAN_AT");
+  EXPECT_EQ(got.overflow_steps, 1);
+  EXPECT_EQ(got.loss_scale, 32768.0);
+  // The weights never took the step (batch-norm running statistics did see the batch in its
+  // forward, as in PyTorch's GradScaler).
+  for (Parameter* p : job.model().parameters()) {
+    for (float v : p->value().to(Device::cpu()).to_vector<float>()) ASSERT_TRUE(std::isfinite(v)) << p->name();
+  }
+  std::filesystem::remove_all(base);
+}
+
 TEST(DeviceTraining, JobsTheDevicePathDoesNotCoverAreRefusedByKey) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_refused";
@@ -120,6 +168,12 @@ TEST(DeviceTraining, JobsTheDevicePathDoesNotCoverAreRefusedByKey) {
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("optimizer.type: lamb runs on the CPU only")));
   EXPECT_THAT([&] { job_in(base / "bad", "model: {type: mlp}\n", "gpu0"); },
               ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("job.device: expected cpu, cuda or cuda:N")));
+  EXPECT_THAT([&] { Trainer t(job_in(base / "cpu16", "model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "cpu",
+                                     "{type: sgd, lr: 0.05}", "", "fp16")); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("job.precision: fp16 is mixed precision on a GPU")));
+  EXPECT_THAT([&] { Trainer t(job_in(base / "mlp16", "model: {type: mlp}\n", "cuda", "{type: sgd, lr: 0.05}", "",
+                                     "bf16")); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::HasSubstr("job.precision: the mlp trains in f32 only")));
   std::filesystem::remove_all(base);
 }
 

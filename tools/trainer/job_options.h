@@ -35,9 +35,10 @@ struct JobSection {
               return Device::parse(text) ? std::string() : std::string("expected cpu, cuda or cuda:N");
             });
     v.field("precision", precision,
-            "fp32, or bf16: mixed precision on a GPU (bf16 channels-last activations through cuDNN's "
-            "Tensor Core kernels; weights, gradients and optimiser state stay fp32); resnet only",
-            config::one_of({"fp32", "bf16"}));
+            "fp32, or bf16 / fp16: mixed precision on a GPU (channels-last activations of that type "
+            "through cuDNN's Tensor Core kernels; weights, gradients and optimiser state stay fp32; fp16 "
+            "adds dynamic loss scaling); resnet only",
+            config::one_of({"fp32", "bf16", "fp16"}));
     v.field("flush_denormals", flush_denormals,
             "compute threads treat floats below 1.2e-38 as 0 (flush-to-zero): optimiser moments of idle "
             "weights otherwise decay into slow subnormal arithmetic");

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/io/safetensors.h"
 #include "core/log.h"
+#include "core/optim/loss_scaler.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
 #include "core/trace.h"
@@ -157,6 +158,9 @@ struct Trainer::State {
   double comm_wait_seconds = 0;  // training-thread time waiting on communication, this interval
   std::string non_finite_sparse;  // a table whose row gradients were not finite this step
   std::int64_t skipped_steps = 0;
+  // job.precision: fp16: the dynamic loss scale (steps whose scaled gradients overflowed are
+  // skipped and the scale backs off; not errors, whatever train.non_finite says).
+  std::optional<optim::DynamicLossScaler> loss_scaler;
   double run_wait_seconds = 0;   // the same over the whole run
   double run_allreduce_seconds = 0;  // gradient all-reduce time (overlapped or not), whole run
   double run_allreduce_exposed_seconds = 0;
@@ -399,11 +403,16 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
       throw ConfigError(fmt::format("job.device: {}", e.what()));
     }
     ActivationFormat format;
-    if (options.job.precision == "bf16") {
-      format.dtype = DType::bf16;
-      format.channels_last = true;  // the Tensor Cores' layout: cuDNN's fast bf16 kernels take NHWC
+    if (options.job.precision != "fp32") {
+      format.dtype = options.job.precision == "bf16" ? DType::bf16 : DType::f16;
+      format.channels_last = true;  // the Tensor Cores' layout: cuDNN's fast kernels take NHWC
     }
     s.model->to(s.device, format);
+    if (options.job.precision == "fp16") {
+      // fp16 keeps 5 exponent bits: small gradients flush to zero unless the loss is scaled.
+      s.loss_scaler.emplace();
+      s.model->set_loss_scale(s.loss_scaler->scale());
+    }
   }
   for (Parameter* p : s.model->parameters()) {
     if (p->kind() == ParamKind::dense) {
@@ -692,12 +701,15 @@ TrainResult Trainer::run(const RunControl& control) {
         trace::Span span("compute", "forward");
         loss = s.model->forward(*batch, /*training=*/true);
       }
-      if (!std::isfinite(loss) && o.train.non_finite == "stop") {
+      // With fp16 loss scaling a non-finite loss (an activation beyond fp16's range) is an
+      // overflow like any other: its step is skipped below and the scale backs off.
+      if (!std::isfinite(loss) && o.train.non_finite == "stop" && !s.loss_scaler) {
         throw Error(fmt::format("the training loss became {} at step {} (epoch {}); lower "
                                 "optimizer.lr or check the data, or set train.non_finite: skip",
                                 loss, step + 1, epoch + 1));
       }
       if (s.fuser) s.fuser->begin_step();
+      if (s.loss_scaler) s.model->set_loss_scale(s.loss_scaler->scale());
       {
         phase = "backward (pushing row gradients)";
         trace::Span span("compute", "backward");
@@ -745,7 +757,23 @@ TrainResult Trainer::run(const RunControl& control) {
       // every worker takes the same decision.
       std::string bad_tensor = s.non_finite_sparse;
       s.non_finite_sparse.clear();
-      if (bad_tensor.empty()) bad_tensor = first_nonfinite_grad(s.dense_params, s.device);
+      bool overflowed = false;
+      if (s.loss_scaler) {
+        // Unscale every gradient and look for overflow in one pass.
+        std::vector<std::pair<float*, std::int64_t>> grads;
+        for (Parameter* p : s.dense_params) grads.emplace_back(p->grad().data<float>(), p->grad().numel());
+        const std::int64_t bad = device_ops(s.device).multiply_and_check(s.device, grads,
+                                                                          s.loss_scaler->inverse_scale());
+        const float scale_before = s.loss_scaler->scale();
+        if (!s.loss_scaler->update(bad >= 0)) {
+          overflowed = true;
+          s.log->info("step {}: the fp16 gradient of '{}' overflowed at loss scale {}; step skipped, scale now {}",
+                      step + 1, s.dense_params[static_cast<std::size_t>(bad)]->name(), scale_before,
+                      s.loss_scaler->scale());
+        }
+      } else if (bad_tensor.empty()) {
+        bad_tensor = first_nonfinite_grad(s.dense_params, s.device);
+      }
       if (!bad_tensor.empty() && o.train.non_finite == "stop") {
         throw Error(fmt::format("the gradient of '{}' is not finite (NaN or Inf) at step {} (epoch {}); "
                                 "lower the learning rate or check the data, or set train.non_finite: skip",
@@ -755,12 +783,12 @@ TrainResult Trainer::run(const RunControl& control) {
         ++s.skipped_steps;
         s.log->warn("step {} skipped: the gradient of '{}' is not finite (loss {}); {} steps skipped so far",
                     step + 1, bad_tensor, loss, s.skipped_steps);
-      } else {
+      } else if (!overflowed) {
         phase = "optimizer step";
         trace::Span span("compute", "optimizer");
         s.optimizer->step(lr);
       }
-      if (bad_tensor.empty()) interval.add(loss, s.model->outputs().to(Device::cpu()), labels);
+      if (bad_tensor.empty() && !overflowed) interval.add(loss, s.model->outputs().to(Device::cpu()), labels);
       ++step;
       ++batch_index;
       if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
@@ -779,7 +807,12 @@ TrainResult Trainer::run(const RunControl& control) {
         const double metric = binary ? (s.leader() ? interval.auc() : 0.0) : totals[1] / examples;
         const double rate = totals[2] / std::max(elapsed, 1e-9);
         const double comm_share = totals[3] / s.workers() / std::max(elapsed, 1e-9);
-        if (s.leader()) {
+        if (s.leader() && totals[2] == 0) {
+          // Every step of the interval was skipped (non-finite, or fp16 overflow while the loss
+          // scale settles): no loss or rate to report.
+          s.log->info("epoch {}/{} step {}/{}: every step since the last line was skipped", epoch + 1, epochs, step,
+                      s.total_steps);
+        } else if (s.leader()) {
           s.log->info("epoch {}/{} step {}/{} loss {:.4f} {} {:.4f} lr {:.5f} samples/s {:.1f}{}",
                       epoch + 1, epochs, step, s.total_steps, mean_loss, binary ? "auc" : "acc",
                       metric, lr, rate,
@@ -856,6 +889,12 @@ TrainResult Trainer::run(const RunControl& control) {
     throw CommError(fmt::format("worker {} at step {}, {}: {}", s.rank(), step + 1, phase, e.what()));
   }
   result.steps = step;
+  if (s.loss_scaler) {
+    result.loss_scale = s.loss_scaler->scale();
+    result.overflow_steps = s.loss_scaler->skipped_steps();
+    s.log->info("fp16 loss scale {} at the end; {} steps skipped for overflow", result.loss_scale,
+                result.overflow_steps);
+  }
   result.seconds = seconds_since(start) - eval_seconds;
   result.samples_per_second = static_cast<double>((step - start_step) * o.data.batch_size * s.workers()) /
                               std::max(result.seconds, 1e-9);

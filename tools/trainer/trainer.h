@@ -38,6 +38,9 @@ struct TrainResult {
   double comm_wait_share = 0;         // distributed: share of step time waiting on communication
   double allreduce_hidden_share = 0;  // distributed: share of all-reduce time behind backward
   std::optional<EvalResult> last_eval;
+  // job.precision: fp16: the loss scale at the end and the steps skipped for overflow.
+  double loss_scale = 1;
+  std::int64_t overflow_steps = 0;
 };
 
 class Trainer {

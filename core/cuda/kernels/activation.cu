@@ -49,5 +49,7 @@ template void launch_relu_forward<float>(const float*, float*, std::int64_t, cud
 template void launch_relu_forward<BFloat16>(const BFloat16*, BFloat16*, std::int64_t, cudaStream_t);
 template void launch_relu_backward<float>(const float*, const float*, float*, std::int64_t, cudaStream_t);
 template void launch_relu_backward<BFloat16>(const BFloat16*, const BFloat16*, BFloat16*, std::int64_t, cudaStream_t);
+template void launch_relu_forward<Half>(const Half*, Half*, std::int64_t, cudaStream_t);
+template void launch_relu_backward<Half>(const Half*, const Half*, Half*, std::int64_t, cudaStream_t);
 
 }  // namespace aiacc::cuda

@@ -4,6 +4,7 @@
 #include "core/cuda/kernels/batch_norm_nhwc.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 
@@ -17,8 +18,10 @@ constexpr int kTileRows = 8;
 
 __device__ inline float load(const float* p, std::int64_t i) { return p[i]; }
 __device__ inline float load(const __nv_bfloat16* p, std::int64_t i) { return __bfloat162float(p[i]); }
+__device__ inline float load(const __half* p, std::int64_t i) { return __half2float(p[i]); }
 __device__ inline void store(float* p, std::int64_t i, float v) { p[i] = v; }
 __device__ inline void store(__nv_bfloat16* p, std::int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ inline void store(__half* p, std::int64_t i, float v) { p[i] = __float2half_rn(v); }
 
 // Blocks: x over channel tiles, y over row slices. How many row slices: enough blocks to fill
 // the GPU (4 per SM on 132 SMs), each slice at least 64 rows.
@@ -251,6 +254,7 @@ void launch_batch_norm_nhwc_backward(const T* x, const T* dy, const float* gamma
                                                    cudaStream_t);
 AIACC_INSTANTIATE(float)
 AIACC_INSTANTIATE(BFloat16)
+AIACC_INSTANTIATE(Half)
 #undef AIACC_INSTANTIATE
 
 }  // namespace aiacc::cuda

@@ -18,7 +18,7 @@ namespace aiacc::cuda {
 std::size_t batch_norm_nhwc_scratch_bytes(std::int64_t channels);
 
 // Training forward: batch statistics, running ones updated in place, save_mean/save_inv_std [C]
-// written, y = gamma (x - mean) inv_std + beta. T is float or BFloat16.
+// written, y = gamma (x - mean) inv_std + beta. T is float, BFloat16 or Half.
 template <class T>
 void launch_batch_norm_nhwc_forward_train(const T* x, const float* gamma, const float* beta, T* y,
                                           float* running_mean, float* running_var, float* save_mean,

@@ -12,6 +12,7 @@
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #endif
 
 namespace aiacc::cuda::detail {
@@ -32,9 +33,14 @@ template <>
 struct DeviceType<BFloat16> {
   using type = __nv_bfloat16;
 };
+template <>
+struct DeviceType<Half> {
+  using type = __half;
+};
 
 __device__ inline float widen(float v) { return v; }
 __device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float widen(__half v) { return __half2float(v); }
 #endif
 
 }  // namespace aiacc::cuda::detail

@@ -3,6 +3,7 @@
 #include "core/cuda/kernels/layout.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "core/cuda/kernels/launch.h"
 
@@ -11,12 +12,15 @@ namespace {
 
 __device__ inline float to_float(float v) { return v; }
 __device__ inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float to_float(__half v) { return __half2float(v); }
 template <class D>
 __device__ inline D from_float(float v);
 template <>
 __device__ inline float from_float<float>(float v) { return v; }
 template <>
 __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ inline __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 // Offset of value (n, c, s) of [N, C, S] in either layout.
 __device__ inline std::int64_t offset(std::int64_t n, std::int64_t c, std::int64_t s, std::int64_t channels,
@@ -120,7 +124,33 @@ void launch_join_bf16(const BFloat16* a, const BFloat16* b, BFloat16* y, std::in
   AIACC_CHECK_LAUNCH();
 }
 
+template <bool kRelu, class D>
+__global__ void join_kernel(const D* a, const D* b, D* y, std::int64_t count) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::int64_t{blockDim.x} * gridDim.x) {
+    float sum = to_float(a[i]) + to_float(b[i]);
+    if (kRelu && sum < 0.0f) sum = 0.0f;
+    y[i] = from_float<D>(sum);
+  }
+}
+
+template <bool kRelu>
+void launch_join_f16(const Half* a, const Half* b, Half* y, std::int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  join_kernel<kRelu, __half><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(
+      reinterpret_cast<const __half*>(a), reinterpret_cast<const __half*>(b), reinterpret_cast<__half*>(y), count);
+  AIACC_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void launch_add_f16(const Half* a, const Half* b, Half* y, std::int64_t count, cudaStream_t stream) {
+  launch_join_f16<false>(a, b, y, count, stream);
+}
+
+void launch_add_relu_f16(const Half* a, const Half* b, Half* y, std::int64_t count, cudaStream_t stream) {
+  launch_join_f16<true>(a, b, y, count, stream);
+}
 
 template <class In, class Out>
 void launch_convert_layout(const In* in, bool in_channels_last, Out* out, bool out_channels_last,
@@ -173,6 +203,14 @@ template void launch_convert_layout<BFloat16, float>(const BFloat16*, bool, floa
                                                      std::int64_t, cudaStream_t);
 template void launch_convert_layout<float, float>(const float*, bool, float*, bool, std::int64_t, std::int64_t,
                                                   std::int64_t, cudaStream_t);
+template void launch_convert_layout<float, Half>(const float*, bool, Half*, bool, std::int64_t, std::int64_t,
+                                                 std::int64_t, cudaStream_t);
+template void launch_convert_layout<Half, float>(const Half*, bool, float*, bool, std::int64_t, std::int64_t,
+                                                 std::int64_t, cudaStream_t);
+template void launch_global_avg_pool_forward<Half>(const Half*, bool, float*, std::int64_t, std::int64_t,
+                                                   std::int64_t, cudaStream_t);
+template void launch_global_avg_pool_backward_any<Half>(const float*, Half*, bool, std::int64_t, std::int64_t,
+                                                        std::int64_t, cudaStream_t);
 template void launch_global_avg_pool_forward<float>(const float*, bool, float*, std::int64_t, std::int64_t,
                                                     std::int64_t, cudaStream_t);
 template void launch_global_avg_pool_forward<BFloat16>(const BFloat16*, bool, float*, std::int64_t, std::int64_t,

@@ -14,13 +14,13 @@
 namespace aiacc::cuda {
 
 // out = in as [N, C, S] values, each side in its own layout (channels_last: [N, S, C]) and
-// storage type. Instantiated for float -> BFloat16, BFloat16 -> float and float -> float.
+// storage type. Instantiated for float to and from BFloat16 and Half, and float -> float.
 // The same call turns a weight [O, C, KH, KW] into [O, KH, KW, C] (N = O, S = KH * KW).
 template <class In, class Out>
 void launch_convert_layout(const In* in, bool in_channels_last, Out* out, bool out_channels_last,
                            std::int64_t batch, std::int64_t channels, std::int64_t spatial, cudaStream_t stream);
 
-// y[n, c] (f32) = mean over s of x[n, c, s]; x float or BFloat16 in either layout. Sums in fp32
+// y[n, c] (f32) = mean over s of x[n, c, s]; x float, BFloat16 or Half in either layout. Sums in fp32
 // in index order.
 template <class In>
 void launch_global_avg_pool_forward(const In* x, bool channels_last, float* y, std::int64_t batch,
@@ -34,5 +34,8 @@ void launch_global_avg_pool_backward_any(const float* dy, Out* dx, bool channels
 void launch_add_bf16(const BFloat16* a, const BFloat16* b, BFloat16* y, std::int64_t count, cudaStream_t stream);
 void launch_add_relu_bf16(const BFloat16* a, const BFloat16* b, BFloat16* y, std::int64_t count,
                           cudaStream_t stream);
+// The same in fp16 (one value per access).
+void launch_add_f16(const Half* a, const Half* b, Half* y, std::int64_t count, cudaStream_t stream);
+void launch_add_relu_f16(const Half* a, const Half* b, Half* y, std::int64_t count, cudaStream_t stream);
 
 }  // namespace aiacc::cuda
