@@ -42,6 +42,7 @@ void WideDeep::Options::validate(const config::Node& node) const {
 
 WideDeep::WideDeep(const Options& options, const ModelContext& context)
     : dtype_(context.dtype),
+      dropout_(options.dropout),
       num_int_(context.input.example_shape.numel()),
       wide_(options.wide),
       deep_(options.deep),
@@ -110,13 +111,32 @@ WideDeep::WideDeep(const Options& options, const ModelContext& context)
   }
 }
 
+void WideDeep::to(Device device, const ActivationFormat& format) {
+  if (!format.is_default()) {
+    throw ConfigError(fmt::format("job.precision: wide_deep trains in f32 only (activations {} asked; mixed "
+                                  "precision is for the resnet model)", format.str()));
+  }
+  if (device.is_cpu()) return;
+  if (dtype_ != DType::f32) throw ConfigError(fmt::format("model wide_deep on {}: f32 only", device.str()));
+  if (dropout_ > 0) {
+    throw ConfigError(fmt::format("job.device: {}: model.wide_deep.dropout {} runs on the CPU only (set 0)",
+                                  device.str(), dropout_));
+  }
+  if (mlp_) mlp_->to(device);
+  if (wide_dense_) wide_dense_->to(device);
+  if (wide_bias_) wide_bias_->to(device);
+  device_ = device;
+}
+
 Tensor WideDeep::dense_input(const Batch& batch, std::int64_t n) const {
   if (num_int_ == 0) return Tensor::zeros(Shape{n, 0}, dtype_);
   if (!batch.inputs.defined() || batch.inputs.numel() != n * num_int_ || batch.inputs.dim(0) != n) {
     throw DataError(fmt::format("model wide_deep: expected integer features [{}, {}], got {}", n,
                                 num_int_, batch.inputs.defined() ? batch.inputs.shape().str() : "none"));
   }
+  // A job on a device hands the batch over there; the features meet the pooled rows on the host.
   Tensor x = batch.inputs.reshape(Shape{n, num_int_});
+  if (!x.device().is_cpu()) x = x.to(Device::cpu());
   return x.dtype() == dtype_ ? x : x.to(dtype_);
 }
 
@@ -161,31 +181,41 @@ double WideDeep::forward(const Batch& batch, bool training) {
     }
   };
 
+  // The dense part's inputs go to its device and its [N, 1] outputs come back, so the logits
+  // sum in the same order on every device (a device job equals the CPU job on the fake device).
+  const bool on_device = !device_.is_cpu();
+  const auto dense = [&](Layer& layer, const Tensor& input) {
+    return on_device ? layer.forward(input.to(device_), training).to(Device::cpu()) : layer.forward(input, training);
+  };
   if (wide_) {
-    logits_.fill(dtype_ == DType::f64 ? wide_bias_->value().data<double>()[0]
-                                      : wide_bias_->value().data<float>()[0]);
+    const Tensor bias = on_device ? wide_bias_->value().to(Device::cpu()) : wide_bias_->value();
+    logits_.fill(dtype_ == DType::f64 ? bias.data<double>()[0] : bias.data<float>()[0]);
     for (std::size_t f = 0; f < wide_fields_.size(); ++f) accumulate(wide_fields_[f]->forward(ids_[f]));
     for (std::size_t c = 0; c < wide_crosses_.size(); ++c) {
       accumulate(wide_crosses_[c]->forward(cross_ids_[c]));
     }
-    if (wide_dense_) accumulate(wide_dense_->forward(ints, training));
+    if (wide_dense_) accumulate(dense(*wide_dense_, ints));
   }
   if (deep_) {
     std::vector<Tensor> parts;
     parts.reserve(deep_fields_.size() + 1);
     for (std::size_t f = 0; f < deep_fields_.size(); ++f) parts.push_back(deep_fields_[f]->forward(ids_[f]));
     if (num_int_ > 0) parts.push_back(ints);
-    accumulate(mlp_->forward(kernels::concat_features(parts), training));
+    accumulate(dense(*mlp_, kernels::concat_features(parts)));
   }
-  const Tensor targets = batch.labels.dtype() == dtype_ ? batch.labels : batch.labels.to(dtype_);
+  const Tensor labels = batch.labels.device().is_cpu() ? batch.labels : batch.labels.to(Device::cpu());
+  const Tensor targets = labels.dtype() == dtype_ ? labels : labels.to(dtype_);
   return loss_.forward(logits_, targets);
 }
 
 void WideDeep::backward() {
   const Tensor dlogits = loss_.backward().reshape(Shape{batch_, 1});
+  const bool on_device = !device_.is_cpu();
+  const Tensor dlogits_dense = on_device ? dlogits.to(device_) : dlogits;  // for the dense part
   Tensor dints;
   if (deep_) {
-    const Tensor dx = mlp_->backward(dlogits, /*need_input_grad=*/true);
+    Tensor dx = mlp_->backward(dlogits_dense, /*need_input_grad=*/true);
+    if (on_device) dx = dx.to(Device::cpu());  // the rows' gradients, for the tables on the host
     std::vector<std::int64_t> widths(deep_fields_.size(), deep_fields_.front()->dim());
     if (num_int_ > 0) widths.push_back(num_int_);
     std::vector<Tensor> parts = kernels::split_features(dx, widths);
@@ -197,7 +227,8 @@ void WideDeep::backward() {
     for (auto& table : wide_fields_) table->backward(dlogits);
     for (auto& table : wide_crosses_) table->backward(dlogits);
     if (wide_dense_) {
-      const Tensor d = wide_dense_->backward(dlogits, compute_input_grad_);
+      Tensor d = wide_dense_->backward(dlogits_dense, compute_input_grad_);
+      if (on_device && d.defined()) d = d.to(Device::cpu());
       if (compute_input_grad_) {
         if (!dints.defined()) {
           dints = d;
@@ -212,7 +243,11 @@ void WideDeep::backward() {
     for (std::int64_t i = 0; i < batch_; ++i) {
       sum += dtype_ == DType::f64 ? dlogits.data<double>()[i] : dlogits.data<float>()[i];
     }
-    wide_bias_->grad().fill(sum);
+    if (on_device) {
+      wide_bias_->grad().copy_from(Tensor::from_vector(std::vector<float>{static_cast<float>(sum)}, Shape{1}));
+    } else {
+      wide_bias_->grad().fill(sum);
+    }
     wide_bias_->grad_ready();
   }
   if (compute_input_grad_) {

@@ -81,8 +81,14 @@ class WideDeep final : public Model {
   // DataError for a batch of another layout.
   double forward(const Batch& batch, bool training) override;
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> embedding_ids(const Batch& batch) override;
-  Tensor outputs() const override { return logits_; }
+  Tensor outputs() const override { return logits_; }  // on the host, also for a job on a device
   void backward() override;
+  // On a device the dense part runs there (the deep MLP, the wide part's linear term of the
+  // integer features and its bias) while the sparse tables stay in their embedding stores on
+  // the host: each step copies the pooled rows [N, fields x dim + integers] to the device and
+  // their gradient back, the logits' two device terms [N] to the host and dlogits [N] to the
+  // device; the loss runs on the host. f32 activations only; no dropout on a device.
+  void to(Device device, const ActivationFormat& format = {}) override;
 
   // When set, backward() also computes dL/d inputs [N, I] (model dtype): for gradient checks.
   void set_compute_input_grad(bool compute) { compute_input_grad_ = compute; }
@@ -93,6 +99,7 @@ class WideDeep final : public Model {
   Tensor dense_input(const Batch& batch, std::int64_t n) const;
 
   DType dtype_;
+  double dropout_;
   std::int64_t num_int_;
   bool wide_;
   bool deep_;
@@ -112,6 +119,7 @@ class WideDeep final : public Model {
   std::vector<SparseField> ids_;
   std::vector<SparseField> cross_ids_;
   Tensor logits_;
+  Device device_;  // of the dense part
   Tensor input_grad_;
 };
 

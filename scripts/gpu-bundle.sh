@@ -34,6 +34,12 @@ if [[ -x build/tools/aiacc-train && -f build/tools/libaiacc_cuda.so ]]; then
   cp tools/bench/compare_pytorch.py "$out/tools/bench/"
   cp tools/bench/pytorch/*.py "$out/tools/bench/pytorch/"
   trainer=(build/tools/aiacc-train build/tools/libaiacc_cuda.so)
+  # The Wide&Deep comparison's data, cut to what its timed steps read (the twin reads 400k lines).
+  if [[ -f data-cache/flights/train.tsv ]]; then
+    mkdir -p "$out/data-cache/flights"
+    head -n 400000 data-cache/flights/train.tsv > "$out/data-cache/flights/train.tsv"
+    head -n 20000 data-cache/flights/test.tsv > "$out/data-cache/flights/test.tsv"
+  fi
 fi
 
 # Every library the programs load, except the C runtime (present everywhere, and must match the
@@ -74,10 +80,14 @@ cat > "$out/bench.sh" <<'EOF'
 #!/usr/bin/env bash
 # ResNet-50 (224x224, batch 256) on this machine's GPU against PyTorch in one run, and the
 # ratios: bf16 (aiacc-train's job.precision: bf16 against bf16 autocast with channels_last),
-# then fp32 on both sides. PYTHON: the Python with torch; PRESETS: a subset.
+# then fp32 on both sides; then Wide&Deep on flights when the bundle holds its data (tables on
+# the host for aiacc-train, on the GPU for PyTorch). PYTHON: the Python with torch; PRESETS: a
+# subset.
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
-exec "$python" "$here/tools/bench/compare_pytorch.py" ${PRESETS:-resnet50_synthetic resnet50_synthetic_fp32} \
+presets="resnet50_synthetic resnet50_synthetic_fp32"
+[[ -f $here/data-cache/flights/train.tsv ]] && presets+=" wide_deep_flights"
+exec "$python" "$here/tools/bench/compare_pytorch.py" ${PRESETS:-$presets} \
   --device cuda --binary "$here/aiacc-train.sh" --python "$python" --threads "$(nproc)" --repeats "${REPEATS:-2}" "$@"
 EOF
 chmod +x "$out/bench.sh"

@@ -90,6 +90,48 @@ TEST(DeviceTraining, AResNetJobOnTheDeviceEqualsTheCpuJob) {
 
 // A batch of NaN features at step 3 (the trainer's fault injection): its non-finite gradients
 // are found on the device and the step skipped, as on the CPU.
+// Wide&Deep with its tables in host embedding stores and its dense part (deep MLP, the wide
+// linear term and bias) on the device: the same job as on the CPU, bit for bit, test AUC
+// included.
+TEST(DeviceTraining, AWideDeepJobWithHostTablesEqualsTheCpuJob) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_wide_deep";
+  std::filesystem::remove_all(base);
+  const auto job = [&](const std::filesystem::path& dir, const std::string& device) {
+    std::filesystem::create_directories(dir);
+    auto path = dir / "job.yaml";
+    std::ofstream(path) << "job: {name: device, run_dir: " << dir.string() << ", threads: 1, device: " << device
+                        << "}\n"
+                           "model: {type: wide_deep, wide_deep: {embedding_dim: 4, hidden: [16, 8], "
+                           "cross_features: [C1_x_C2]}}\n"
+                           "data:\n"
+                           "  batch_size: 32\n"
+                           "  train: {type: synthetic_ctr, synthetic_ctr: {num_integer: 3, num_categorical: 4, "
+                           "vocabulary: 50, size: 320}}\n"
+                           "  test: {type: synthetic_ctr, synthetic_ctr: {num_integer: 3, num_categorical: 4, "
+                           "vocabulary: 50, size: 128}}\n"
+                           "optimizer: {type: adam, lr: 0.01}\n"
+                           "train: {epochs: 2, log_every_steps: 5, checkpoint: {every_steps: 10}}\n";
+    return load_job(path.string(), {});
+  };
+  Trainer on_cpu(job(base / "cpu", "cpu"));
+  const TrainResult cpu = on_cpu.run();
+  Trainer on_device(job(base / "device", "cuda"));
+  const TrainResult device = on_device.run();
+  EXPECT_EQ(device.first_train_loss, cpu.first_train_loss);
+  EXPECT_EQ(device.last_train_loss, cpu.last_train_loss);
+  ASSERT_TRUE(device.last_eval && cpu.last_eval);
+  EXPECT_EQ(device.last_eval->auc, cpu.last_eval->auc);
+  EXPECT_LT(device.last_train_loss, device.first_train_loss);
+  bool dense_on_device = false;
+  for (Parameter* p : on_device.model().parameters()) {
+    if (p->name() == "deep.fc1.weight") dense_on_device = p->value().device() == Device::cuda(0);
+  }
+  EXPECT_TRUE(dense_on_device);
+  expect_bitwise(on_device.model_tensors(), on_cpu.model_tensors());
+  std::filesystem::remove_all(base);
+}
+
 TEST(DeviceTraining, ANonFiniteStepIsFoundOnTheDeviceAndSkipped) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_nan";

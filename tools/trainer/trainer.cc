@@ -389,10 +389,6 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
                                     "for now (the dense ring reduces host memory; NCCL is not wired to it "
                                     "yet)", s.device.str(), s.workers()));
     }
-    if (!s.stores.empty()) {
-      throw ConfigError(fmt::format("job.device: {}: models with embedding tables train on the CPU only "
-                                    "for now", s.device.str()));
-    }
     if (const std::string& type = options.optimizer.type; type != "sgd" && type != "adam" && type != "adamw") {
       throw ConfigError(fmt::format("optimizer.type: {} runs on the CPU only; on {} use sgd, adam or adamw",
                                     type, s.device.str()));

@@ -187,6 +187,8 @@ def main():
     p.add_argument("--steps", type=int, default=100, help="timed steps (bench mode)")
     p.add_argument("--epochs", type=int, default=0, help="> 0: train this many epochs instead")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu",
+                   help="cpu, or cuda[:N]: the model on that GPU, each batch copied there from the host")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -209,6 +211,14 @@ def main():
     model = WideDeep(len(names), len(crosses), args.num_integer, args.table_size,
                      args.embedding_dim, hidden, args.dropout, not args.no_wide, not args.no_deep,
                      args.init_scale)
+    device = torch.device(args.device)
+    model = model.to(device)
+    on_gpu = device.type == "cuda"
+
+    def sync():  # GPU work is asynchronous: time what has finished
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
     sparse_ids = {id(q) for q in model.sparse.parameters()}
     sparse = list(model.sparse.parameters())
     dense = [q for q in model.parameters() if id(q) not in sparse_ids]
@@ -219,8 +229,8 @@ def main():
 
     def step(index):
         s = slice(index * args.batch, (index + 1) * args.batch)
-        logit = model(ints_t[s], fields_t[s], crossed_t[s])
-        loss = loss_fn(logit, labels_t[s])
+        logit = model(ints_t[s].to(device), fields_t[s].to(device), crossed_t[s].to(device))
+        loss = loss_fn(logit, labels_t[s].to(device))
         sparse_opt.zero_grad()
         dense_opt.zero_grad()
         loss.backward()
@@ -238,24 +248,27 @@ def main():
             for k in range(steps_per_epoch):
                 step(k)
                 done += 1
+        sync()
         elapsed = time.perf_counter() - start
     else:
         for k in range(args.warmup):
             step(k % steps_per_epoch)
+        sync()
         start = time.perf_counter()
         for k in range(args.steps):
             step((args.warmup + k) % steps_per_epoch)
+        sync()
         elapsed, done = time.perf_counter() - start, args.steps
 
-    result = {"framework": "pytorch", "model": "wide_deep", "batch": args.batch,
+    result = {"framework": "pytorch", "model": "wide_deep", "batch": args.batch, "device": args.device,
               "threads": args.threads, "samples_per_s": round(done * args.batch / elapsed, 1)}
     if args.test:
         t_labels, t_ints, t_raw = read_tsv(args.test, args.num_integer, args.num_categorical, 0)
         t_fields, t_crossed = hashed_ids(t_raw, names, crosses, args.table_size)
         model.eval()
         with torch.no_grad():
-            scores = model(torch.from_numpy(t_ints), torch.from_numpy(t_fields),
-                           torch.from_numpy(t_crossed)).numpy()
+            scores = model(torch.from_numpy(t_ints).to(device), torch.from_numpy(t_fields).to(device),
+                           torch.from_numpy(t_crossed).to(device)).cpu().numpy()
         result["test_auc"] = round(auc(scores, t_labels), 4)
     print(json.dumps(result))
     return 0
