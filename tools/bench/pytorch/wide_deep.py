@@ -132,7 +132,7 @@ class WideDeep(nn.Module):
 
     def forward(self, ints, fields, crossed):
         # fields [N, C], crossed [N, K]: one id per example and field (a bag of one).
-        logit = torch.zeros(ints.shape[0])
+        logit = torch.zeros(ints.shape[0], device=ints.device)
         if self.wide:
             columns = torch.cat([fields, crossed], dim=1)
             for k, table in enumerate(self.wide_tables):
