@@ -269,6 +269,34 @@ const void* weight_for(const kernels::Conv2dGeometry& g, const ActivationFormat&
 #endif
 
 class CudaOps final : public DeviceOps {
+  // One flag per tensor, all cleared, set by launch(t, flag, stream) and read back together:
+  // the index of the first tensor flagged, or -1, for one wait per step.
+  template <class Launch>
+  static std::int64_t first_flagged(const Device& device, std::size_t count, Launch&& launch) {
+    if (count == 0) return -1;
+    DeviceGuard guard(device.index);
+    const cudaStream_t stream = current_stream();
+    const std::size_t bytes = count * sizeof(int);
+    memory::PooledBuffer flags(device_allocator(device.index), bytes, stream_id(stream));
+    int* flag = static_cast<int*>(flags.get());
+    AIACC_CUDA_CHECK(cudaMemsetAsync(flag, 0, bytes, stream));
+    for (std::size_t t = 0; t < count; ++t) launch(t, flag + t, stream);
+    std::vector<int> found(count);
+    AIACC_CUDA_CHECK(cudaMemcpyAsync(found.data(), flag, bytes, cudaMemcpyDeviceToHost, stream));
+    AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (std::size_t t = 0; t < count; ++t) {
+      if (found[t] != 0) return static_cast<std::int64_t>(t);
+    }
+    return -1;
+  }
+
+  // The per-channel scratch of our channels-last batch norm kernels.
+  static memory::PooledBuffer batch_norm_scratch(const Device& device, const kernels::BatchNormGeometry& g,
+                                                 cudaStream_t stream) {
+    return memory::PooledBuffer(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
+                                stream_id(stream));
+  }
+
   void join(const Device& device, DType dtype, bool relu, std::int64_t n, const void* a, const void* b, void* y) {
     DeviceGuard guard(device.index);
     ProfileScope scope(relu ? "add relu" : "add", [&] { return fmt::format("{} {}", n, dtype_name(dtype)); });
@@ -375,8 +403,7 @@ class CudaOps final : public DeviceOps {
                                       "least 2", rows));
       }
       const cudaStream_t stream = current_stream();
-      memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
-                                   stream_id(stream));
+      memory::PooledBuffer scratch = batch_norm_scratch(device, g, stream);
       with_storage(format.dtype, "batch norm", [&](auto tag) {
         using T = decltype(tag);
         launch_batch_norm_nhwc_forward_train(static_cast<const T*>(x), gamma, beta, static_cast<T*>(y), running_mean,
@@ -397,8 +424,7 @@ class CudaOps final : public DeviceOps {
     DeviceGuard guard(device.index);
     if (format.channels_last) {
       const cudaStream_t stream = current_stream();
-      memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
-                                   stream_id(stream));
+      memory::PooledBuffer scratch = batch_norm_scratch(device, g, stream);
       const std::int64_t rows = g.batch * g.spatial;
       with_storage(format.dtype, "batch norm", [&](auto tag) {
         using T = decltype(tag);
@@ -420,8 +446,7 @@ class CudaOps final : public DeviceOps {
     AIACC_CHECK(dx != nullptr, "batch norm backward on {} computes dx", device.str());
     if (format.channels_last) {
       const cudaStream_t stream = current_stream();
-      memory::PooledBuffer scratch(device_allocator(device.index), batch_norm_nhwc_scratch_bytes(g.channels),
-                                   stream_id(stream));
+      memory::PooledBuffer scratch = batch_norm_scratch(device, g, stream);
       const std::int64_t rows = g.batch * g.spatial;
       with_storage(format.dtype, "batch norm", [&](auto tag) {
         using T = decltype(tag);
@@ -533,44 +558,15 @@ class CudaOps final : public DeviceOps {
   }
   std::int64_t multiply_and_check(const Device& device, std::span<const std::pair<float*, std::int64_t>> tensors,
                                   float factor) override {
-    if (tensors.empty()) return -1;
-    DeviceGuard guard(device.index);
-    const cudaStream_t stream = current_stream();
-    const std::size_t bytes = tensors.size() * sizeof(int);
-    memory::PooledBuffer flags(device_allocator(device.index), bytes, stream_id(stream));
-    int* flag = static_cast<int*>(flags.get());
-    AIACC_CUDA_CHECK(cudaMemsetAsync(flag, 0, bytes, stream));
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      launch_unscale_and_check(tensors[t].first, tensors[t].second, factor, flag + t, stream);
-    }
-    std::vector<int> found(tensors.size());
-    AIACC_CUDA_CHECK(cudaMemcpyAsync(found.data(), flag, bytes, cudaMemcpyDeviceToHost, stream));
-    AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (std::size_t t = 0; t < found.size(); ++t) {
-      if (found[t] != 0) return static_cast<std::int64_t>(t);
-    }
-    return -1;
+    return first_flagged(device, tensors.size(), [&](std::size_t t, int* flag, cudaStream_t stream) {
+      launch_unscale_and_check(tensors[t].first, tensors[t].second, factor, flag, stream);
+    });
   }
   std::int64_t first_nonfinite(const Device& device,
                                std::span<const std::pair<const float*, std::int64_t>> tensors) override {
-    if (tensors.empty()) return -1;
-    DeviceGuard guard(device.index);
-    const cudaStream_t stream = current_stream();
-    // One flag per tensor, all cleared, set and read back together: one wait per step.
-    const std::size_t bytes = tensors.size() * sizeof(int);
-    memory::PooledBuffer flags(device_allocator(device.index), bytes, stream_id(stream));
-    int* flag = static_cast<int*>(flags.get());
-    AIACC_CUDA_CHECK(cudaMemsetAsync(flag, 0, bytes, stream));
-    for (std::size_t t = 0; t < tensors.size(); ++t) {
-      launch_check_finite(tensors[t].first, tensors[t].second, flag + t, stream);
-    }
-    std::vector<int> found(tensors.size());
-    AIACC_CUDA_CHECK(cudaMemcpyAsync(found.data(), flag, bytes, cudaMemcpyDeviceToHost, stream));
-    AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (std::size_t t = 0; t < found.size(); ++t) {
-      if (found[t] != 0) return static_cast<std::int64_t>(t);
-    }
-    return -1;
+    return first_flagged(device, tensors.size(), [&](std::size_t t, int* flag, cudaStream_t stream) {
+      launch_check_finite(tensors[t].first, tensors[t].second, flag, stream);
+    });
   }
   void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,
                    float* exp_avg, float* exp_avg_sq, std::int64_t n, std::int64_t step,

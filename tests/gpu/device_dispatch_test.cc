@@ -50,10 +50,7 @@ INSTANTIATE_TEST_SUITE_P(Rules, GpuDeviceDispatch, ::testing::Values("adam", "sg
 TEST(GpuDeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
   register_tensor_backend();
   register_device_ops();
-  optim::OptimizerOptions options;
-  options.type = "sgd";
-  options.lr = 0.1;
-  options.momentum = 0.9;
+  const optim::OptimizerOptions options = testing::sgd_with_momentum();
   auto on_cpu = testing::cnn();
   auto on_gpu = testing::cnn();
   const auto cpu_losses = testing::train_on(*on_cpu, options, Device::cpu(), 12, true);
@@ -70,10 +67,7 @@ TEST(GpuDeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
 TEST(GpuDeviceDispatch, ACnnInBf16AndChannelsLastFollowsTheCpuRun) {
   register_tensor_backend();
   register_device_ops();
-  optim::OptimizerOptions options;
-  options.type = "sgd";
-  options.lr = 0.1;
-  options.momentum = 0.9;
+  const optim::OptimizerOptions options = testing::sgd_with_momentum();
   auto on_cpu = testing::cnn();
   const auto cpu_losses = testing::train_on(*on_cpu, options, Device::cpu(), 12, true);
   for (const auto& [dtype, tolerance] :

@@ -64,10 +64,7 @@ INSTANTIATE_TEST_SUITE_P(Rules, DeviceDispatch, ::testing::Values("adam", "adamw
 // evaluates alike from its running statistics.
 TEST(DeviceDispatch, ACnnWithEveryResNetLayerFollowsTheCpuRun) {
   testing::FakeDeviceLog& log = testing::install_fake_device();
-  optim::OptimizerOptions options;
-  options.type = "sgd";
-  options.lr = 0.1;
-  options.momentum = 0.9;
+  const optim::OptimizerOptions options = testing::sgd_with_momentum();
   auto on_cpu = cnn();
   auto on_device = cnn();
   const auto cpu_losses = train_on(*on_cpu, options, Device::cpu(), 8, true);
@@ -98,10 +95,7 @@ ActivationFormat format(DType dtype, bool channels_last) {
 // its input as NCHW would scramble it), and the run then equals the CPU's bit for bit.
 TEST(DeviceDispatch, AChannelsLastCnnEqualsTheCpuRun) {
   testing::install_fake_device();
-  optim::OptimizerOptions options;
-  options.type = "sgd";
-  options.lr = 0.1;
-  options.momentum = 0.9;
+  const optim::OptimizerOptions options = testing::sgd_with_momentum();
   auto on_cpu = cnn();
   auto on_device = cnn();
   const auto cpu_losses = train_on(*on_cpu, options, Device::cpu(), 6, true);
@@ -118,10 +112,7 @@ TEST(DeviceDispatch, AChannelsLastCnnEqualsTheCpuRun) {
 // and still learns; the weights stay f32.
 TEST(DeviceDispatch, ABf16ChannelsLastCnnFollowsTheCpuRunWithinBf16Rounding) {
   testing::install_fake_device();
-  optim::OptimizerOptions options;
-  options.type = "sgd";
-  options.lr = 0.1;
-  options.momentum = 0.9;
+  const optim::OptimizerOptions options = testing::sgd_with_momentum();
   auto on_cpu = cnn();
   auto on_device = cnn();
   const auto cpu_losses = train_on(*on_cpu, options, Device::cpu(), 10, true);

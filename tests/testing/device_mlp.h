@@ -73,6 +73,15 @@ inline Batch batch(int step, bool image = false) {
   return {Tensor::from_vector(x, shape), Tensor::from_vector(labels, {kBatch})};
 }
 
+// SGD with momentum 0.9 at lr 0.1: what the CNN comparisons train with.
+inline optim::OptimizerOptions sgd_with_momentum() {
+  optim::OptimizerOptions options;
+  options.type = "sgd";
+  options.lr = 0.1;
+  options.momentum = 0.9;
+  return options;
+}
+
 // x (f32 [N, C, H, W] on the CPU) on `device` in `format`, as a model hands its first layer.
 inline Tensor in_format(const Tensor& x, Device device, const ActivationFormat& format) {
   Tensor on_device = x.to(device);

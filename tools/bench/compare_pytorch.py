@@ -29,6 +29,11 @@ TORCH_PYTHON = "/usr/bin/python3"
 
 # Each preset: the aiacc-train config, overrides that shape the timed run, and the PyTorch twin's
 # command line for the same model, batch and data. {threads} and {steps} are filled in.
+# The PyTorch twin of configs/resnet50_synthetic.yaml.
+RESNET50_TWIN = ["tools/bench/pytorch/resnet.py", "--depth", "50", "--data", "synthetic",
+                 "--batch", "256", "--image", "3,224,224", "--classes", "1000", "--label-smoothing", "0",
+                 "--weight-decay", "1e-4", "--warmup", "3", "--threads", "{threads}", "--steps", "{steps}"]
+
 PRESETS = {
     "wide_deep_flights": {
         "config": "configs/wide_deep_flights.yaml",
@@ -60,23 +65,10 @@ PRESETS = {
         "overrides": ["optimizer.schedule.warmup_steps=0"],
         # ResNet-50 at 224x224, batch 256, as issue 8's benchmark names it. On a GPU (--device
         # cuda) the twin runs as the issue asks PyTorch to: channels_last and bf16 autocast.
-        "torch": ["tools/bench/pytorch/resnet.py", "--depth", "50", "--data", "synthetic",
-                  "--batch", "256", "--image", "3,224,224", "--classes", "1000", "--label-smoothing", "0",
-                  "--weight-decay", "1e-4", "--warmup", "3", "--threads", "{threads}", "--steps", "{steps}"],
+        "torch": RESNET50_TWIN,
         # ... and aiacc-train with its mixed precision (bf16 channels-last activations, f32 weights).
         "torch_gpu": ["--amp", "bf16", "--channels-last"],
         "gpu_overrides": ["job.precision=bf16"],
-    },
-    "resnet50_synthetic_fp32": {
-        # The same on a GPU in fp32 on both sides (TF32 convolutions, PyTorch's default), NCHW.
-        "config": "configs/resnet50_synthetic.yaml",
-        "needs": [],
-        "log_every": 1,
-        "steps": 10,
-        "overrides": ["optimizer.schedule.warmup_steps=0"],
-        "torch": ["tools/bench/pytorch/resnet.py", "--depth", "50", "--data", "synthetic",
-                  "--batch", "256", "--image", "3,224,224", "--classes", "1000", "--label-smoothing", "0",
-                  "--weight-decay", "1e-4", "--warmup", "3", "--threads", "{threads}", "--steps", "{steps}"],
     },
     "resnet_fashion_mnist": {
         "config": "configs/resnet_fashion_mnist.yaml",
@@ -91,6 +83,9 @@ PRESETS = {
                   "--threads", "{threads}", "--steps", "{steps}"],
     },
 }
+# The same on a GPU in fp32 on both sides (TF32 convolutions, PyTorch's default), NCHW.
+PRESETS["resnet50_synthetic_fp32"] = {key: value for key, value in PRESETS["resnet50_synthetic"].items()
+                                      if key not in ("torch_gpu", "gpu_overrides")}
 
 
 def run_aiacc(binary, preset, threads, steps, workdir, device):
