@@ -44,9 +44,9 @@ int local_processes() {
 // A job on a GPU (job.device) loads the CUDA plugin (tools/cuda_plugin.cc), which registers
 // CUDA's tensors and layer ops. AIACC_CUDA_PLUGIN names it; else libaiacc_cuda.so next to this
 // program.
-void register_device(const aiacc::trainer::JobOptions& job) {
-  const auto device = aiacc::Device::parse(job.job.device);
-  if (!device || device->is_cpu()) return;
+void register_device(const aiacc::trainer::JobOptions& job, int local_rank) {
+  const std::optional<aiacc::Device> device = aiacc::trainer::job_device(job, local_rank);
+  if (device->is_cpu()) return;
   std::string path;
   if (const char* configured = std::getenv("AIACC_CUDA_PLUGIN")) {
     path = configured;
@@ -93,7 +93,7 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   if (group->worker() == 0) {
     log::get("trainer")->info("resolved configuration:\n{}", trainer::resolved_yaml(job));
   }
-  register_device(job);
+  register_device(job, role.local_rank);
   trainer::Trainer trainer(job, group);
   if (eval_checkpoint.empty()) {
     trainer.run();
@@ -183,7 +183,7 @@ int run(int argc, char** argv) {
     trainer.describe(std::cout);
     return 0;
   }
-  register_device(job);
+  register_device(job, 0);
   aiacc::trainer::Trainer trainer(job);
   if (!eval_checkpoint.empty()) {
     trainer.evaluate_checkpoint(eval_checkpoint);

@@ -37,6 +37,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 std::string g_program;
+std::string g_fake_cuda_plugin;  // argv[2]: tests/testing/fake_cuda_plugin.cc's library
 
 fs::path scratch() {
   static const fs::path dir = [] {
@@ -591,6 +592,31 @@ TEST(DistributedTrain, NonFiniteGradientsStopTheJobOrSkipTheStepByConfig) {
   EXPECT_GT(checked, 10);
 }
 
+// Two workers with their models on devices (the fake accelerator, loaded as aiacc-train's CUDA
+// plugin): each worker on its own device (local rank r on cuda:r), dense gradients staged
+// through host memory into the ring, parameters broadcast and batch-norm statistics averaged
+// through host copies. The job ends exactly where the same job on the CPU ends: the MLP on the
+// ring, and Wide&Deep with its tables on two parameter-server shards.
+TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
+  if (g_fake_cuda_plugin.empty()) GTEST_SKIP() << "no fake CUDA plugin given (argv[2])";
+  const std::string plugin = "AIACC_CUDA_PLUGIN=" + g_fake_cuda_plugin;
+  auto cpu = train("mlp_2w_cpu", mlp_job("mlp_2w_cpu", 32, "  workers: 2\n"));
+  ASSERT_EQ(cpu.status, 0) << cpu.output;
+  auto device = train("mlp_2w_dev", mlp_job("mlp_2w_dev", 32, "  workers: 2\n"), plugin, "", "--set job.device=cuda");
+  ASSERT_EQ(device.status, 0) << device.output;
+  EXPECT_THAT(device.output, HasSubstr("fake CUDA plugin: device 0"));
+  EXPECT_THAT(device.output, HasSubstr("fake CUDA plugin: device 1"));
+  expect_same_state("mlp_2w_cpu", "mlp_2w_dev", 0.0);
+
+  const std::string cluster = "  workers: 2\n  servers: 2\n";
+  auto wd_cpu = train("wd_2w_cpu", wide_deep_job("wd_2w_cpu", 32, cluster));
+  ASSERT_EQ(wd_cpu.status, 0) << wd_cpu.output;
+  auto wd_device = train("wd_2w_dev", wide_deep_job("wd_2w_dev", 32, cluster), plugin, "", "--set job.device=cuda:3");
+  ASSERT_EQ(wd_device.status, 0) << wd_device.output;
+  EXPECT_THAT(wd_device.output, HasSubstr("fake CUDA plugin: device 3"));
+  expect_same_state("wd_2w_cpu", "wd_2w_dev", 0.0);
+}
+
 TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {
   if (aiacc::testing::run_command("command -v mpirun >/dev/null 2>&1").status != 0) {
     GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
@@ -617,5 +643,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_program = argv[1];
+  if (argc > 2) g_fake_cuda_plugin = argv[2];
   return RUN_ALL_TESTS();
 }

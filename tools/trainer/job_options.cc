@@ -30,4 +30,11 @@ std::string reference_yaml() {
   return header + config::write(defaults, config::Writer::Mode::reference);
 }
 
+Device job_device(const JobOptions& job, int local_rank) {
+  const std::optional<Device> device = Device::parse(job.job.device);
+  if (!device) throw ConfigError(fmt::format("job.device: {}: expected cpu, cuda or cuda:N", job.job.device));
+  if (job.job.device == "cuda" && job.cluster.workers > 1) return Device::cuda(local_rank);
+  return *device;
+}
+
 }  // namespace aiacc::trainer

@@ -142,4 +142,9 @@ std::string agreement_yaml(const JobOptions& job);
 // configs/reference.yaml: every key, its default and its doc.
 std::string reference_yaml();
 
+// The device a worker trains on: job.device, except that in a job of several workers `cuda`
+// (no index) puts the worker of local rank r on GPU r (one GPU per process, like torchrun's
+// LOCAL_RANK), while `cuda:N` puts every worker on GPU N.
+Device job_device(const JobOptions& job, int local_rank);
+
 }  // namespace aiacc::trainer

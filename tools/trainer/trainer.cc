@@ -151,6 +151,10 @@ struct Trainer::State {
   std::map<std::string, std::shared_ptr<EmbeddingStore>> stores;  // by table name
   std::shared_ptr<ProcessGroup> group;  // null: a single process
   std::unique_ptr<ring::GradientFuser> fuser;
+  // Several workers on devices: host copies of the dense parameters, whose gradients the fuser
+  // all-reduces (each filled from its device gradient as that becomes ready, during backward)
+  // and which are copied back before the optimiser step. NCCL would keep them on the devices.
+  std::vector<std::unique_ptr<Parameter>> host_grads;
   std::vector<ReplicatedEmbeddingStore*> replicated;  // ring-placed tables (several workers)
   std::map<std::string, ps::RemoteEmbeddingStore*> remote;  // ps-placed tables
   std::map<std::string, Placement> sparse_placement;
@@ -173,7 +177,15 @@ struct Trainer::State {
   // Worker 0's values of every dense parameter and buffer on every worker.
   void broadcast_model() {
     if (!multi_worker()) return;
-    for (auto& [name, tensor] : model_tensors()) group->broadcast(tensor, 0);
+    for (auto& [name, tensor] : model_tensors()) {
+      if (tensor.device().is_cpu()) {
+        group->broadcast(tensor, 0);
+      } else {
+        Tensor staged = tensor.to(Device::cpu());  // the collectives work on host memory
+        group->broadcast(staged, 0);
+        tensor.copy_from(staged);
+      }
+    }
   }
   // Buffers (batch-norm running statistics) follow each worker's own batches: average them
   // before they are evaluated or saved.
@@ -181,12 +193,14 @@ struct Trainer::State {
     if (!multi_worker()) return;
     for (auto& [name, tensor] : model->buffers()) {
       if (tensor.dtype() != DType::f32) continue;
-      std::vector<double> values(static_cast<std::size_t>(tensor.numel()));
-      const float* data = tensor.data<float>();
+      Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
+      std::vector<double> values(static_cast<std::size_t>(host.numel()));
+      const float* data = host.data<float>();
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = data[i];
       group->sum(values);
-      float* out = tensor.data<float>();
+      float* out = host.data<float>();
       for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<float>(values[i] / workers());
+      if (!tensor.device().is_cpu()) tensor.copy_from(host);
     }
   }
   std::unique_ptr<optim::Optimizer> optimizer;
@@ -382,12 +396,11 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
                                   "(the CPU trains in fp32)", options.job.precision));
   }
   s.model = models::make_model(options.model, context);
-  s.device = *Device::parse(options.job.device);
+  s.device = job_device(options, s.group ? s.group->role().local_rank : 0);
   if (!s.device.is_cpu()) {
-    if (s.multi_worker()) {
-      throw ConfigError(fmt::format("job.device: {} with {} workers: a job on a device runs one worker "
-                                    "for now (the dense ring reduces host memory; NCCL is not wired to it "
-                                    "yet)", s.device.str(), s.workers()));
+    if (s.multi_worker() && options.cluster.sync_batch_norm) {
+      throw ConfigError(fmt::format("cluster.sync_batch_norm: not on a device yet (job.device: {}); set false",
+                                    options.job.device));
     }
     if (const std::string& type = options.optimizer.type; type != "sgd" && type != "adam" && type != "adamw") {
       throw ConfigError(fmt::format("optimizer.type: {} runs on the CPU only; on {} use sgd, adam or adamw",
@@ -474,6 +487,20 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
       fusion.last_bucket_on_caller = s.remote.empty();
       // Gradients become ready in reverse forward order.
       std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
+      if (!s.device.is_cpu()) {
+        // The ring reduces host memory: each device gradient is copied into a host twin the
+        // moment it is ready, and the twin's readiness starts its bucket as on the CPU.
+        for (Parameter*& p : ready_order) {
+          auto twin = std::make_unique<Parameter>(p->name(), Tensor::zeros(p->value().shape(), DType::f32));
+          Parameter* host = twin.get();
+          p->add_grad_ready_hook([host](Parameter& on_device) {
+            host->grad().copy_from(on_device.grad());
+            host->grad_ready();
+          });
+          s.host_grads.push_back(std::move(twin));
+          p = host;
+        }
+      }
       s.fuser = std::make_unique<ring::GradientFuser>(s.group->dense(), ready_order, fusion);
     }
   }
@@ -735,6 +762,12 @@ TrainResult Trainer::run(const RunControl& control) {
         phase = "all-reducing gradients";
         trace::Span span("wait", "wait for all-reduce");
         s.fuser->finish_step();
+        if (!s.host_grads.empty()) {
+          // host_grads holds the twins in ready order: the reverse of dense_params.
+          for (std::size_t i = 0; i < s.host_grads.size(); ++i) {
+            s.dense_params[s.dense_params.size() - 1 - i]->grad().copy_from(s.host_grads[i]->grad());
+          }
+        }
         s.comm_wait_seconds += s.fuser->last_exposed_seconds();
         s.run_allreduce_seconds += s.fuser->last_communication_seconds();
         s.run_allreduce_exposed_seconds += s.fuser->last_exposed_seconds();
