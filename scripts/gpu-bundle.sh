@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs the GPU test programs of ./build, with the Debian libraries they load that a bare GPU
+# Packs the GPU test programs of ./build (gpu_*_test and the NCCL backend's test), with the Debian libraries they load that a bare GPU
 # machine lacks (yaml-cpp, ZeroMQ, spdlog, fmt, ...), into one folder (default gpu-bundle/)
 # that fits a device call's 64 MiB, and writes gpu-bundle/run.sh, which runs them there.
 #
@@ -19,6 +19,8 @@ out=${1:-gpu-bundle}
 limit_mib=60
 
 programs=(build/tests/gpu_*_test)
+# The NCCL backend's test (world 1 runs on one GPU; two ranks need two).
+[[ -x build/tests/ring_nccl_allreduce_test ]] && programs+=(build/tests/ring_nccl_allreduce_test)
 [[ -x ${programs[0]} ]] || { echo "gpu-bundle: no build/tests/gpu_*_test: run scripts/build.sh first" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/train"
