@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Network faults between emulated hosts (tools/netemu): a 2-host data-parallel job (one worker
 # per host, the TCP ring between them, CURVE on) under
-#   - a slow link (HTB link cap 20 Mbit/s instead of 4 Gbit/s): the job slows down and ends
+#   - a slow link (HTB link cap 10 Mbit/s instead of 4 Gbit/s): the job slows down and ends
 #     with bit-identical parameters;
 #   - a cut link (host 1's eth0 set down mid-job): both workers fail with a timeout naming the
 #     other rank within cluster.ring.timeout_s plus a few seconds; neither hangs.
@@ -58,9 +58,11 @@ write_config fast 40
 write_config slow 40
 fast_s=$(seconds_of "$netemu" --hosts 2 -- bash -c "$rank_command" "$program" "$work/fast.yaml")
 grep -q "done: 40 steps" "$work/last.log" || { cat "$work/last.log"; fail "the job on the fast link did not finish"; }
-slow_s=$(seconds_of "$netemu" --hosts 2 --link-gbit 0.02 --flow-gbit 0 -- bash -c "$rank_command" "$program" "$work/slow.yaml")
+slow_s=$(seconds_of "$netemu" --hosts 2 --link-gbit 0.01 --flow-gbit 0 -- bash -c "$rank_command" "$program" "$work/slow.yaml")
 grep -q "done: 40 steps" "$work/last.log" || { cat "$work/last.log"; fail "the job on the slow link did not finish"; }
-echo "40 steps: $fast_s s on 4 Gbit/s links, $slow_s s on 20 Mbit/s links"
+echo "40 steps: $fast_s s on 4 Gbit/s links, $slow_s s on 10 Mbit/s links"
+# 10 Mbit/s (not 20): the slowdown then stands well clear of the fast run's own spread on a
+# loaded 2-core machine (20 Mbit/s gave 1.47x once, under a 1.5x bound).
 awk -v f="$fast_s" -v s="$slow_s" 'BEGIN { exit !(s > 1.5 * f) }' ||
   fail "the slow link did not slow the job down ($slow_s s vs $fast_s s)"
 cmp -s "$work/runs/fast/checkpoints/step-000000000040/model.safetensors" \
