@@ -192,6 +192,19 @@ TEST(DeviceTraining, AnOverflowingFp16StepIsSkippedAndTheLossScaleBacksOff) {
   ::unsetenv("AIACC_TEST_NAN_AT");
   EXPECT_EQ(got.overflow_steps, 1);
   EXPECT_EQ(got.loss_scale, 32768.0);
+  // The scale is part of the checkpoints: a job resumed from step 4 (after the overflow at
+  // step 3) continues at 2^15, not at the initial 2^16.
+  const auto resumed_dir = base / "resumed";
+  std::filesystem::create_directories(resumed_dir / "device" / "checkpoints");
+  std::filesystem::copy(base / "device" / "checkpoints" / "step-000000000004",
+                        resumed_dir / "device" / "checkpoints" / "step-000000000004",
+                        std::filesystem::copy_options::recursive);
+  Trainer resumed(job_in(resumed_dir, "model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "cuda",
+                         "{type: sgd, lr: 0.05, momentum: 0.9}", "", "fp16"));
+  const TrainResult again = resumed.run();
+  EXPECT_EQ(again.resumed_from_step, 4);
+  EXPECT_EQ(again.overflow_steps, 0);
+  EXPECT_EQ(again.loss_scale, 32768.0);
   // The weights never took the step (batch-norm running statistics did see the batch in its
   // forward, as in PyTorch's GradScaler).
   for (Parameter* p : job.model().parameters()) {

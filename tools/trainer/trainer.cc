@@ -252,6 +252,10 @@ struct Trainer::State {
     }
     checkpoint.state = {{"epoch", epoch}, {"batch", batch}, {"model", options.model.type},
                         {"config", resolved_yaml(options)}};
+    if (loss_scaler) {
+      checkpoint.state["loss_scale"] = {{"scale", loss_scaler->scale()},
+                                        {"clean_steps", loss_scaler->clean_steps_in_a_row()}};
+    }
     return checkpoint;
   }
 
@@ -297,6 +301,12 @@ struct Trainer::State {
       }
       if (!remote.empty() && shard_files && leader()) group->ps_client()->load_checkpoint(where);
       if (!remote.empty() && multi_worker()) group->barrier();
+    }
+    // fp16's loss scale continues where it was (a checkpoint of another precision has none: the
+    // scale then starts afresh).
+    if (loss_scaler && checkpoint.state.contains("loss_scale")) {
+      const nlohmann::json& scale = checkpoint.state.at("loss_scale");
+      loss_scaler->restore(scale.at("scale").get<double>(), scale.at("clean_steps").get<std::int64_t>());
     }
     if (checkpoint.state.value("config", std::string()) != resolved_yaml(options)) {
       log->warn("{}: the checkpoint was written with a different configuration; continuing with "
