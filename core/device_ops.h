@@ -69,19 +69,24 @@ class DeviceOps {
   // Batch norm over [N, C, S] (core/kernels/batch_norm.h): training forward (batch statistics,
   // running ones updated, mean and inverse std saved), evaluation forward, and the training
   // backward from the saved statistics (dx may be null). Per-channel tensors are f32 [C].
+  // With `relu` the forward writes y = max(BN(x), 0): a ReLU that follows, fused in (one pass
+  // over the activations instead of two); its backward then takes that y as `relu_output` and
+  // lets dy through where y > 0 (null: no ReLU).
   virtual void batch_norm_forward_train(const Device& device, const kernels::BatchNormGeometry& g,
                                         const ActivationFormat& format, const kernels::BatchNormOptions& options,
                                         const void* x, const float* gamma, const float* beta, void* y,
                                         float* saved_mean, float* saved_inv_std, float* running_mean,
-                                        float* running_var) = 0;
+                                        float* running_var, bool relu) = 0;
   virtual void batch_norm_forward_eval(const Device& device, const kernels::BatchNormGeometry& g,
                                        const ActivationFormat& format, const kernels::BatchNormOptions& options,
                                        const void* x, const float* gamma, const float* beta,
-                                       const float* running_mean, const float* running_var, void* y) = 0;
+                                       const float* running_mean, const float* running_var, void* y,
+                                       bool relu) = 0;
   virtual void batch_norm_backward(const Device& device, const kernels::BatchNormGeometry& g,
                                    const ActivationFormat& format, const kernels::BatchNormOptions& options,
-                                   const void* x, const void* dy, const float* gamma, const float* saved_mean,
-                                   const float* saved_inv_std, void* dx, float* dgamma, float* dbeta) = 0;
+                                   const void* x, const void* dy, const void* relu_output, const float* gamma,
+                                   const float* saved_mean, const float* saved_inv_std, void* dx, float* dgamma,
+                                   float* dbeta) = 0;
   // 2-D pooling (max, or average counting padding) and its backward from x, y and dy.
   virtual void pool2d_forward(const Device& device, const kernels::Pool2dGeometry& g,
                               const ActivationFormat& format, bool max, const void* x, void* y) = 0;

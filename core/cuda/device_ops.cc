@@ -290,6 +290,15 @@ class CudaOps final : public DeviceOps {
     return -1;
   }
 
+  // y = max(y, 0) over a batch norm's output (cuDNN's path fuses no ReLU).
+  void relu_in_place(DType dtype, const kernels::BatchNormGeometry& g, void* y) {
+    with_storage(dtype, "relu", [&](auto tag) {
+      using T = decltype(tag);
+      launch_relu_forward(static_cast<const T*>(y), static_cast<T*>(y), g.batch * g.channels * g.spatial,
+                          current_stream());
+    });
+  }
+
   // The per-channel scratch of our channels-last batch norm kernels.
   static memory::PooledBuffer batch_norm_scratch(const Device& device, const kernels::BatchNormGeometry& g,
                                                  cudaStream_t stream) {
@@ -392,7 +401,7 @@ class CudaOps final : public DeviceOps {
   void batch_norm_forward_train(const Device& device, const kernels::BatchNormGeometry& g,
                                 const ActivationFormat& format, const kernels::BatchNormOptions& options,
                                 const void* x, const float* gamma, const float* beta, void* y, float* saved_mean,
-                                float* saved_inv_std, float* running_mean, float* running_var) override {
+                                float* saved_inv_std, float* running_mean, float* running_var, bool relu) override {
     check_format(format);
     DeviceGuard guard(device.index);
     ProfileScope scope("bn fwd train", [&] { return nchw_key(g.batch, g.channels, g.spatial, format); });
@@ -407,7 +416,7 @@ class CudaOps final : public DeviceOps {
       with_storage(format.dtype, "batch norm", [&](auto tag) {
         using T = decltype(tag);
         launch_batch_norm_nhwc_forward_train(static_cast<const T*>(x), gamma, beta, static_cast<T*>(y), running_mean,
-                                             running_var, saved_mean, saved_inv_std, rows, g.channels, options,
+                                             running_var, saved_mean, saved_inv_std, rows, g.channels, options, relu,
                                              scratch.get(), stream);
       });
       return;
@@ -415,11 +424,12 @@ class CudaOps final : public DeviceOps {
     batch_norm_for(device.index, g, format, options)
         .forward_train(cudnn_for(device.index), x, gamma, beta, y, running_mean, running_var, saved_mean,
                        saved_inv_std, current_stream());
+    if (relu) relu_in_place(format.dtype, g, y);
   }
   void batch_norm_forward_eval(const Device& device, const kernels::BatchNormGeometry& g,
                                const ActivationFormat& format, const kernels::BatchNormOptions& options,
                                const void* x, const float* gamma, const float* beta, const float* running_mean,
-                               const float* running_var, void* y) override {
+                               const float* running_var, void* y, bool relu) override {
     check_format(format);
     DeviceGuard guard(device.index);
     if (format.channels_last) {
@@ -429,17 +439,19 @@ class CudaOps final : public DeviceOps {
       with_storage(format.dtype, "batch norm", [&](auto tag) {
         using T = decltype(tag);
         launch_batch_norm_nhwc_forward_eval(static_cast<const T*>(x), gamma, beta, running_mean, running_var,
-                                            static_cast<T*>(y), rows, g.channels, options, scratch.get(), stream);
+                                            static_cast<T*>(y), rows, g.channels, options, relu, scratch.get(),
+                                            stream);
       });
       return;
     }
     batch_norm_for(device.index, g, format, options)
         .forward_eval(cudnn_for(device.index), x, gamma, beta, running_mean, running_var, y, current_stream());
+    if (relu) relu_in_place(format.dtype, g, y);
   }
   void batch_norm_backward(const Device& device, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
                            const kernels::BatchNormOptions& options, const void* x, const void* dy,
-                           const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
-                           float* dgamma, float* dbeta) override {
+                           const void* relu_output, const float* gamma, const float* saved_mean,
+                           const float* saved_inv_std, void* dx, float* dgamma, float* dbeta) override {
     check_format(format);
     DeviceGuard guard(device.index);
     ProfileScope scope("bn bwd", [&] { return nchw_key(g.batch, g.channels, g.spatial, format); });
@@ -450,11 +462,19 @@ class CudaOps final : public DeviceOps {
       const std::int64_t rows = g.batch * g.spatial;
       with_storage(format.dtype, "batch norm", [&](auto tag) {
         using T = decltype(tag);
-        launch_batch_norm_nhwc_backward(static_cast<const T*>(x), static_cast<const T*>(dy), gamma, saved_mean,
-                                        saved_inv_std, static_cast<T*>(dx), dgamma, dbeta, rows, g.channels,
-                                        scratch.get(), stream);
+        launch_batch_norm_nhwc_backward(static_cast<const T*>(x), static_cast<const T*>(dy),
+                                        static_cast<const T*>(relu_output), gamma, saved_mean, saved_inv_std,
+                                        static_cast<T*>(dx), dgamma, dbeta, rows, g.channels, scratch.get(), stream);
       });
       return;
+    }
+    // cuDNN's batch norm has no ReLU: the fused one's mask goes on dy first.
+    memory::PooledBuffer masked;
+    if (relu_output != nullptr) {
+      const std::int64_t n = g.batch * g.channels * g.spatial;
+      masked = scratch(device.index, format.dtype, n, current_stream());
+      relu_backward(device, format.dtype, n, relu_output, dy, masked.get());
+      dy = masked.get();
     }
     batch_norm_for(device.index, g, format, options)
         .backward(cudnn_for(device.index), x, dy, gamma, saved_mean, saved_inv_std, dx, dgamma, dbeta,
@@ -517,17 +537,17 @@ class CudaOps final : public DeviceOps {
   }
   void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry&, const ActivationFormat&,
                                 const kernels::BatchNormOptions&, const void*, const float*, const float*, void*,
-                                float*, float*, float*, float*) override {
+                                float*, float*, float*, float*, bool) override {
     no_cudnn("batch norm");
   }
   void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry&, const ActivationFormat&,
                                const kernels::BatchNormOptions&, const void*, const float*, const float*,
-                               const float*, const float*, void*) override {
+                               const float*, const float*, void*, bool) override {
     no_cudnn("batch norm");
   }
   void batch_norm_backward(const Device&, const kernels::BatchNormGeometry&, const ActivationFormat&,
-                           const kernels::BatchNormOptions&, const void*, const void*, const float*, const float*,
-                           const float*, void*, float*, float*) override {
+                           const kernels::BatchNormOptions&, const void*, const void*, const void*, const float*,
+                           const float*, const float*, void*, float*, float*) override {
     no_cudnn("batch norm");
   }
   void pool2d_forward(const Device&, const kernels::Pool2dGeometry&, const ActivationFormat&, bool, const void*,

@@ -8,6 +8,7 @@
 namespace aiacc::models {
 
 Tensor ReLU::forward(const Tensor& input, bool /*training*/) {
+  if (passthrough_) return input;  // applied by the batch norm before it
   const bool on_cpu = input.device().is_cpu();
   AIACC_CHECK(
       input.dtype() == DType::f32 || (input.dtype() == DType::f64 && on_cpu) ||
@@ -27,6 +28,7 @@ Tensor ReLU::forward(const Tensor& input, bool /*training*/) {
 }
 
 Tensor ReLU::backward(const Tensor& grad_output, bool need_input_grad) {
+  if (passthrough_) return need_input_grad ? grad_output : Tensor();
   AIACC_CHECK(output_.defined(), "{}: backward() without a forward()", name_);
   AIACC_CHECK(grad_output.shape() == output_.shape() && grad_output.dtype() == output_.dtype(),
               "{}: expected grad_output {} {}, got {} {}", name_, output_.shape().str(),

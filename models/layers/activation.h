@@ -16,9 +16,13 @@ class ReLU : public Layer {
   // grad_output has the forward output's shape.
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string name() const override { return name_; }
+  // Sequential::to on a device fuses this ReLU into the BatchNorm before it: it then passes
+  // tensors through unchanged in both directions.
+  void set_passthrough(bool passthrough) { passthrough_ = passthrough; }
 
  private:
   std::string name_;
+  bool passthrough_ = false;
   Tensor output_;  // the last forward's output: its sign is all backward needs
 };
 

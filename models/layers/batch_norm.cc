@@ -91,15 +91,16 @@ Tensor BatchNorm::forward_on_device(const Tensor& input, bool training) {
     ops.batch_norm_forward_train(device, g, format, options_, input.raw_data(), weight_.value().data<float>(),
                                  bias_.value().data<float>(), output.raw_data(), saved_mean_.data<float>(),
                                  saved_inv_std_.data<float>(), running_mean_.data<float>(),
-                                 running_var_.data<float>());
+                                 running_var_.data<float>(), fused_relu_);
     num_batches_tracked_.data<std::int64_t>()[0] += 1;
     saved_stats_ = kernels::BatchNormStats::batch;
   } else {
     ops.batch_norm_forward_eval(device, g, format, options_, input.raw_data(), weight_.value().data<float>(),
                                 bias_.value().data<float>(), running_mean_.data<float>(),
-                                running_var_.data<float>(), output.raw_data());
+                                running_var_.data<float>(), output.raw_data(), fused_relu_);
     saved_stats_ = kernels::BatchNormStats::running;
   }
+  output_ = fused_relu_ ? output : Tensor();
   return output;
 }
 
@@ -151,6 +152,7 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
     grad_input = Tensor::empty(input_.shape(), input_.dtype(), device);  // cuDNN always writes dx
     device_ops(device).batch_norm_backward(device, geometry(input_), activation_format(input_), options_,
                                            input_.raw_data(), grad_output.raw_data(),
+                                           fused_relu_ ? output_.raw_data() : nullptr,
                                            weight_.value().data<float>(), saved_mean_.data<float>(),
                                            saved_inv_std_.data<float>(), grad_input.raw_data(),
                                            weight_.grad().data<float>(),

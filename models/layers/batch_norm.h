@@ -47,6 +47,10 @@ class BatchNorm : public Layer {
   // Also moves the running statistics (num_batches_tracked, a host counter, stays). On a device:
   // f32, not synchronised across replicas, and backward only after a training forward.
   void to(Device device, const ActivationFormat& format = {}) override;
+  // On a device: also apply the ReLU that follows (Sequential::to fuses a BatchNorm + ReLU pair
+  // there and makes the ReLU a pass-through): one pass over the activations instead of two.
+  void set_fused_relu(bool fused) { fused_relu_ = fused; }
+  bool fused_relu() const { return fused_relu_; }
 
   // Synchronised batch norm (SyncBatchNorm): in training, mean and variance are taken over
   // the batches of all replicas (two sums per forward, one per backward through `sum`), so N
@@ -82,6 +86,8 @@ class BatchNorm : public Layer {
   // What the last forward normalised with, for backward.
   Tensor input_;
   ActivationFormat format_;  // of 4-D inputs on a device (2-D ones are f32)
+  bool fused_relu_ = false;
+  Tensor output_;  // with a fused ReLU: the last forward's output, whose sign backward needs
   Tensor saved_mean_;     // [C]
   Tensor saved_inv_std_;  // [C]
   kernels::BatchNormStats saved_stats_ = kernels::BatchNormStats::batch;

@@ -1,6 +1,20 @@
 #include "models/layers/sequential.h"
 
+#include "models/layers/activation.h"
+#include "models/layers/batch_norm.h"
+
 namespace aiacc::models {
+
+void Sequential::to(Device device, const ActivationFormat& format) {
+  for (auto& layer : layers_) layer->to(device, format);
+  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
+    auto* norm = dynamic_cast<BatchNorm*>(layers_[i].get());
+    auto* relu = dynamic_cast<ReLU*>(layers_[i + 1].get());
+    if (norm == nullptr || relu == nullptr) continue;
+    norm->set_fused_relu(!device.is_cpu());
+    relu->set_passthrough(!device.is_cpu());
+  }
+}
 
 Tensor Sequential::forward(const Tensor& input, bool training) {
   Tensor x = input;

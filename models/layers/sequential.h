@@ -27,9 +27,9 @@ class Sequential : public Layer {
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override;
   std::vector<std::pair<std::string, Tensor>> buffers() override;
-  void to(Device device, const ActivationFormat& format = {}) override {
-    for (auto& layer : layers_) layer->to(device, format);
-  }
+  // Also fuses each BatchNorm + ReLU pair on a device (the batch norm applies the ReLU, which
+  // then passes through), and undoes that on the CPU.
+  void to(Device device, const ActivationFormat& format = {}) override;
   std::string name() const override { return name_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 

@@ -112,11 +112,12 @@ TEST(GpuLayers, ChannelsLastBatchNormKernelsMatchTheCpu) {
       d_mean(nines), d_inv_std(nines), d_dgamma(nines), d_dbeta(nines);
   DeviceVector<unsigned char> scratch(std::vector<unsigned char>(batch_norm_nhwc_scratch_bytes(c), 0xff));
   launch_batch_norm_nhwc_forward_train(d_x.get(), d_gamma.get(), d_beta.get(), d_y.get(), d_rm.get(), d_rv.get(),
-                                       d_mean.get(), d_inv_std.get(), rows, c, math, scratch.get(), nullptr);
-  launch_batch_norm_nhwc_backward(d_x.get(), d_dy.get(), d_gamma.get(), d_mean.get(), d_inv_std.get(), d_dx.get(),
-                                  d_dgamma.get(), d_dbeta.get(), rows, c, scratch.get(), nullptr);
+                                       d_mean.get(), d_inv_std.get(), rows, c, math, false, scratch.get(), nullptr);
+  launch_batch_norm_nhwc_backward(d_x.get(), d_dy.get(), static_cast<const float*>(nullptr), d_gamma.get(),
+                                  d_mean.get(), d_inv_std.get(), d_dx.get(), d_dgamma.get(), d_dbeta.get(), rows, c,
+                                  scratch.get(), nullptr);
   launch_batch_norm_nhwc_forward_eval(d_x.get(), d_gamma.get(), d_beta.get(), d_rm.get(), d_rv.get(), d_y_eval.get(),
-                                      rows, c, math, scratch.get(), nullptr);
+                                      rows, c, math, false, scratch.get(), nullptr);
   expect_close(d_y.to_host(), to_nhwc(y), 1e-4f, "y");
   expect_close(d_mean.to_host(), mean, 1e-6f, "saved mean");
   expect_close(d_inv_std.to_host(), inv_std, 1e-4f, "saved inverse std");
@@ -126,6 +127,27 @@ TEST(GpuLayers, ChannelsLastBatchNormKernelsMatchTheCpu) {
   expect_close(d_dgamma.to_host(), dgamma, 1e-3f, "dgamma");
   expect_close(d_dbeta.to_host(), dbeta, 1e-4f, "dbeta");
   expect_close(d_y_eval.to_host(), to_nhwc(y_eval), 1e-4f, "eval y");
+
+  // With the following ReLU fused in: y = max(BN(x), 0), and the backward lets dy through where
+  // that y is positive, as the separate layers do.
+  std::vector<float> y_relu(size), dy_masked(size), dx_relu(size), dgamma_relu(per_channel), dbeta_relu(per_channel);
+  kernels::relu_forward<float>(static_cast<std::int64_t>(size), y.data(), y_relu.data());
+  kernels::relu_backward<float>(static_cast<std::int64_t>(size), y_relu.data(), dy.data(), dy_masked.data());
+  kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, x.data(), dy_masked.data(), gamma.data(),
+                                      mean.data(), inv_std.data(), dx_relu.data(), dgamma_relu.data(),
+                                      dbeta_relu.data());
+  DeviceVector<float> d_y_relu(std::vector<float>(size, 9.0f)), d_dx_relu(std::vector<float>(size, 9.0f));
+  DeviceVector<float> d_rm2(std::vector<float>(per_channel, 0.1f)), d_rv2(std::vector<float>(per_channel, 0.9f));
+  launch_batch_norm_nhwc_forward_train(d_x.get(), d_gamma.get(), d_beta.get(), d_y_relu.get(), d_rm2.get(),
+                                       d_rv2.get(), d_mean.get(), d_inv_std.get(), rows, c, math, true, scratch.get(),
+                                       nullptr);
+  launch_batch_norm_nhwc_backward(d_x.get(), d_dy.get(), static_cast<const float*>(d_y_relu.get()), d_gamma.get(),
+                                  d_mean.get(), d_inv_std.get(), d_dx_relu.get(), d_dgamma.get(), d_dbeta.get(), rows,
+                                  c, scratch.get(), nullptr);
+  expect_close(d_y_relu.to_host(), to_nhwc(y_relu), 1e-4f, "y with ReLU");
+  expect_close(d_dx_relu.to_host(), to_nhwc(dx_relu), 1e-3f, "dx through ReLU");
+  expect_close(d_dgamma.to_host(), dgamma_relu, 1e-3f, "dgamma through ReLU");
+  expect_close(d_dbeta.to_host(), dbeta_relu, 1e-4f, "dbeta through ReLU");
 }
 
 TEST(GpuLayers, PoolingMatchesTheCpu) {

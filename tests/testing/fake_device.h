@@ -225,33 +225,39 @@ class FakeOps : public DeviceOps {
   void batch_norm_forward_train(const Device&, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
                                 const kernels::BatchNormOptions& options, const void* x, const float* gamma,
                                 const float* beta, void* y, float* saved_mean, float* saved_inv_std,
-                                float* running_mean, float* running_var) override {
+                                float* running_mean, float* running_var, bool relu) override {
     ++log_.ops;
     const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.spatial);
     std::vector<float> out(in.size());
     kernels::batch_norm_forward_train<float>(g, options, in.data(), host(gamma), host(beta), out.data(),
                                              host(saved_mean), host(saved_inv_std), host(running_mean),
                                              host(running_var));
+    if (relu) kernels::relu_forward<float>(static_cast<std::int64_t>(out.size()), out.data(), out.data());
     pack(format, out, y, g.batch, g.channels, g.spatial);
   }
   void batch_norm_forward_eval(const Device&, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
                                const kernels::BatchNormOptions& options, const void* x, const float* gamma,
                                const float* beta, const float* running_mean, const float* running_var,
-                               void* y) override {
+                               void* y, bool relu) override {
     ++log_.ops;
     const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.spatial);
     std::vector<float> out(in.size());
     kernels::batch_norm_forward_eval<float>(g, options, in.data(), host(gamma), host(beta), host(running_mean),
                                             host(running_var), out.data());
+    if (relu) kernels::relu_forward<float>(static_cast<std::int64_t>(out.size()), out.data(), out.data());
     pack(format, out, y, g.batch, g.channels, g.spatial);
   }
   void batch_norm_backward(const Device&, const kernels::BatchNormGeometry& g, const ActivationFormat& format,
-                           const kernels::BatchNormOptions&, const void* x, const void* dy, const float* gamma,
-                           const float* saved_mean, const float* saved_inv_std, void* dx, float* dgamma,
-                           float* dbeta) override {
+                           const kernels::BatchNormOptions&, const void* x, const void* dy, const void* relu_output,
+                           const float* gamma, const float* saved_mean, const float* saved_inv_std, void* dx,
+                           float* dgamma, float* dbeta) override {
     ++log_.ops;
     const std::vector<float> in = unpack(format, x, g.batch, g.channels, g.spatial);
-    const std::vector<float> grad = unpack(format, dy, g.batch, g.channels, g.spatial);
+    std::vector<float> grad = unpack(format, dy, g.batch, g.channels, g.spatial);
+    if (relu_output != nullptr) {  // the fused ReLU's backward first, as the separate layer's
+      const std::vector<float> y = unpack(format, relu_output, g.batch, g.channels, g.spatial);
+      kernels::relu_backward<float>(static_cast<std::int64_t>(y.size()), y.data(), grad.data(), grad.data());
+    }
     std::vector<float> out(in.size());
     kernels::batch_norm_backward<float>(g, kernels::BatchNormStats::batch, in.data(), grad.data(), host(gamma),
                                         host(saved_mean), host(saved_inv_std), out.data(), host(dgamma),

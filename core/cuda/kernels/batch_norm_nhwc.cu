@@ -63,9 +63,16 @@ __global__ void stats_kernel(const D* x, std::int64_t rows, std::int64_t channel
 }
 
 // Backward sums per channel: sum(dy) into acc[0..C), sum(dy * (x - mean)) into acc[C..2C).
-template <class D>
-__global__ void backward_sums_kernel(const D* x, const D* dy, const float* mean, std::int64_t rows,
-                                     std::int64_t channels, double* acc) {
+// dy, or 0 where a fused ReLU's output is not positive.
+template <bool kRelu, class D>
+__device__ inline float grad_at(const D* dy, const D* relu_output, std::int64_t i) {
+  if (kRelu && !(load(relu_output, i) > 0.0f)) return 0.0f;
+  return load(dy, i);
+}
+
+template <bool kRelu, class D>
+__global__ void backward_sums_kernel(const D* x, const D* dy, const D* relu_output, const float* mean,
+                                     std::int64_t rows, std::int64_t channels, double* acc) {
   __shared__ float partial[2][kTileRows][kTileChannels];
   const std::int64_t c = blockIdx.x * std::int64_t{kTileChannels} + threadIdx.x;
   float sum = 0.0f, dot = 0.0f;
@@ -74,7 +81,7 @@ __global__ void backward_sums_kernel(const D* x, const D* dy, const float* mean,
     for (std::int64_t r = blockIdx.y * std::int64_t{kTileRows} + threadIdx.y; r < rows;
          r += std::int64_t{gridDim.y} * kTileRows) {
       const std::int64_t i = r * channels + c;
-      const float g = load(dy, i);
+      const float g = grad_at<kRelu>(dy, relu_output, i);
       sum += g;
       dot += g * (load(x, i) - m);
     }
@@ -125,14 +132,26 @@ __global__ void eval_terms_kernel(const float* gamma, const float* beta, const f
   bias[c] = static_cast<float>(beta[c] - running_mean[c] * s);
 }
 
-template <class D>
+template <bool kRelu, class D>
 __global__ void apply_kernel(const D* x, const float* scale, const float* bias, D* y, std::int64_t count,
                              std::int64_t channels) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < count;
        i += std::int64_t{blockDim.x} * gridDim.x) {
     const std::int64_t c = i % channels;
-    store(y, i, load(x, i) * scale[c] + bias[c]);
+    const float v = load(x, i) * scale[c] + bias[c];
+    store(y, i, kRelu && v < 0.0f ? 0.0f : v);  // `<` keeps NaN, as the ReLU kernels do
   }
+}
+
+template <class D>
+void launch_apply(bool relu, const D* x, const float* scale, const float* bias, D* y, std::int64_t count,
+                  std::int64_t channels, cudaStream_t stream) {
+  if (relu) {
+    apply_kernel<true, D><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(x, scale, bias, y, count, channels);
+  } else {
+    apply_kernel<false, D><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(x, scale, bias, y, count, channels);
+  }
+  AIACC_CHECK_LAUNCH();
 }
 
 // Per channel: dgamma, dbeta, and dx = k (dy - a - (x - mean) b)'s terms k, a, b.
@@ -149,14 +168,15 @@ __global__ void finish_backward_kernel(const double* acc, const float* gamma, co
   terms[2 * channels + c] = static_cast<float>(acc[channels + c] / count * istd * istd);  // b
 }
 
-template <class D>
-__global__ void backward_apply_kernel(const D* x, const D* dy, const float* mean, const float* terms, D* dx,
-                                      std::int64_t count, std::int64_t channels) {
+template <bool kRelu, class D>
+__global__ void backward_apply_kernel(const D* x, const D* dy, const D* relu_output, const float* mean,
+                                      const float* terms, D* dx, std::int64_t count, std::int64_t channels) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < count;
        i += std::int64_t{blockDim.x} * gridDim.x) {
     const std::int64_t c = i % channels;
     const float centred = load(x, i) - mean[c];
-    store(dx, i, terms[c] * (load(dy, i) - terms[channels + c] - centred * terms[2 * channels + c]));
+    const float g = grad_at<kRelu>(dy, relu_output, i);
+    store(dx, i, terms[c] * (g - terms[channels + c] - centred * terms[2 * channels + c]));
   }
 }
 
@@ -178,7 +198,7 @@ template <class T>
 void launch_batch_norm_nhwc_forward_train(const T* x, const float* gamma, const float* beta, T* y,
                                           float* running_mean, float* running_var, float* save_mean,
                                           float* save_inv_std, std::int64_t rows, std::int64_t channels,
-                                          const kernels::BatchNormOptions& options, void* scratch,
+                                          const kernels::BatchNormOptions& options, bool relu, void* scratch,
                                           cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return;
   using D = typename detail::DeviceType<T>::type;
@@ -194,17 +214,14 @@ void launch_batch_norm_nhwc_forward_train(const T* x, const float* gamma, const 
       dx, acc, gamma, beta, running_mean, running_var, save_mean, save_inv_std, scale, bias, rows, channels,
       options.momentum, options.eps);
   AIACC_CHECK_LAUNCH();
-  const std::int64_t count = rows * channels;
-  apply_kernel<D><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(dx, scale, bias, reinterpret_cast<D*>(y),
-                                                                              count, channels);
-  AIACC_CHECK_LAUNCH();
+  launch_apply(relu, dx, scale, bias, reinterpret_cast<D*>(y), rows * channels, channels, stream);
 }
 
 template <class T>
 void launch_batch_norm_nhwc_forward_eval(const T* x, const float* gamma, const float* beta,
                                          const float* running_mean, const float* running_var, T* y,
                                          std::int64_t rows, std::int64_t channels,
-                                         const kernels::BatchNormOptions& options, void* scratch,
+                                         const kernels::BatchNormOptions& options, bool relu, void* scratch,
                                          cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return;
   using D = typename detail::DeviceType<T>::type;
@@ -213,45 +230,60 @@ void launch_batch_norm_nhwc_forward_eval(const T* x, const float* gamma, const f
   eval_terms_kernel<<<channel_blocks(channels), 256, 0, stream>>>(gamma, beta, running_mean, running_var, scale, bias,
                                                                   channels, options.eps);
   AIACC_CHECK_LAUNCH();
-  const std::int64_t count = rows * channels;
-  apply_kernel<D><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(
-      reinterpret_cast<const D*>(x), scale, bias, reinterpret_cast<D*>(y), count, channels);
-  AIACC_CHECK_LAUNCH();
+  launch_apply(relu, reinterpret_cast<const D*>(x), scale, bias, reinterpret_cast<D*>(y), rows * channels, channels,
+               stream);
 }
 
-template <class T>
-void launch_batch_norm_nhwc_backward(const T* x, const T* dy, const float* gamma, const float* save_mean,
-                                     const float* save_inv_std, T* dx, float* dgamma, float* dbeta,
-                                     std::int64_t rows, std::int64_t channels, void* scratch, cudaStream_t stream) {
-  if (rows <= 0 || channels <= 0) return;
-  using D = typename detail::DeviceType<T>::type;
-  const D* in = reinterpret_cast<const D*>(x);
-  const D* grad = reinterpret_cast<const D*>(dy);
+template <bool kRelu, class D>
+static void launch_backward(const D* in, const D* grad, const D* relu_output, const float* save_mean,
+                     const float* gamma, const float* save_inv_std, float* dgamma, float* dbeta, D* dx,
+                     std::int64_t rows, std::int64_t channels, void* scratch, cudaStream_t stream) {
   double* acc = accumulators(scratch);
   float* terms = floats(scratch, channels);
   AIACC_CUDA_CHECK(cudaMemsetAsync(acc, 0, 2 * static_cast<std::size_t>(channels) * sizeof(double), stream));
-  backward_sums_kernel<D><<<reduction_grid(rows, channels), dim3(kTileChannels, kTileRows), 0, stream>>>(
-      in, grad, save_mean, rows, channels, acc);
+  backward_sums_kernel<kRelu, D><<<reduction_grid(rows, channels), dim3(kTileChannels, kTileRows), 0, stream>>>(
+      in, grad, relu_output, save_mean, rows, channels, acc);
   AIACC_CHECK_LAUNCH();
   finish_backward_kernel<<<channel_blocks(channels), 256, 0, stream>>>(acc, gamma, save_inv_std, dgamma, dbeta, terms,
                                                                        rows, channels);
   AIACC_CHECK_LAUNCH();
   const std::int64_t count = rows * channels;
-  backward_apply_kernel<D><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(
-      in, grad, save_mean, terms, reinterpret_cast<D*>(dx), count, channels);
+  backward_apply_kernel<kRelu, D><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(
+      in, grad, relu_output, save_mean, terms, dx, count, channels);
   AIACC_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_batch_norm_nhwc_backward(const T* x, const T* dy, const T* relu_output, const float* gamma,
+                                     const float* save_mean, const float* save_inv_std, T* dx, float* dgamma,
+                                     float* dbeta, std::int64_t rows, std::int64_t channels, void* scratch,
+                                     cudaStream_t stream) {
+  if (rows <= 0 || channels <= 0) return;
+  using D = typename detail::DeviceType<T>::type;
+  const D* in = reinterpret_cast<const D*>(x);
+  const D* grad = reinterpret_cast<const D*>(dy);
+  D* out = reinterpret_cast<D*>(dx);
+  if (relu_output != nullptr) {
+    launch_backward<true>(in, grad, reinterpret_cast<const D*>(relu_output), save_mean, gamma, save_inv_std, dgamma,
+                          dbeta, out, rows, channels, scratch, stream);
+  } else {
+    launch_backward<false>(in, grad, static_cast<const D*>(nullptr), save_mean, gamma, save_inv_std, dgamma, dbeta,
+                           out, rows, channels, scratch, stream);
+  }
 }
 
 #define AIACC_INSTANTIATE(T)                                                                                      \
   template void launch_batch_norm_nhwc_forward_train<T>(const T*, const float*, const float*, T*, float*, float*, \
                                                         float*, float*, std::int64_t, std::int64_t,               \
-                                                        const kernels::BatchNormOptions&, void*, cudaStream_t);   \
+                                                        const kernels::BatchNormOptions&, bool, void*,            \
+                                                        cudaStream_t);                                            \
   template void launch_batch_norm_nhwc_forward_eval<T>(const T*, const float*, const float*, const float*,        \
                                                        const float*, T*, std::int64_t, std::int64_t,              \
-                                                       const kernels::BatchNormOptions&, void*, cudaStream_t);    \
-  template void launch_batch_norm_nhwc_backward<T>(const T*, const T*, const float*, const float*, const float*,  \
-                                                   T*, float*, float*, std::int64_t, std::int64_t, void*,         \
-                                                   cudaStream_t);
+                                                       const kernels::BatchNormOptions&, bool, void*,             \
+                                                       cudaStream_t);                                             \
+  template void launch_batch_norm_nhwc_backward<T>(const T*, const T*, const T*, const float*, const float*,      \
+                                                   const float*, T*, float*, float*, std::int64_t, std::int64_t,  \
+                                                   void*, cudaStream_t);
 AIACC_INSTANTIATE(float)
 AIACC_INSTANTIATE(BFloat16)
 AIACC_INSTANTIATE(Half)

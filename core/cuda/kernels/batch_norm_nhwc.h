@@ -18,24 +18,27 @@ namespace aiacc::cuda {
 std::size_t batch_norm_nhwc_scratch_bytes(std::int64_t channels);
 
 // Training forward: batch statistics, running ones updated in place, save_mean/save_inv_std [C]
-// written, y = gamma (x - mean) inv_std + beta. T is float, BFloat16 or Half.
+// written, y = gamma (x - mean) inv_std + beta (then max(y, 0) with `relu`, a following ReLU
+// fused in). T is float, BFloat16 or Half.
 template <class T>
 void launch_batch_norm_nhwc_forward_train(const T* x, const float* gamma, const float* beta, T* y,
                                           float* running_mean, float* running_var, float* save_mean,
                                           float* save_inv_std, std::int64_t rows, std::int64_t channels,
-                                          const kernels::BatchNormOptions& options, void* scratch,
+                                          const kernels::BatchNormOptions& options, bool relu, void* scratch,
                                           cudaStream_t stream);
 // Evaluation: normalised with the running statistics.
 template <class T>
 void launch_batch_norm_nhwc_forward_eval(const T* x, const float* gamma, const float* beta,
                                          const float* running_mean, const float* running_var, T* y,
                                          std::int64_t rows, std::int64_t channels,
-                                         const kernels::BatchNormOptions& options, void* scratch,
+                                         const kernels::BatchNormOptions& options, bool relu, void* scratch,
                                          cudaStream_t stream);
-// Training backward from the saved statistics: dx, dgamma, dbeta overwritten.
+// Training backward from the saved statistics: dx, dgamma, dbeta overwritten. With a fused
+// ReLU, relu_output is the forward's y and dy counts only where it is positive (else null).
 template <class T>
-void launch_batch_norm_nhwc_backward(const T* x, const T* dy, const float* gamma, const float* save_mean,
-                                     const float* save_inv_std, T* dx, float* dgamma, float* dbeta,
-                                     std::int64_t rows, std::int64_t channels, void* scratch, cudaStream_t stream);
+void launch_batch_norm_nhwc_backward(const T* x, const T* dy, const T* relu_output, const float* gamma,
+                                     const float* save_mean, const float* save_inv_std, T* dx, float* dgamma,
+                                     float* dbeta, std::int64_t rows, std::int64_t channels, void* scratch,
+                                     cudaStream_t stream);
 
 }  // namespace aiacc::cuda
