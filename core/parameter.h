@@ -32,7 +32,7 @@ class Parameter {
   // rows the current batch touched (the table itself lives in an embedding store).
   Parameter(std::string name, Tensor value, ParamKind kind = ParamKind::dense)
       : name_(std::move(name)), value_(std::move(value)), kind_(kind) {
-    if (kind_ == ParamKind::dense) grad_ = Tensor::zeros(value_.shape(), value_.dtype());
+    if (kind_ == ParamKind::dense) grad_ = Tensor::zeros(value_.shape(), value_.dtype(), value_.device());
   }
   Parameter(const Parameter&) = delete;
   Parameter& operator=(const Parameter&) = delete;

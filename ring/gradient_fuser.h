@@ -25,6 +25,7 @@
 #include "ring/auto_tuner.h"
 #include "ring/bucket_plan.h"
 #include "ring/communicator.h"
+#include "ring/gradient_sync.h"
 
 namespace aiacc::ring {
 
@@ -50,7 +51,7 @@ struct FusionOptions {
   bool last_bucket_on_caller = true;
 };
 
-class GradientFuser {
+class GradientFuser : public GradientSync {
  public:
   // `parameters`: the dense parameters in gradient-ready order (reverse of forward), f32,
   // alive and at fixed addresses for the fuser's lifetime (it registers grad-ready hooks that
@@ -58,23 +59,23 @@ class GradientFuser {
   // the storage is shared, so it outlives the fuser). Collective: verifies the bucket plan
   // across ranks (ConfigError on a mismatch) and starts the communication thread.
   GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Parameter*> parameters, FusionOptions options);
-  ~GradientFuser();  // stops the communication thread (after abandoning an unfinished step)
+  ~GradientFuser() override;  // stops the communication thread (after abandoning an unfinished step)
   GradientFuser(const GradientFuser&) = delete;
   GradientFuser& operator=(const GradientFuser&) = delete;
 
   // Starts a step: no gradient is ready yet. Call before backward.
-  void begin_step();
+  void begin_step() override;
   // Blocks until every bucket is reduced (in place: the parameters' gradients are its views).
   // Parameters whose hook did not fire this step (unused in the graph) contribute their current
   // gradient. Rethrows a communication failure (CommError/TimeoutError naming the peer).
-  void finish_step();
+  void finish_step() override;
 
   const BucketPlan& plan() const { return *plan_; }
   // Seconds finish_step() waited for communication in the last step (the part not overlapped).
-  double last_exposed_seconds() const { return exposed_seconds_; }
+  double last_exposed_seconds() const override { return exposed_seconds_; }
   // Seconds spent in the last step's collectives, on either thread (overlapped or not):
   // 1 - exposed / communication is the share hidden behind backward.
-  double last_communication_seconds() const { return last_communication_seconds_; }
+  double last_communication_seconds() const override { return last_communication_seconds_; }
   const AutoTuner* tuner() const { return tuner_ ? &*tuner_ : nullptr; }
 
  private:

@@ -10,8 +10,11 @@
 #include "core/cuda/device.h"
 #include "core/cuda/device_ops.h"
 #include "core/cuda/tensor_backend.h"
+#if defined(AIACC_HAVE_NCCL)
+#include "ring/nccl/nccl_device_collective.h"
+#endif
 
-// Registers CUDA for tensors and layers after checking that `device` exists. Returns 0, or 1
+// Registers CUDA for tensors and layers (and NCCL for dense gradients, where built) after checking that `device` exists. Returns 0, or 1
 // with a message in `error`.
 extern "C" __attribute__((visibility("default"))) int aiacc_cuda_plugin_register(int device, char* error,
                                                                                std::size_t error_size) {
@@ -23,6 +26,9 @@ extern "C" __attribute__((visibility("default"))) int aiacc_cuda_plugin_register
     }
     aiacc::cuda::register_tensor_backend();
     aiacc::cuda::register_device_ops();
+#if defined(AIACC_HAVE_NCCL)
+    aiacc::ring::register_nccl_device_collective();  // several workers' dense gradients on their GPUs
+#endif
     return 0;
   } catch (const std::exception& e) {
     std::snprintf(error, error_size, "%s", e.what());

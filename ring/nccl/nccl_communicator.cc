@@ -156,7 +156,7 @@ void NcclCommunicator::check_device_pointer(const void* pointer, std::string_vie
 }
 
 void NcclCommunicator::allreduce(void* device_data, std::int64_t count, DType dtype, ReduceOp op,
-                                 cudaStream_t caller_stream) {
+                                 cudaStream_t caller_stream, bool caller_waits) {
   constexpr std::string_view kOp = "allreduce";
   require_usable(kOp);
   const ncclDataType_t type = detail::nccl_dtype(dtype, /*reducing=*/true, kOp);
@@ -191,7 +191,7 @@ void NcclCommunicator::allreduce(void* device_data, std::int64_t count, DType dt
                                part.count, dtype_name(dtype), k, comms_->describe(status, k)));
     }
   }
-  finish_launch(kOp, used, caller_stream);
+  finish_launch(kOp, used, caller_stream, caller_waits);
 }
 
 void NcclCommunicator::broadcast(void* device_data, std::int64_t count, DType dtype, int root,
@@ -254,12 +254,22 @@ std::string NcclCommunicator::pending_ops() const {
 }
 
 void NcclCommunicator::finish_launch(std::string_view op, const std::vector<std::size_t>& used,
-                                     cudaStream_t caller_stream) {
+                                     cudaStream_t caller_stream, bool caller_waits) {
   // A non-blocking communicator may return ncclInProgress before the kernel is on the stream
   // (e.g. while the first collective connects to the peers); an event recorded now would not
   // cover it, so wait until NCCL has enqueued everything.
   comms_->wait_ready(op, net::deadline_after(launch_timeout_s_));
+  if (!caller_waits) return;
   for (std::size_t k : used) {
+    AIACC_CUDA_CHECK(cudaEventRecord(done_events_[k].get(), streams_[k].get()));
+    AIACC_CUDA_CHECK(cudaStreamWaitEvent(caller_stream, done_events_[k].get(), 0));
+  }
+}
+
+void NcclCommunicator::join(cudaStream_t caller_stream) {
+  require_usable("join");
+  cuda::DeviceGuard guard(cuda_device_);
+  for (std::size_t k = 0; k < streams_.size(); ++k) {
     AIACC_CUDA_CHECK(cudaEventRecord(done_events_[k].get(), streams_[k].get()));
     AIACC_CUDA_CHECK(cudaStreamWaitEvent(caller_stream, done_events_[k].get(), 0));
   }

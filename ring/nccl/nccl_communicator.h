@@ -81,8 +81,13 @@ class NcclCommunicator {
   // kAverage divides by the world size in NCCL (ncclAvg). Dtypes: f32, f64, f16, bf16, i32, i64
   // (ConfigError naming the dtype otherwise). Throws CommError/TimeoutError (after aborting
   // every communicator) when NCCL fails or cannot enqueue within the launch timeout.
+  // With `caller_waits` false, `caller_stream` is not ordered after the collective: work queued
+  // there next (the rest of backward) runs beside it; join() orders the caller stream later.
   void allreduce(void* device_data, std::int64_t count, DType dtype, ReduceOp op,
-                 cudaStream_t caller_stream);
+                 cudaStream_t caller_stream, bool caller_waits = true);
+
+  // Orders `caller_stream` after every collective issued so far (no host wait).
+  void join(cudaStream_t caller_stream);
 
   // In-place broadcast of `count` elements from rank `root`, on stream 0. Same ordering,
   // lifetime and error contract as allreduce; dtypes as allreduce plus u8.
@@ -121,10 +126,10 @@ class NcclCommunicator {
   void require_usable(std::string_view op) const;
   void check_device_pointer(const void* pointer, std::string_view op, std::string_view what) const;
   // Waits for NCCL to finish enqueueing on the communicators just used (non-blocking NCCL may
-  // return ncclInProgress before the work is on the stream), then orders caller_stream after
-  // the streams in `used`.
+  // return ncclInProgress before the work is on the stream), then, with `caller_waits`, orders
+  // caller_stream after the streams in `used`.
   void finish_launch(std::string_view op, const std::vector<std::size_t>& used,
-                     cudaStream_t caller_stream);
+                     cudaStream_t caller_stream, bool caller_waits = true);
   void note_pending(std::string_view op);
   // "allreduce/broadcast": the kinds of collective issued since the last synchronize(), for
   // error messages ("synchronize" when none).

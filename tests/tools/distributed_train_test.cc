@@ -35,6 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string g_program;
 std::string g_fake_cuda_plugin;  // argv[2]: tests/testing/fake_cuda_plugin.cc's library
@@ -593,10 +594,13 @@ TEST(DistributedTrain, NonFiniteGradientsStopTheJobOrSkipTheStepByConfig) {
 }
 
 // Two workers with their models on devices (the fake accelerator, loaded as aiacc-train's CUDA
-// plugin): each worker on its own device (local rank r on cuda:r), dense gradients staged
-// through host memory into the ring, parameters broadcast and batch-norm statistics averaged
-// through host copies. The job ends exactly where the same job on the CPU ends: the MLP on the
-// ring, and Wide&Deep with its tables on two parameter-server shards.
+// plugin), parameters broadcast and batch-norm statistics averaged through host copies. The job
+// ends exactly where the same job on the CPU ends:
+// - the MLP with each worker on its own device (local rank r on cuda:r): dense gradients
+//   all-reduced on the devices (the plugin's device collective, NCCL's stand-in), and again
+//   with cluster.ring.device_collectives: host (staged through host memory into the ring);
+// - Wide&Deep with both workers on cuda:3 (NCCL refuses that, so "auto" stages through the
+//   host) and its tables on two parameter-server shards; forcing nccl there is refused by key.
 TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   if (g_fake_cuda_plugin.empty()) GTEST_SKIP() << "no fake CUDA plugin given (argv[2])";
   const std::string plugin = "AIACC_CUDA_PLUGIN=" + g_fake_cuda_plugin;
@@ -606,7 +610,14 @@ TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   ASSERT_EQ(device.status, 0) << device.output;
   EXPECT_THAT(device.output, HasSubstr("fake CUDA plugin: device 0"));
   EXPECT_THAT(device.output, HasSubstr("fake CUDA plugin: device 1"));
+  EXPECT_THAT(device.output, HasSubstr("dense gradients: all-reduced on the devices through the fake device "
+                                       "collective on cuda:0"));
   expect_same_state("mlp_2w_cpu", "mlp_2w_dev", 0.0);
+  auto staged = train("mlp_2w_host", mlp_job("mlp_2w_host", 32, "  workers: 2\n"), plugin, "",
+                      "--set job.device=cuda --set cluster.ring.device_collectives=host");
+  ASSERT_EQ(staged.status, 0) << staged.output;
+  EXPECT_THAT(staged.output, Not(HasSubstr("all-reduced on the devices")));
+  expect_same_state("mlp_2w_cpu", "mlp_2w_host", 0.0);
 
   const std::string cluster = "  workers: 2\n  servers: 2\n";
   auto wd_cpu = train("wd_2w_cpu", wide_deep_job("wd_2w_cpu", 32, cluster));
@@ -614,7 +625,13 @@ TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   auto wd_device = train("wd_2w_dev", wide_deep_job("wd_2w_dev", 32, cluster), plugin, "", "--set job.device=cuda:3");
   ASSERT_EQ(wd_device.status, 0) << wd_device.output;
   EXPECT_THAT(wd_device.output, HasSubstr("fake CUDA plugin: device 3"));
+  EXPECT_THAT(wd_device.output, Not(HasSubstr("all-reduced on the devices")));
   expect_same_state("wd_2w_cpu", "wd_2w_dev", 0.0);
+  auto refused = train("wd_2w_nccl", wide_deep_job("wd_2w_nccl", 32, cluster), plugin, "",
+                       "--set job.device=cuda:3 --set cluster.ring.device_collectives=nccl");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_THAT(refused.output, HasSubstr("cluster.ring.device_collectives: nccl needs a GPU per worker, but "
+                                        "job.device: cuda:3"));
 }
 
 TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {

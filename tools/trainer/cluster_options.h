@@ -33,6 +33,10 @@ struct RingOptions {
   std::string wire = "f32";
   bool hierarchical = true;
   bool auto_tune = false;
+  // Workers on GPUs: where their dense gradients are all-reduced. "nccl": on the devices
+  // (ring/device_collective.h); "host": copied to host memory for the CPU ring; "auto": nccl
+  // when this build has it and every worker of a host has a GPU of its own, else host.
+  std::string device_collectives = "auto";
 
   template <class V>
   void visit(V& v) {
@@ -45,6 +49,10 @@ struct RingOptions {
             "reduce through shared memory within a host, ring between hosts");
     v.field("auto_tune", auto_tune,
             "try bucket sizes and stream counts during the first steps and keep the fastest");
+    v.field("device_collectives", device_collectives,
+            "workers on GPUs: nccl (all-reduce on the devices) | host (through host memory and the CPU "
+            "ring) | auto (nccl where built and each worker has its own GPU)",
+            config::one_of({"auto", "nccl", "host"}));
   }
 };
 

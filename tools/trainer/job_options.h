@@ -30,7 +30,8 @@ struct JobSection {
     v.field("seed", seed, "seed of initialisation, shuffling and augmentation");
     v.field("threads", threads, "compute threads per process (0: all cores)", config::at_least(0));
     v.field("device", device,
-            "where the model trains: cpu, cuda (GPU 0) or cuda:N (one worker; dense models: mlp, resnet)",
+            "where the model trains: cpu, cuda (GPU 0; with several workers, local rank r on GPU r) or cuda:N "
+            "(every worker on GPU N); models mlp, resnet, wide_deep (its tables stay in host memory)",
             [](const std::string& text) {
               return Device::parse(text) ? std::string() : std::string("expected cpu, cuda or cuda:N");
             });

@@ -58,6 +58,8 @@ class ProcessGroup {
   // Workers only.
   std::shared_ptr<ring::Communicator> dense() const { return dense_; }
   std::shared_ptr<ring::Communicator> control() const { return control_; }
+  // The job's rendezvous store, for joining further collectives (NCCL's ids). Training thread.
+  net::RendezvousClient& rendezvous() { return *rendezvous_; }
   // The client of every shard (connected on first use); null when the job has no servers.
   std::shared_ptr<ps::PsClient> ps_client();
 

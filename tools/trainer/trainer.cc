@@ -34,6 +34,8 @@
 #include "ps/remote_embedding_store.h"
 #include "ps/shard_checkpoint.h"
 #include "ring/detail/element_ops.h"
+#include "ring/device_collective.h"
+#include "ring/device_gradient_fuser.h"
 #include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
@@ -128,6 +130,28 @@ NamedTensors on_host(NamedTensors named) {
   return named;
 }
 
+// Whether several workers' dense gradients on `device` are all-reduced on the devices
+// (cluster.ring.device_collectives). NCCL refuses two ranks on one GPU, so "auto" takes it only
+// when every local worker has a device of its own (job.device: cuda).
+bool use_device_collectives(const JobOptions& options, Device device) {
+  if (device.is_cpu()) return false;
+  const std::string& mode = options.cluster.ring.device_collectives;
+  const bool own_device = options.job.device == "cuda";
+  const bool built = ring::has_device_collective(device.kind);
+  if (mode == "nccl") {
+    if (!built) {
+      throw ConfigError("cluster.ring.device_collectives: nccl: this aiacc-train was built without NCCL; set host");
+    }
+    if (!own_device) {
+      throw ConfigError(fmt::format("cluster.ring.device_collectives: nccl needs a GPU per worker, but job.device: {} "
+                                    "puts every worker of a host on one (NCCL refuses two ranks on one GPU); set "
+                                    "job.device: cuda, or device_collectives: host", options.job.device));
+    }
+    return true;
+  }
+  return mode == "auto" && built && own_device;
+}
+
 // The batch's dense inputs and labels copied to `device` (sparse ids stay on the host).
 void move_batch(Batch& batch, Device device) {
   batch.inputs = batch.inputs.to(device);
@@ -150,10 +174,11 @@ struct Trainer::State {
   std::vector<Parameter*> sparse_params;
   std::map<std::string, std::shared_ptr<EmbeddingStore>> stores;  // by table name
   std::shared_ptr<ProcessGroup> group;  // null: a single process
-  std::unique_ptr<ring::GradientFuser> fuser;
-  // Several workers on devices: host copies of the dense parameters, whose gradients the fuser
-  // all-reduces (each filled from its device gradient as that becomes ready, during backward)
-  // and which are copied back before the optimiser step. NCCL would keep them on the devices.
+  std::unique_ptr<ring::GradientSync> fuser;
+  // Several workers on devices without device collectives (cluster.ring.device_collectives:
+  // host): host copies of the dense parameters, whose gradients the fuser all-reduces (each
+  // filled from its device gradient as that becomes ready, during backward) and which are copied
+  // back before the optimiser step.
   std::vector<std::unique_ptr<Parameter>> host_grads;
   std::vector<ReplicatedEmbeddingStore*> replicated;  // ring-placed tables (several workers)
   std::map<std::string, ps::RemoteEmbeddingStore*> remote;  // ps-placed tables
@@ -168,6 +193,65 @@ struct Trainer::State {
   double run_wait_seconds = 0;   // the same over the whole run
   double run_allreduce_seconds = 0;  // gradient all-reduce time (overlapped or not), whole run
   double run_allreduce_exposed_seconds = 0;
+
+  // The dense gradients' all-reduce through the CPU ring (ready_order: dense_params reversed).
+  // Gradients on a device are copied into host twins the moment each is ready.
+  std::unique_ptr<ring::GradientSync> make_host_fuser(std::vector<Parameter*> ready_order) {
+    const RingOptions& ring_options = options.cluster.ring;
+    ring::FusionOptions fusion;
+    fusion.bucket_bytes = ring_options.bucket_bytes;
+    fusion.spec.op = ring::ReduceOp::kAverage;
+    fusion.spec.wire = ring_options.wire == "f16"    ? ring::WireType::kF16
+                       : ring_options.wire == "bf16" ? ring::WireType::kBf16
+                                                     : ring::WireType::kNative;
+    fusion.tuning.hierarchical = ring_options.hierarchical;
+    if (ring_options.auto_tune) {
+      fusion.tune_bucket_bytes = {1 << 20, 4 << 20, 16 << 20};
+      fusion.tune_streams = true;
+    }
+    // With parameter-server tables the step waits for their pushes between backward and
+    // finish_step: the last bucket is all-reduced meanwhile, on the fusion thread.
+    fusion.last_bucket_on_caller = remote.empty();
+    if (!device.is_cpu()) {
+      // The ring reduces host memory: each twin's readiness starts its bucket as on the CPU.
+      for (Parameter*& p : ready_order) {
+        auto twin = std::make_unique<Parameter>(p->name(), Tensor::zeros(p->value().shape(), DType::f32));
+        Parameter* host = twin.get();
+        p->add_grad_ready_hook([host](Parameter& on_device) {
+          host->grad().copy_from(on_device.grad());
+          host->grad_ready();
+        });
+        host_grads.push_back(std::move(twin));
+        p = host;
+      }
+    }
+    return std::make_unique<ring::GradientFuser>(group->dense(), std::move(ready_order), fusion);
+  }
+  // The dense gradients' all-reduce on the devices (NCCL), queued during backward.
+  std::unique_ptr<ring::GradientSync> make_device_fuser(std::vector<Parameter*> ready_order) {
+    const RingOptions& ring_options = options.cluster.ring;
+    ring::DeviceCollectiveSpec spec;
+    spec.rendezvous = &group->rendezvous();
+    spec.host = group->dense();
+    spec.rank = rank();
+    spec.world_size = workers();
+    spec.device = device;
+    // Each communicator's kernels hold SMs for the whole step: a few overlap buckets, more
+    // only cost memory (ring/nccl/nccl_communicator.h).
+    spec.streams = std::min(ring_options.comm.streams, 4);
+    spec.name = "dense-gradients";
+    spec.timeout_s = ring_options.comm.timeout_s;
+    auto collective = ring::make_device_collective(spec);
+    if (leader()) {
+      log->info("dense gradients: all-reduced on the devices through {} ({}-byte buckets){}", collective->describe(),
+                ring_options.bucket_bytes,
+                ring_options.wire != "f32" || ring_options.auto_tune
+                    ? "; cluster.ring.wire and auto_tune apply to the host ring only: f32, fixed buckets"
+                    : "");
+    }
+    return std::make_unique<ring::DeviceGradientFuser>(std::move(collective), group->dense(), std::move(ready_order),
+                                                       ring_options.bucket_bytes, ring::ReduceOp::kAverage);
+  }
 
   int rank() const { return group ? group->worker() : 0; }
   int workers() const { return group ? group->workers() : 1; }
@@ -481,37 +565,13 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     s.group->check_worker_agreement("parameter list and placement", listing);
     if (s.leader()) s.log->info("placement of {} tensors:\n{}", s.placement.size(), format_placement(s.placement));
     if (s.multi_worker() && !s.dense_params.empty()) {
-      ring::FusionOptions fusion;
-      fusion.bucket_bytes = cluster.ring.bucket_bytes;
-      fusion.spec.op = ring::ReduceOp::kAverage;
-      fusion.spec.wire = cluster.ring.wire == "f16"    ? ring::WireType::kF16
-                         : cluster.ring.wire == "bf16" ? ring::WireType::kBf16
-                                                       : ring::WireType::kNative;
-      fusion.tuning.hierarchical = cluster.ring.hierarchical;
-      if (cluster.ring.auto_tune) {
-        fusion.tune_bucket_bytes = {1 << 20, 4 << 20, 16 << 20};
-        fusion.tune_streams = true;
-      }
-      // With parameter-server tables the step waits for their pushes between backward and
-      // finish_step: the last bucket is all-reduced meanwhile, on the fusion thread.
-      fusion.last_bucket_on_caller = s.remote.empty();
       // Gradients become ready in reverse forward order.
       std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
-      if (!s.device.is_cpu()) {
-        // The ring reduces host memory: each device gradient is copied into a host twin the
-        // moment it is ready, and the twin's readiness starts its bucket as on the CPU.
-        for (Parameter*& p : ready_order) {
-          auto twin = std::make_unique<Parameter>(p->name(), Tensor::zeros(p->value().shape(), DType::f32));
-          Parameter* host = twin.get();
-          p->add_grad_ready_hook([host](Parameter& on_device) {
-            host->grad().copy_from(on_device.grad());
-            host->grad_ready();
-          });
-          s.host_grads.push_back(std::move(twin));
-          p = host;
-        }
+      if (use_device_collectives(options, s.device)) {
+        s.fuser = s.make_device_fuser(ready_order);
+      } else {
+        s.fuser = s.make_host_fuser(ready_order);
       }
-      s.fuser = std::make_unique<ring::GradientFuser>(s.group->dense(), ready_order, fusion);
     }
   }
 

@@ -24,7 +24,12 @@
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
 #include "core/util/half.h"
+#include "core/cuda/tensor_backend.h"
+#include "core/parameter.h"
+#include "ring/device_gradient_fuser.h"
 #include "ring/nccl/nccl_communicator.h"
+#include "ring/nccl/nccl_device_collective.h"
+#include "tests/ring/ring_fixture.h"
 #include "tests/testing/run_ranks.h"
 
 namespace aiacc::ring {
@@ -419,6 +424,64 @@ TEST(MultiRankFailure, ACollectiveOneRankNeverJoinsTimesOutNamingRankAndOp) {
       }
       comm.abort();  // its peer is gone: do not wait for a finalize that cannot complete
     }
+  });
+}
+
+// The trainer's path for workers on GPUs: DeviceGradientFuser over NCCL (the plugin's factory),
+// parameters on each rank's GPU, buckets queued from the grad-ready hooks on the current
+// stream. One rank per GPU, up to 2 (1 on a one-GPU machine: the average is the input); the
+// averages of rank-scaled integers are exact.
+TEST(NcclDeviceCollective, DeviceGradientFuserAveragesOnTheGpus) {
+  const int world = std::min(gpu_world(), 2);
+  cuda::register_tensor_backend();
+  register_nccl_device_collective();
+  Job job;
+  testing::run_world(world, testing::ring_options(), [&](std::shared_ptr<Communicator> host) {
+    const int rank = host->rank();
+    AIACC_CUDA_CHECK(cudaSetDevice(rank));
+    auto client = job.client();
+    DeviceCollectiveSpec spec;
+    spec.rendezvous = &client;
+    spec.host = host;
+    spec.rank = rank;
+    spec.world_size = world;
+    spec.device = Device::cuda(rank);
+    spec.streams = 2;
+    spec.name = "fuser";
+    spec.timeout_s = 60;
+    auto collective = make_device_collective(spec);
+    EXPECT_THAT(collective->describe(), HasSubstr("NCCL, 2 communicators"));
+    const std::vector<std::int64_t> sizes = {7, 300000, 1, 65536, 1000};
+    std::vector<std::unique_ptr<Parameter>> params;
+    std::vector<Parameter*> pointers;
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      params.push_back(std::make_unique<Parameter>(fmt::format("p{}", t),
+                                                   Tensor::zeros(Shape{sizes[t]}, DType::f32, spec.device)));
+      pointers.push_back(params.back().get());
+    }
+    DeviceGradientFuser fuser(std::move(collective), host, pointers, 256 * 1024, ReduceOp::kAverage);
+    EXPECT_GT(fuser.plan().buckets().size(), 2u);
+    const float mean_factor = static_cast<float>(world + 1) / 2.0f;  // mean of (r + 1) over ranks
+    for (int step = 0; step < 3; ++step) {
+      fuser.begin_step();
+      for (std::size_t t = 0; t < params.size(); ++t) {
+        const auto base = integer_floats(static_cast<std::size_t>(sizes[t]), step + 1);
+        Tensor mine = Tensor::zeros(Shape{sizes[t]});
+        for (std::int64_t i = 0; i < sizes[t]; ++i) mine.data<float>()[i] = base[static_cast<std::size_t>(i)] * static_cast<float>(rank + 1);
+        params[t]->grad().copy_from(mine);
+        params[t]->grad_ready();
+      }
+      fuser.finish_step();
+      for (std::size_t t = 0; t < params.size(); ++t) {
+        const auto base = integer_floats(static_cast<std::size_t>(sizes[t]), step + 1);
+        const Tensor got = params[t]->grad().to(Device::cpu());
+        for (std::int64_t i = 0; i < sizes[t]; ++i) {
+          ASSERT_EQ(got.data<float>()[i], base[static_cast<std::size_t>(i)] * mean_factor)
+              << "rank " << rank << " p" << t << " element " << i << " step " << step;
+        }
+      }
+    }
+    EXPECT_EQ(fuser.buckets_queued(), 3 * static_cast<std::int64_t>(fuser.plan().buckets().size()));
   });
 }
 

@@ -1,0 +1,111 @@
+#include "ring/device_gradient_fuser.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/trace.h"
+
+namespace aiacc::ring {
+namespace {
+
+std::vector<std::pair<std::string, std::int64_t>> listing(const std::vector<Parameter*>& parameters) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const Parameter* p : parameters) out.emplace_back(p->name(), p->grad().numel());
+  return out;
+}
+
+// The device every gradient lives on (checked), before the plan is built from them.
+Device common_device(const std::vector<Parameter*>& parameters) {
+  if (parameters.empty()) throw ConfigError("gradient fusion on a device: no dense parameters");
+  const Device device = parameters.front()->grad().device();
+  for (const Parameter* p : parameters) {
+    if (p->kind() != ParamKind::dense || p->grad().dtype() != DType::f32) {
+      throw ConfigError(fmt::format("gradient fusion: parameter '{}' is not a dense f32 tensor", p->name()));
+    }
+    if (p->grad().device() != device || device.is_cpu()) {
+      throw ConfigError(fmt::format("gradient fusion on a device: parameter '{}' is on {}, not on the device of "
+                                    "'{}' ({})", p->name(), p->grad().device().str(), parameters.front()->name(),
+                                    device.str()));
+    }
+  }
+  return device;
+}
+
+}  // namespace
+
+DeviceGradientFuser::DeviceGradientFuser(std::unique_ptr<DeviceCollective> collective,
+                                         std::shared_ptr<Communicator> host, std::vector<Parameter*> parameters,
+                                         std::int64_t bucket_bytes, ReduceOp op)
+    : collective_(std::move(collective)),
+      parameters_(std::move(parameters)),
+      op_(op),
+      plan_(listing(parameters_), bucket_bytes) {
+  const Device device = common_device(parameters_);
+  // Offsets do not depend on the bucket size, but the boundaries do: the whole plan is compared.
+  verify_plan(host, plan_, "gradient fusion on devices");
+  flat_ = Tensor::zeros(Shape{plan_.total_count()}, DType::f32, device);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const PlannedTensor& slot = plan_.tensors()[i];
+    Tensor& grad = parameters_[i]->grad();
+    grad.rebind(flat_.rows(slot.offset, slot.offset + slot.count).reshape(grad.shape()));
+  }
+  tensor_ready_.assign(parameters_.size(), 0);
+  bucket_pending_.assign(plan_.buckets().size(), 0);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    parameters_[i]->add_grad_ready_hook([this, i](Parameter&) { on_ready(static_cast<int>(i)); });
+  }
+  log::get("ring")->debug("gradient fusion on {} through {}: {}", device.str(), collective_->describe(),
+                          plan_.summary());
+}
+
+void DeviceGradientFuser::begin_step() {
+  AIACC_CHECK(!in_step_, "begin_step twice without finish_step");
+  std::fill(tensor_ready_.begin(), tensor_ready_.end(), 0);
+  for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+    bucket_pending_[b] = static_cast<int>(plan_.buckets()[b].tensors.size());
+  }
+  next_bucket_ = 0;
+  first_queued_.reset();
+  in_step_ = true;
+}
+
+void DeviceGradientFuser::on_ready(int tensor) {
+  if (!in_step_ || tensor_ready_[static_cast<std::size_t>(tensor)]) return;
+  tensor_ready_[static_cast<std::size_t>(tensor)] = 1;
+  const PlannedTensor& slot = plan_.tensors()[static_cast<std::size_t>(tensor)];
+  if (--bucket_pending_[static_cast<std::size_t>(slot.bucket)] == 0) queue_ready_buckets();
+}
+
+void DeviceGradientFuser::queue_ready_buckets() {
+  while (next_bucket_ < plan_.buckets().size() && bucket_pending_[next_bucket_] == 0) {
+    const PlannedBucket& bucket = plan_.buckets()[next_bucket_];
+    trace::Span span("allreduce", fmt::format("queue bucket {}", next_bucket_),
+                     {{"bytes", bucket.count * static_cast<std::int64_t>(sizeof(float))}});
+    if (!first_queued_) first_queued_ = net::Clock::now();
+    collective_->allreduce(flat_.data<float>() + bucket.offset, bucket.count, op_);
+    ++next_bucket_;
+    ++buckets_queued_;
+  }
+}
+
+void DeviceGradientFuser::finish_step() {
+  AIACC_CHECK(in_step_, "finish_step without begin_step");
+  const auto wait_start = net::Clock::now();
+  // Gradients whose hook did not fire (parameters unused this step) join with their values.
+  for (std::size_t t = 0; t < parameters_.size(); ++t) on_ready(static_cast<int>(t));
+  in_step_ = false;
+  AIACC_CHECK(next_bucket_ == plan_.buckets().size(), "{} of {} buckets queued at the end of the step",
+              next_bucket_, plan_.buckets().size());
+  {
+    trace::Span span("allreduce", "wait for device collectives");
+    collective_->synchronize();
+  }
+  const auto end = net::Clock::now();
+  exposed_seconds_ = std::chrono::duration<double>(end - wait_start).count();
+  communication_seconds_ = first_queued_ ? std::chrono::duration<double>(end - *first_queued_).count() : 0.0;
+}
+
+}  // namespace aiacc::ring

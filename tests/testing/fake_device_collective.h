@@ -1,0 +1,66 @@
+// A DeviceCollective for the fake accelerator (tests/testing/fake_device.h), whose "device"
+// memory is host memory (behind tagged pointers): each allreduce runs at once through the CPU ring on the ranks' host
+// communicator, so the device-gradient path (DeviceGradientFuser, the trainer's choice of it)
+// runs and is checked without a GPU. It records every call for tests.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ring/allreduce.h"
+#include "ring/device_collective.h"
+#include "tests/testing/fake_device.h"
+
+namespace aiacc::testing {
+
+class FakeDeviceCollective : public ring::DeviceCollective {
+ public:
+  struct Call {
+    const float* data;
+    std::int64_t count;
+  };
+
+  FakeDeviceCollective(std::shared_ptr<ring::Communicator> host, Device device)
+      : host_(std::move(host)), device_(device) {}
+
+  void allreduce(float* device_data, std::int64_t count, ring::ReduceOp op) override {
+    calls_.push_back({device_data, count});
+    auto& allreduce = allreduces_[{device_data, count}];
+    if (!allreduce) {
+      ring::AllreduceSpec spec;
+      spec.op = op;
+      // The fake's device pointers are tagged; the memory behind them is the host's.
+      allreduce = std::make_unique<ring::Allreduce>(host_, ring::Buffer{host(device_data), count, DType::f32}, spec);
+    }
+    allreduce->run();
+    ++unsynchronized_;
+  }
+  void synchronize() override { unsynchronized_ = 0; }
+  std::string describe() const override { return fmt::format("the fake device collective on {}", device_.str()); }
+
+  const std::vector<Call>& calls() const { return calls_; }
+  int unsynchronized() const { return unsynchronized_; }
+
+ private:
+  std::shared_ptr<ring::Communicator> host_;
+  Device device_;
+  std::map<std::pair<const float*, std::int64_t>, std::unique_ptr<ring::Allreduce>> allreduces_;
+  std::vector<Call> calls_;
+  int unsynchronized_ = 0;
+};
+
+// Registers FakeDeviceCollective for DeviceKind::cuda (the fake accelerator's kind).
+inline void install_fake_device_collective() {
+  ring::register_device_collective(DeviceKind::cuda, [](const ring::DeviceCollectiveSpec& spec) {
+    return std::unique_ptr<ring::DeviceCollective>(std::make_unique<FakeDeviceCollective>(spec.host, spec.device));
+  });
+}
+
+}  // namespace aiacc::testing
