@@ -31,10 +31,17 @@ class DeviceCollective {
   // device). Every rank issues the same calls in the same order with the same counts. Throws
   // CommError/TimeoutError naming the rank when the work cannot be queued.
   virtual void allreduce(float* device_data, std::int64_t count, ReduceOp op) = 0;
+  // Blocks until the work queued on the current stream so far is done (the host runs ahead of
+  // the device: this is the end of backward there), so that the wait in synchronize() after it
+  // is communication alone.
+  virtual void wait_for_compute() = 0;
   // Blocks until every collective issued so far has finished on this rank, and orders the
   // current stream after them; CommError or TimeoutError (after the spec's timeout) naming the
   // rank and the operation otherwise.
   virtual void synchronize() = 0;
+  // After synchronize(): seconds the collectives issued since the last call kept the device's
+  // communication busy, overlapped with compute or not (NCCL: timing events around each part).
+  virtual double take_busy_seconds() = 0;
   // For logs: "NCCL, 2 communicators on cuda:1".
   virtual std::string describe() const = 0;
 };

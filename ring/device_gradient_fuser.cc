@@ -1,7 +1,5 @@
 #include "ring/device_gradient_fuser.h"
 
-#include <chrono>
-
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -62,13 +60,13 @@ DeviceGradientFuser::DeviceGradientFuser(std::unique_ptr<DeviceCollective> colle
 }
 
 void DeviceGradientFuser::begin_step() {
+  if (error_) std::rethrow_exception(error_);
   AIACC_CHECK(!in_step_, "begin_step twice without finish_step");
   std::fill(tensor_ready_.begin(), tensor_ready_.end(), 0);
   for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
     bucket_pending_[b] = static_cast<int>(plan_.buckets()[b].tensors.size());
   }
   next_bucket_ = 0;
-  first_queued_.reset();
   in_step_ = true;
 }
 
@@ -80,32 +78,48 @@ void DeviceGradientFuser::on_ready(int tensor) {
 }
 
 void DeviceGradientFuser::queue_ready_buckets() {
-  while (next_bucket_ < plan_.buckets().size() && bucket_pending_[next_bucket_] == 0) {
-    const PlannedBucket& bucket = plan_.buckets()[next_bucket_];
-    trace::Span span("allreduce", fmt::format("queue bucket {}", next_bucket_),
-                     {{"bytes", bucket.count * static_cast<std::int64_t>(sizeof(float))}});
-    if (!first_queued_) first_queued_ = net::Clock::now();
-    collective_->allreduce(flat_.data<float>() + bucket.offset, bucket.count, op_);
-    ++next_bucket_;
-    ++buckets_queued_;
+  try {
+    while (next_bucket_ < plan_.buckets().size() && bucket_pending_[next_bucket_] == 0) {
+      const PlannedBucket& bucket = plan_.buckets()[next_bucket_];
+      trace::Span span("allreduce", fmt::format("queue bucket {}", next_bucket_),
+                       {{"bytes", bucket.count * static_cast<std::int64_t>(sizeof(float))}});
+      collective_->allreduce(flat_.data<float>() + bucket.offset, bucket.count, op_);
+      ++next_bucket_;
+      ++buckets_queued_;
+    }
+  } catch (...) {
+    // Kept: the ranks' collectives are out of step now, so every later step rethrows it.
+    error_ = std::current_exception();
+    in_step_ = false;
+    throw;
   }
 }
 
 void DeviceGradientFuser::finish_step() {
+  if (error_) std::rethrow_exception(error_);
   AIACC_CHECK(in_step_, "finish_step without begin_step");
-  const auto wait_start = net::Clock::now();
-  // Gradients whose hook did not fire (parameters unused this step) join with their values.
+  // Gradients whose hook did not fire (parameters unused this step) join with the values they
+  // hold: the reduced gradient of the last step they were used in (gradients are not zeroed).
   for (std::size_t t = 0; t < parameters_.size(); ++t) on_ready(static_cast<int>(t));
   in_step_ = false;
   AIACC_CHECK(next_bucket_ == plan_.buckets().size(), "{} of {} buckets queued at the end of the step",
               next_bucket_, plan_.buckets().size());
   {
+    // The host queued backward ahead of the device: wait for it first, so the wait below is
+    // the communication backward did not hide.
+    trace::Span span("compute", "backward on the device");
+    collective_->wait_for_compute();
+  }
+  const auto wait_start = net::Clock::now();
+  try {
     trace::Span span("allreduce", "wait for device collectives");
     collective_->synchronize();
+  } catch (...) {
+    error_ = std::current_exception();
+    throw;
   }
-  const auto end = net::Clock::now();
-  exposed_seconds_ = std::chrono::duration<double>(end - wait_start).count();
-  communication_seconds_ = first_queued_ ? std::chrono::duration<double>(end - *first_queued_).count() : 0.0;
+  exposed_seconds_ = net::seconds_since(wait_start);
+  communication_seconds_ = collective_->take_busy_seconds();
 }
 
 }  // namespace aiacc::ring

@@ -9,14 +9,15 @@
 // Buckets are queued in plan order (a bucket complete early waits for the ones before it), so
 // every rank issues the same collectives in the same order, as NCCL requires. finish_step()
 // queues whatever is left (parameters whose hook did not fire contribute their current
-// gradient) and waits for all of it, which is where a failed or silent peer is reported.
+// gradient) and waits for all of it, which is where a failed or silent peer is reported; a
+// failure is kept, and every later step rethrows it.
 //
 // Thread-safety: none; the hooks and both step calls run on the training thread.
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "core/net/deadline.h"
@@ -41,9 +42,9 @@ class DeviceGradientFuser : public GradientSync {
 
   void begin_step() override;
   void finish_step() override;
+  // The wait for the collectives once backward has finished on the device.
   double last_exposed_seconds() const override { return exposed_seconds_; }
-  // From the first bucket's queueing to the end of finish_step's wait: the span in which the
-  // step's collectives were in flight (an upper bound of their device time).
+  // The collectives' busy time on the device (DeviceCollective::take_busy_seconds).
   double last_communication_seconds() const override { return communication_seconds_; }
 
   const BucketPlan& plan() const { return plan_; }
@@ -65,7 +66,7 @@ class DeviceGradientFuser : public GradientSync {
   std::vector<int> bucket_pending_;  // tensors not yet final, per bucket
   std::size_t next_bucket_ = 0;      // the first bucket not yet queued this step
   bool in_step_ = false;
-  std::optional<net::Clock::time_point> first_queued_;
+  std::exception_ptr error_;  // a failed collective: every later step rethrows it
   std::int64_t buckets_queued_ = 0;
   double exposed_seconds_ = 0;
   double communication_seconds_ = 0;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/device.h"
 #include "core/cuda/device_ops.h"
 #include "core/cuda/tensor_backend.h"
@@ -24,6 +25,9 @@ extern "C" __attribute__((visibility("default"))) int aiacc_cuda_plugin_register
       std::snprintf(error, error_size, "this machine has %d CUDA device(s)", devices);
       return 1;
     }
+    // The worker's GPU becomes this thread's current device: device guards restore it, so no
+    // context is ever created on GPU 0 by a worker of another GPU.
+    AIACC_CUDA_CHECK(cudaSetDevice(device));
     aiacc::cuda::register_tensor_backend();
     aiacc::cuda::register_device_ops();
 #if defined(AIACC_HAVE_NCCL)

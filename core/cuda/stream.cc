@@ -52,6 +52,12 @@ CudaEvent CudaEvent::create_for_ordering() {
   return CudaEvent(event);
 }
 
+CudaEvent CudaEvent::create_for_timing() {
+  cudaEvent_t event = nullptr;
+  AIACC_CUDA_CHECK(cudaEventCreate(&event));
+  return CudaEvent(event);
+}
+
 CudaEvent::~CudaEvent() { reset(); }
 
 CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {

@@ -28,11 +28,13 @@ class CudaStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// An event created with cudaEventDisableTiming: for ordering between streams only.
+// An event for ordering between streams (cudaEventDisableTiming, the cheap kind), or one that
+// also records a time (for cudaEventElapsedTime).
 class CudaEvent {
  public:
-  // Creates the event on the current device; throws CudaError.
+  // Create the event on the current device; throw CudaError.
   static CudaEvent create_for_ordering();
+  static CudaEvent create_for_timing();
   CudaEvent() = default;
   ~CudaEvent();
   CudaEvent(CudaEvent&& other) noexcept : event_(other.event_) { other.event_ = nullptr; }

@@ -175,6 +175,17 @@ void NcclCommunicator::allreduce(void* device_data, std::int64_t count, DType dt
     if (parts[k].count == 0) continue;  // empty on every rank alike (same weights and count)
     used.push_back(k);
     AIACC_CUDA_CHECK(cudaStreamWaitEvent(streams_[k].get(), start_event_.get(), 0));
+    if (timing_) {
+      if (timed_parts_.size() != streams_.size()) {
+        timed_parts_.resize(streams_.size());
+        timed_count_.assign(streams_.size(), 0);
+      }
+      auto& pool = timed_parts_[k];
+      if (timed_count_[k] == pool.size()) {
+        pool.emplace_back(cuda::CudaEvent::create_for_timing(), cuda::CudaEvent::create_for_timing());
+      }
+      AIACC_CUDA_CHECK(cudaEventRecord(pool[timed_count_[k]].first.get(), streams_[k].get()));
+    }
   }
   note_pending(kOp);
   // Launched in stream order on every rank, so the communicators' kernels are queued in one
@@ -259,6 +270,13 @@ void NcclCommunicator::finish_launch(std::string_view op, const std::vector<std:
   // (e.g. while the first collective connects to the peers); an event recorded now would not
   // cover it, so wait until NCCL has enqueued everything.
   comms_->wait_ready(op, net::deadline_after(launch_timeout_s_));
+  if (timing_ && op == "allreduce") {
+    // The end events go after NCCL has put the part's kernel on its stream (wait_ready above).
+    for (std::size_t k : used) {
+      AIACC_CUDA_CHECK(cudaEventRecord(timed_parts_[k][timed_count_[k]].second.get(), streams_[k].get()));
+      ++timed_count_[k];
+    }
+  }
   if (!caller_waits) return;
   for (std::size_t k : used) {
     AIACC_CUDA_CHECK(cudaEventRecord(done_events_[k].get(), streams_[k].get()));
@@ -273,6 +291,23 @@ void NcclCommunicator::join(cudaStream_t caller_stream) {
     AIACC_CUDA_CHECK(cudaEventRecord(done_events_[k].get(), streams_[k].get()));
     AIACC_CUDA_CHECK(cudaStreamWaitEvent(caller_stream, done_events_[k].get(), 0));
   }
+}
+
+double NcclCommunicator::take_busy_seconds() {
+  if (timed_count_.empty()) return 0.0;
+  cuda::DeviceGuard guard(cuda_device_);
+  double busiest = 0.0;
+  for (std::size_t k = 0; k < timed_count_.size(); ++k) {
+    double busy = 0.0;
+    for (std::size_t i = 0; i < timed_count_[k]; ++i) {
+      float ms = 0.0f;
+      AIACC_CUDA_CHECK(cudaEventElapsedTime(&ms, timed_parts_[k][i].first.get(), timed_parts_[k][i].second.get()));
+      busy += ms / 1000.0;
+    }
+    busiest = std::max(busiest, busy);
+    timed_count_[k] = 0;
+  }
+  return busiest;
 }
 
 void NcclCommunicator::synchronize(double timeout_s) {

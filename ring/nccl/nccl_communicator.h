@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/stream.h"
@@ -89,6 +90,13 @@ class NcclCommunicator {
   // Orders `caller_stream` after every collective issued so far (no host wait).
   void join(cudaStream_t caller_stream);
 
+  // Times each allreduce part on its stream (off by default: two timing events per part).
+  void set_timing(bool on) { timing_ = on; }
+  // After synchronize(): seconds the busiest stream spent in the allreduces issued since the
+  // last call, each part from the moment its stream reached it (its inputs ready, the parts
+  // before it on that stream done) to its end, peers' waits included. 0 with timing off.
+  double take_busy_seconds();
+
   // In-place broadcast of `count` elements from rank `root`, on stream 0. Same ordering,
   // lifetime and error contract as allreduce; dtypes as allreduce plus u8.
   void broadcast(void* device_data, std::int64_t count, DType dtype, int root,
@@ -146,6 +154,10 @@ class NcclCommunicator {
   std::vector<cuda::CudaStream> streams_;
   cuda::CudaEvent start_event_;               // recorded on caller_stream before a collective
   std::vector<cuda::CudaEvent> done_events_;  // one per stream, recorded after its part
+  bool timing_ = false;
+  // Per stream: (begin, end) timing events of the parts since take_busy_seconds(), reused.
+  std::vector<std::vector<std::pair<cuda::CudaEvent, cuda::CudaEvent>>> timed_parts_;
+  std::vector<std::size_t> timed_count_;
   std::unique_ptr<detail::NcclCommGroup> comms_;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
 #include "ring/device_collective.h"
@@ -19,17 +20,24 @@ class NcclDeviceCollective : public DeviceCollective {
       : timeout_s_(spec.timeout_s),
         comm_(*spec.rendezvous, spec.rank, spec.world_size, spec.device.index,
               std::min(spec.streams, NcclCommunicator::kMaxStreams), spec.name,
-              net::deadline_after(spec.timeout_s)) {}
+              net::deadline_after(spec.timeout_s)) {
+    comm_.set_timing(true);
+  }
 
   // The caller's stream does not wait for the collective: it goes on with the rest of backward
   // while NCCL reduces the bucket on its own streams. synchronize() joins them.
   void allreduce(float* device_data, std::int64_t count, ReduceOp op) override {
     comm_.allreduce(device_data, count, DType::f32, op, cuda::current_stream(), /*caller_waits=*/false);
   }
+  void wait_for_compute() override {
+    cuda::DeviceGuard guard(comm_.cuda_device());
+    AIACC_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));
+  }
   void synchronize() override {
     comm_.join(cuda::current_stream());
     comm_.synchronize(timeout_s_);
   }
+  double take_busy_seconds() override { return comm_.take_busy_seconds(); }
   std::string describe() const override {
     return fmt::format("NCCL, {} communicator{} on cuda:{}", comm_.streams(), comm_.streams() == 1 ? "" : "s",
                        comm_.cuda_device());

@@ -109,6 +109,7 @@ TEST(DeviceGradientFuser, FusedResultsOnTheDeviceEqualExactSums) {
         }
         fuser->finish_step();
         EXPECT_EQ(fake(*fuser).unsynchronized(), 0) << "finish_step waits for the collectives";
+        EXPECT_GT(fuser->last_communication_seconds(), 0.0) << "the collectives' busy time";
         expect_sums(params, world, step);
       }
       expect_plan_order(*fuser, 3);
@@ -198,13 +199,15 @@ TEST(DeviceGradientFuser, AHostParameterIsRefusedByName) {
 }
 
 // A collective that cannot be queued fails the hook that queued it (inside backward), with the
-// collective's own message.
+// collective's own message, and every later step rethrows it.
 class FailingCollective : public DeviceCollective {
  public:
   void allreduce(float*, std::int64_t, ReduceOp) override {
     throw CommError("rank 0: NCCL 'dense-gradients': allreduce failed: remote process exited");
   }
+  void wait_for_compute() override {}
   void synchronize() override {}
+  double take_busy_seconds() override { return 0; }
   std::string describe() const override { return "failing"; }
 };
 
@@ -218,6 +221,13 @@ TEST(DeviceGradientFuser, AFailingCollectiveSurfacesFromTheHook) {
     try {
       params.back()->grad_ready();
       ADD_FAILURE() << "no error";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("remote process exited"), std::string::npos) << e.what();
+    }
+    // The failure stays: the next step reports it, not a "begin_step twice" of its own.
+    try {
+      fuser.begin_step();
+      ADD_FAILURE() << "the failure was forgotten";
     } catch (const CommError& e) {
       EXPECT_NE(std::string(e.what()).find("remote process exited"), std::string::npos) << e.what();
     }

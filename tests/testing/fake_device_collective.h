@@ -4,11 +4,13 @@
 // runs and is checked without a GPU. It records every call for tests.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -32,17 +34,21 @@ class FakeDeviceCollective : public ring::DeviceCollective {
 
   void allreduce(float* device_data, std::int64_t count, ring::ReduceOp op) override {
     calls_.push_back({device_data, count});
-    auto& allreduce = allreduces_[{device_data, count}];
+    auto& allreduce = allreduces_[{device_data, count, op}];
     if (!allreduce) {
       ring::AllreduceSpec spec;
       spec.op = op;
       // The fake's device pointers are tagged; the memory behind them is the host's.
       allreduce = std::make_unique<ring::Allreduce>(host_, ring::Buffer{host(device_data), count, DType::f32}, spec);
     }
+    const auto start = std::chrono::steady_clock::now();
     allreduce->run();
+    busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++unsynchronized_;
   }
+  void wait_for_compute() override {}  // the fake's ops ran when they were called
   void synchronize() override { unsynchronized_ = 0; }
+  double take_busy_seconds() override { return std::exchange(busy_seconds_, 0.0); }
   std::string describe() const override { return fmt::format("the fake device collective on {}", device_.str()); }
 
   const std::vector<Call>& calls() const { return calls_; }
@@ -51,9 +57,10 @@ class FakeDeviceCollective : public ring::DeviceCollective {
  private:
   std::shared_ptr<ring::Communicator> host_;
   Device device_;
-  std::map<std::pair<const float*, std::int64_t>, std::unique_ptr<ring::Allreduce>> allreduces_;
+  std::map<std::tuple<const float*, std::int64_t, ring::ReduceOp>, std::unique_ptr<ring::Allreduce>> allreduces_;
   std::vector<Call> calls_;
   int unsynchronized_ = 0;
+  double busy_seconds_ = 0;
 };
 
 // Registers FakeDeviceCollective for DeviceKind::cuda (the fake accelerator's kind).

@@ -107,6 +107,24 @@ TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {
 
 }  // namespace
 
+// The real CUDA plugin (libaiacc_cuda.so next to the program, where this build has nvcc) loads:
+// every core and ring symbol it needs is in the program. Without a GPU the job then stops with
+// the device count; on a GPU it trains. A missing symbol would show only on GPU machines
+// otherwise, as dlopen's "undefined symbol".
+TEST(Cli, TheCudaPluginLoadsAgainstTheProgram) {
+  const auto plugin = std::filesystem::path(g_program).parent_path() / "libaiacc_cuda.so";
+  if (!std::filesystem::exists(plugin)) GTEST_SKIP() << "this build has no CUDA plugin (" << plugin << ")";
+  std::string job = write_temp("aiacc_cli_cuda.yaml", kSmallJob);
+  aiacc::testing::CommandResult o = aiacc::testing::run_command(
+      "env -u AIACC_CUDA_PLUGIN " + g_program + " " + job +
+      " --set job.device=cuda --set train.max_steps=2 --set train.eval_each_epoch=false 2>&1");
+  EXPECT_THAT(o.output, ::testing::Not(HasSubstr("cannot load the CUDA plugin"))) << o.output;
+  EXPECT_THAT(o.output, ::testing::Not(HasSubstr("undefined symbol"))) << o.output;
+  if (o.status != 0) {
+    EXPECT_THAT(o.output, HasSubstr("job.device: cuda:0: this machine has 0 CUDA device(s)"));
+  }
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (argc < 2) {

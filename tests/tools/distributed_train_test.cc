@@ -597,10 +597,10 @@ TEST(DistributedTrain, NonFiniteGradientsStopTheJobOrSkipTheStepByConfig) {
 // plugin), parameters broadcast and batch-norm statistics averaged through host copies. The job
 // ends exactly where the same job on the CPU ends:
 // - the MLP with each worker on its own device (local rank r on cuda:r): dense gradients
-//   all-reduced on the devices (the plugin's device collective, NCCL's stand-in), and again
-//   with cluster.ring.device_collectives: host (staged through host memory into the ring);
-// - Wide&Deep with both workers on cuda:3 (NCCL refuses that, so "auto" stages through the
-//   host) and its tables on two parameter-server shards; forcing nccl there is refused by key.
+//   all-reduced on the devices (the plugin's device collective, NCCL's stand-in); and with both
+//   workers on cuda:2 (NCCL refuses that, so "auto" stages through host memory into the ring);
+// - Wide&Deep with its tables on two parameter-server shards, on the devices and with
+//   cluster.ring.device_collectives: host; forcing nccl onto one shared device is refused by key.
 TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   if (g_fake_cuda_plugin.empty()) GTEST_SKIP() << "no fake CUDA plugin given (argv[2])";
   const std::string plugin = "AIACC_CUDA_PLUGIN=" + g_fake_cuda_plugin;
@@ -613,20 +613,25 @@ TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   EXPECT_THAT(device.output, HasSubstr("dense gradients: all-reduced on the devices through the fake device "
                                        "collective on cuda:0"));
   expect_same_state("mlp_2w_cpu", "mlp_2w_dev", 0.0);
-  auto staged = train("mlp_2w_host", mlp_job("mlp_2w_host", 32, "  workers: 2\n"), plugin, "",
-                      "--set job.device=cuda --set cluster.ring.device_collectives=host");
+  auto staged = train("mlp_2w_host", mlp_job("mlp_2w_host", 32, "  workers: 2\n"), plugin, "", "--set job.device=cuda:2");
   ASSERT_EQ(staged.status, 0) << staged.output;
+  EXPECT_THAT(staged.output, HasSubstr("fake CUDA plugin: device 2"));
   EXPECT_THAT(staged.output, Not(HasSubstr("all-reduced on the devices")));
   expect_same_state("mlp_2w_cpu", "mlp_2w_host", 0.0);
 
   const std::string cluster = "  workers: 2\n  servers: 2\n";
   auto wd_cpu = train("wd_2w_cpu", wide_deep_job("wd_2w_cpu", 32, cluster));
   ASSERT_EQ(wd_cpu.status, 0) << wd_cpu.output;
-  auto wd_device = train("wd_2w_dev", wide_deep_job("wd_2w_dev", 32, cluster), plugin, "", "--set job.device=cuda:3");
+  auto wd_device = train("wd_2w_dev", wide_deep_job("wd_2w_dev", 32, cluster), plugin, "", "--set job.device=cuda");
   ASSERT_EQ(wd_device.status, 0) << wd_device.output;
-  EXPECT_THAT(wd_device.output, HasSubstr("fake CUDA plugin: device 3"));
-  EXPECT_THAT(wd_device.output, Not(HasSubstr("all-reduced on the devices")));
+  EXPECT_THAT(wd_device.output, HasSubstr("fake CUDA plugin: device 1"));
+  EXPECT_THAT(wd_device.output, HasSubstr("all-reduced on the devices"));
   expect_same_state("wd_2w_cpu", "wd_2w_dev", 0.0);
+  auto wd_staged = train("wd_2w_host", wide_deep_job("wd_2w_host", 32, cluster), plugin, "",
+                         "--set job.device=cuda --set cluster.ring.device_collectives=host");
+  ASSERT_EQ(wd_staged.status, 0) << wd_staged.output;
+  EXPECT_THAT(wd_staged.output, Not(HasSubstr("all-reduced on the devices")));
+  expect_same_state("wd_2w_cpu", "wd_2w_host", 0.0);
   auto refused = train("wd_2w_nccl", wide_deep_job("wd_2w_nccl", 32, cluster), plugin, "",
                        "--set job.device=cuda:3 --set cluster.ring.device_collectives=nccl");
   EXPECT_NE(refused.status, 0);

@@ -132,20 +132,28 @@ NamedTensors on_host(NamedTensors named) {
 
 // Whether several workers' dense gradients on `device` are all-reduced on the devices
 // (cluster.ring.device_collectives). NCCL refuses two ranks on one GPU, so "auto" takes it only
-// when every local worker has a device of its own (job.device: cuda).
-bool use_device_collectives(const JobOptions& options, Device device) {
-  if (device.is_cpu()) return false;
+// when every worker has a device of its own (job.device: cuda, local rank r on GPU r); "nccl"
+// with cuda:K is refused where the local launcher starts every worker on this one host.
+bool use_device_collectives(const JobOptions& options, const ProcessRole& role, Device device) {
   const std::string& mode = options.cluster.ring.device_collectives;
+  if (device.is_cpu()) {
+    if (mode == "nccl") {
+      throw ConfigError(fmt::format("cluster.ring.device_collectives: nccl all-reduces GPU memory, but job.device "
+                                    "is {}; set job.device: cuda, or device_collectives: auto", options.job.device));
+    }
+    return false;
+  }
   const bool own_device = options.job.device == "cuda";
   const bool built = ring::has_device_collective(device.kind);
   if (mode == "nccl") {
     if (!built) {
       throw ConfigError("cluster.ring.device_collectives: nccl: this aiacc-train was built without NCCL; set host");
     }
-    if (!own_device) {
+    if (!own_device && role.launcher == "local") {
       throw ConfigError(fmt::format("cluster.ring.device_collectives: nccl needs a GPU per worker, but job.device: {} "
-                                    "puts every worker of a host on one (NCCL refuses two ranks on one GPU); set "
-                                    "job.device: cuda, or device_collectives: host", options.job.device));
+                                    "puts all {} workers of this host on one (NCCL refuses two ranks on one GPU); "
+                                    "set job.device: cuda, or device_collectives: host", options.job.device,
+                                    options.cluster.workers));
     }
     return true;
   }
@@ -567,11 +575,11 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     if (s.multi_worker() && !s.dense_params.empty()) {
       // Gradients become ready in reverse forward order.
       std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
-      if (use_device_collectives(options, s.device)) {
-        s.fuser = s.make_device_fuser(ready_order);
-      } else {
-        s.fuser = s.make_host_fuser(ready_order);
-      }
+      const bool on_devices = use_device_collectives(options, s.group->role(), s.device);
+      // Mixed choices would meet as an NCCL init timeout or a plan mismatch: say it plainly.
+      s.group->check_worker_agreement("dense gradient path (cluster.ring.device_collectives)",
+                                      on_devices ? "on the devices\n" : "through host memory\n");
+      s.fuser = on_devices ? s.make_device_fuser(ready_order) : s.make_host_fuser(ready_order);
     }
   }
 
