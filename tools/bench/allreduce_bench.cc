@@ -6,7 +6,7 @@
 //                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
 //                         [--hierarchical on|off] [--chunk-bytes 1M] [--rebalance RUNS|0] [--seconds S] [--no-check]
 //                         [--curve on|off] [--pin on|off] [--transport auto|tcp|zmq] [--spin-us N|-1]
-//                         [--halving-doubling-bytes N]
+//                         [--halving-doubling-bytes N] [--repeat R]
 // --halving-doubling-bytes sets AllreduceTuning::halving_doubling_bytes (0: the ring instead of
 // halving-doubling for every size it would serve).
 // --transport picks the ring's links (ring/communicator.h): tcp, plain sockets the ranks'
@@ -27,7 +27,10 @@
 // itself. Under tools/netemu (AIACC_NETEMU_* set), one launcher runs per emulated host, starts
 // --ranks processes there, and host 0's launcher serves the store on its address.
 // Timing: per size, a barrier, `warmup` untimed runs, then runs until ~--seconds have passed
-// (at least 3); the time is rank 0's mean per run. --streams auto tunes the stream count
+// (at least 3); the time is rank 0's mean per run. --repeat R (3 by default) runs R sweeps of
+// aiacc and of each OpenMPI transport, alternating, so a noisy spell of this shared machine
+// hits both sides alike; each size reports the median time of each side with its [min-max],
+// and the ratio of the medians (under tools/netemu one sweep: no OpenMPI there). --streams auto tunes the stream count
 // (AutoTuner over 1, 2, 4, ... --max-streams) for each size before measuring it (column K).
 #include <sched.h>
 #include <sys/wait.h>
@@ -41,6 +44,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <algorithm>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -83,6 +87,7 @@ struct Args {
   std::string mpi = "tcp,shm";
   std::string json;
   double seconds = 0.3;
+  int repeat = 3;  // alternating sweeps of each side; medians reported
   bool check = true;
   bool curve = false;  // CURVE-authenticated and -encrypted connections (the job default)
   std::string transport = "auto";
@@ -135,6 +140,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--cpu") a.cpu = std::stoi(value());
     else if (key == "--json") a.json = value();
     else if (key == "--seconds") a.seconds = std::stod(value());
+    else if (key == "--repeat") a.repeat = std::stoi(value());
     else if (key == "--no-check") a.check = false;
     else if (key == "--curve") {
       const std::string v = value();
@@ -156,6 +162,7 @@ Args parse(int argc, char** argv) {
     else throw ConfigError(fmt::format("unknown option {} (see the comment at the top of allreduce_bench.cc)", key));
   }
   if (a.ranks < 1) throw ConfigError("--ranks must be >= 1");
+  if (a.repeat < 1) throw ConfigError("--repeat must be >= 1");
   if (a.cpu >= 0 && a.rank < 0) throw ConfigError("--cpu is set by the launcher for its ranks; use --pin on");
   return a;
 }
@@ -397,27 +404,14 @@ std::map<std::int64_t, double> run_mpi(const Args& a, const std::string& transpo
   return out;
 }
 
-int run_launcher(Args a) {
-  const char* host_env = std::getenv("AIACC_NETEMU_HOST");
-  const int host = host_env ? std::atoi(host_env) : 0;
-  const int hosts = host_env ? std::atoi(std::getenv("AIACC_NETEMU_HOSTS")) : 1;
-  std::string host0 = "127.0.0.1";
-  if (host_env) {
-    a.interface = std::getenv("AIACC_NETEMU_ADDR");
-    const std::string all = std::getenv("AIACC_NETEMU_ADDRS");
-    host0 = all.substr(0, all.find(','));
-  }
-  const int world = a.ranks * hosts;
-  // --curve on: the ranks (which inherit the environment) and the store use the job's keys.
-  if (a.curve && std::getenv(net::kJobTokenVariable) == nullptr) {
-    setenv(net::kJobTokenVariable, net::generate_job_token().c_str(), 1);
-  }
-  if (!a.curve) unsetenv(net::kJobTokenVariable);
-  auto context = net::Context::create(1, net::curve_keys_from_environment());
+// One sweep of aiacc's ranks on this (emulated) host: rank 0's results on host 0, nullopt on
+// other hosts; throws when a rank fails.
+std::optional<Results> run_aiacc_sweep(const Args& a, int host, int world, const std::string& host0,
+                                       const std::shared_ptr<net::Context>& context, bool netemu) {
   std::optional<net::RendezvousServer> server;
   int port = a.port;
   if (host == 0) {
-    server.emplace(context, host0, host_env ? a.port : 0);
+    server.emplace(context, host0, netemu ? a.port : 0);
     port = server->port();
   }
   std::vector<Child> children;
@@ -447,46 +441,119 @@ int run_launcher(Args a) {
     waitpid(children[i].pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
   }
-  if (failed) {
-    std::cerr << "a rank failed (see its error above)\n";
-    return 1;
-  }
-  if (host != 0) return 0;
-  const Results results = parse_results(rank0_output);
-  const bool tuned = a.streams == "auto";
-  const int streams = tuned ? a.max_streams : results.streams;
-  const auto& rows = results.rows;
+  if (failed) throw Error("a rank failed (see its error above)");
+  if (host != 0) return std::nullopt;
+  return parse_results(rank0_output);
+}
 
-  std::map<std::string, std::map<std::int64_t, double>> mpi;
+// Median, min and max of one size's times over the sweeps.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread spread(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  const double median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  return {median, values.front(), values.back()};
+}
+std::string range_us(const Spread& s, std::size_t runs) {
+  return runs > 1 ? fmt::format("[{:.0f}-{:.0f}]", s.min * 1e6, s.max * 1e6) : std::string();
+}
+
+int run_launcher(Args a) {
+  const char* host_env = std::getenv("AIACC_NETEMU_HOST");
+  const int host = host_env ? std::atoi(host_env) : 0;
+  const int hosts = host_env ? std::atoi(std::getenv("AIACC_NETEMU_HOSTS")) : 1;
+  std::string host0 = "127.0.0.1";
+  if (host_env) {
+    a.interface = std::getenv("AIACC_NETEMU_ADDR");
+    const std::string all = std::getenv("AIACC_NETEMU_ADDRS");
+    host0 = all.substr(0, all.find(','));
+    a.repeat = 1;  // the hosts' launchers would have to agree on every sweep's store; no OpenMPI here
+  }
+  const int world = a.ranks * hosts;
+  // --curve on: the ranks (which inherit the environment) and the store use the job's keys.
+  if (a.curve && std::getenv(net::kJobTokenVariable) == nullptr) {
+    setenv(net::kJobTokenVariable, net::generate_job_token().c_str(), 1);
+  }
+  if (!a.curve) unsetenv(net::kJobTokenVariable);
+  auto context = net::Context::create(1, net::curve_keys_from_environment());
+  std::vector<std::string> transports;
   if (a.mpi != "none" && !host_env) {
     std::istringstream list(a.mpi);
-    for (std::string t; std::getline(list, t, ',');) mpi[t] = run_mpi(a, t, world);
+    for (std::string t; std::getline(list, t, ',');) transports.push_back(t);
   }
+  // Sweeps alternate between the two sides: aiacc, then each OpenMPI transport, R times.
+  std::vector<Results> sweeps;
+  std::map<std::string, std::map<std::int64_t, std::vector<double>>> mpi_times;
+  for (int round = 0; round < a.repeat; ++round) {
+    std::optional<Results> results;
+    try {
+      results = run_aiacc_sweep(a, host, world, host0, context, host_env != nullptr);
+    } catch (const Error& e) {
+      std::cerr << e.what() << "\n";
+      return 1;
+    }
+    if (host != 0) continue;
+    sweeps.push_back(std::move(*results));
+    for (const std::string& t : transports) {
+      for (const auto& [bytes, seconds] : run_mpi(a, t, world)) mpi_times[t][bytes].push_back(seconds);
+    }
+  }
+  if (host != 0) return 0;
+  const Results& results = sweeps.front();
+  const bool tuned = a.streams == "auto";
+  const int streams = tuned ? a.max_streams : results.streams;
+  const std::size_t runs = sweeps.size();
+
   std::cout << fmt::format("# aiacc allreduce: {} ranks ({} host{}), {}{} stream{}{}, wire {}, fp32, transport {}; algorithms: {}\n",
                            world, hosts, hosts == 1 ? "" : "s", tuned ? "up to " : "", streams, streams == 1 ? "" : "s",
                            tuned ? " (powers of two) auto-tuned per size (K)" : "", a.wire, results.transport, results.algorithms);
+  if (runs > 1) {
+    std::cout << fmt::format("# {} alternating sweeps of each side: median times, [min-max] in us, busbw and ratio "
+                             "from the medians\n", runs);
+  }
   std::cout << fmt::format("{:>12} {:>11} {:>9} {:>9}", "size(B)", "time(us)", "algbw", "busbw");
+  if (runs > 1) std::cout << fmt::format(" {:>17}", "aiacc range");
   if (tuned) std::cout << fmt::format(" {:>3}", "K");
-  for (const auto& [t, _] : mpi) std::cout << fmt::format(" {:>12} {:>9} {:>7}", "mpi-" + t + "(us)", "busbw", "ratio");
+  for (const auto& t : transports) {
+    std::cout << fmt::format(" {:>12}", "mpi-" + t + "(us)");
+    if (runs > 1) std::cout << fmt::format(" {:>17}", "range");
+    std::cout << fmt::format(" {:>9} {:>7}", "busbw", "ratio");
+  }
   std::cout << "   (GB/s; ratio = aiacc busbw / OpenMPI busbw)\n";
   nlohmann::json out = nlohmann::json::array();
-  for (const Row& r : rows) {
-    const double alg = static_cast<double>(r.bytes) / r.seconds / 1e9;
-    const double bus = busbw(static_cast<double>(r.bytes), r.seconds, world);
-    std::cout << fmt::format("{:>12} {:>11.1f} {:>9.3f} {:>9.3f}", r.bytes, r.seconds * 1e6, alg, bus);
+  for (std::size_t i = 0; i < results.rows.size(); ++i) {
+    const Row& r = results.rows[i];
+    std::vector<double> times;
+    for (const Results& sweep : sweeps) {
+      if (i < sweep.rows.size()) times.push_back(sweep.rows[i].seconds);
+    }
+    const Spread ours = spread(times);
+    const double alg = static_cast<double>(r.bytes) / ours.median / 1e9;
+    const double bus = busbw(static_cast<double>(r.bytes), ours.median, world);
+    std::cout << fmt::format("{:>12} {:>11.1f} {:>9.3f} {:>9.3f}", r.bytes, ours.median * 1e6, alg, bus);
+    if (runs > 1) std::cout << fmt::format(" {:>17}", range_us(ours, runs));
     if (tuned) std::cout << fmt::format(" {:>3}", r.streams);
-    nlohmann::json j{{"bytes", r.bytes}, {"time_us", r.seconds * 1e6}, {"algbw_gbs", alg}, {"busbw_gbs", bus},
+    nlohmann::json j{{"bytes", r.bytes}, {"time_us", ours.median * 1e6}, {"time_us_min", ours.min * 1e6},
+                     {"time_us_max", ours.max * 1e6}, {"repeats", runs}, {"algbw_gbs", alg}, {"busbw_gbs", bus},
                      {"ranks", world}, {"hosts", hosts}, {"streams", r.streams}, {"wire", a.wire},
                      {"transport", results.transport}};
-    for (const auto& [t, m] : mpi) {
-      const auto it = m.find(r.bytes);
-      if (it == m.end()) {
-        std::cout << fmt::format(" {:>12} {:>9} {:>7}", "-", "-", "-");
+    for (const auto& t : transports) {
+      const auto it = mpi_times[t].find(r.bytes);
+      if (it == mpi_times[t].end() || it->second.empty()) {
+        std::cout << fmt::format(" {:>12}", "-");
+        if (runs > 1) std::cout << fmt::format(" {:>17}", "-");
+        std::cout << fmt::format(" {:>9} {:>7}", "-", "-");
         continue;
       }
-      const double mb = busbw(static_cast<double>(r.bytes), it->second, world);
-      std::cout << fmt::format(" {:>12.1f} {:>9.3f} {:>7.2f}", it->second * 1e6, mb, mb > 0 ? bus / mb : 0.0);
-      j["mpi_" + t] = {{"time_us", it->second * 1e6}, {"busbw_gbs", mb}, {"ratio", mb > 0 ? bus / mb : 0.0}};
+      const Spread theirs = spread(it->second);
+      const double mb = busbw(static_cast<double>(r.bytes), theirs.median, world);
+      std::cout << fmt::format(" {:>12.1f}", theirs.median * 1e6);
+      if (runs > 1) std::cout << fmt::format(" {:>17}", range_us(theirs, it->second.size()));
+      std::cout << fmt::format(" {:>9.3f} {:>7.2f}", mb, mb > 0 ? bus / mb : 0.0);
+      j["mpi_" + t] = {{"time_us", theirs.median * 1e6}, {"time_us_min", theirs.min * 1e6},
+                       {"time_us_max", theirs.max * 1e6}, {"busbw_gbs", mb}, {"ratio", mb > 0 ? bus / mb : 0.0}};
     }
     std::cout << "\n";
     out.push_back(j);
