@@ -1,9 +1,13 @@
-// NcclCommunicator on real GPUs (skipped, exit 77, without one). World 1 with K = 1 and 3
-// streams: sum and average of integers-in-float equal the input, f16/bf16/f64/i32/i64 buffers,
-// uneven and zero stream weights, broadcast and allgather, ordering with the caller's stream,
-// argument errors and an NCCL init that times out naming the rank. Two or more ranks as threads,
-// one GPU each (skipped with fewer than two GPUs): exact closed-form sums, averages, broadcast
-// and allgather, and a collective that one rank never joins -> TimeoutError.
+// NcclCommunicator on real GPUs (skipped, exit 77, without one).
+// World 1 with K = 1 and 3 streams: sum and average of integers-in-float equal the input,
+// f16/bf16/f64/i32/i64 buffers, uneven and zero stream weights, broadcast and allgather, ordering
+// with the caller's stream (also beside it, then join(), with timed parts), argument errors and
+// an NCCL init that times out naming the rank; the trainer's DeviceGradientFuser over the NCCL
+// factory.
+// Two or more ranks as threads, one GPU each (skipped with fewer than two GPUs): exact
+// closed-form sums, averages, broadcast and allgather, a caller stream that runs on beside a
+// collective until it joins, the fuser's averages, and a collective that one rank never joins
+// -> TimeoutError.
 #include <cuda_runtime_api.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,13 +23,14 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device.h"
+#include "core/cuda/stream.h"
+#include "core/cuda/tensor_backend.h"
 #include "core/error.h"
 #include "core/net/context.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
-#include "core/util/half.h"
-#include "core/cuda/tensor_backend.h"
 #include "core/parameter.h"
+#include "core/util/half.h"
 #include "ring/device_gradient_fuser.h"
 #include "ring/nccl/nccl_communicator.h"
 #include "ring/nccl/nccl_device_collective.h"
@@ -424,6 +429,76 @@ TEST(MultiRankFailure, ACollectiveOneRankNeverJoinsTimesOutNamingRankAndOp) {
       }
       comm.abort();  // its peer is gone: do not wait for a finalize that cannot complete
     }
+  });
+}
+
+// An allreduce that does not hold the caller's stream (the gradient buckets' mode), then join():
+// with one rank the result equals the input once the stream has joined, and the busy time of
+// the timed parts is positive.
+TEST(NcclCommunicator, AllreduceBesideTheCallerStreamThenJoin) {
+  Job job;
+  auto comm = single_rank(job, 2, "beside");
+  comm->set_timing(true);
+  TestStream stream;
+  const std::size_t count = 250007;
+  const auto input = integer_floats(count);
+  DeviceBuffer buffer(count * sizeof(float));
+  AIACC_CUDA_CHECK(cudaMemcpyAsync(buffer.get(), input.data(), count * sizeof(float), cudaMemcpyHostToDevice,
+                                   stream.get()));
+  for (int i = 0; i < 3; ++i) {
+    comm->allreduce(buffer.get(), static_cast<std::int64_t>(count), DType::f32, ReduceOp::kAverage, stream.get(),
+                    /*caller_waits=*/false);
+  }
+  comm->join(stream.get());
+  EXPECT_EQ(buffer.download<float>(count, stream.get()), input);
+  comm->synchronize(60);
+  EXPECT_GT(comm->take_busy_seconds(), 0.0);
+  EXPECT_EQ(comm->take_busy_seconds(), 0.0) << "taken once";
+}
+
+// Overlap: while rank 1 holds back its part of an allreduce, rank 0's caller stream (which the
+// allreduce was queued beside) goes on; only join() makes it wait for the collective.
+TEST(MultiRankOverlap, TheCallerStreamRunsOnUntilItJoins) {
+  if (gpu_world() < 2) GTEST_SKIP() << "needs at least 2 GPUs, found " << cuda::device_count();
+  Job job;
+  std::atomic<bool> rank0_checked{false};
+  testing::run_ranks(2, [&](int rank) {
+    AIACC_CUDA_CHECK(cudaSetDevice(rank));
+    auto client = job.client();
+    NcclCommunicator comm(client, rank, 2, rank, 1, "overlap", net::deadline_after(120));
+    TestStream stream;
+    const std::size_t count = 1 << 20;
+    DeviceBuffer buffer(count * sizeof(float));
+    AIACC_CUDA_CHECK(cudaMemsetAsync(buffer.get(), 0, count * sizeof(float), stream.get()));
+    comm.allreduce(buffer.get(), static_cast<std::int64_t>(count), DType::f32, ReduceOp::kSum, stream.get());
+    comm.synchronize(60);  // connections made
+    cuda::CudaEvent after = cuda::CudaEvent::create_for_ordering();
+    if (rank == 0) {
+      comm.allreduce(buffer.get(), static_cast<std::int64_t>(count), DType::f32, ReduceOp::kSum, stream.get(),
+                     /*caller_waits=*/false);
+      AIACC_CUDA_CHECK(cudaEventRecord(after.get(), stream.get()));
+      // Rank 1 has not joined yet: work queued after the allreduce must still complete.
+      const auto give_up = net::deadline_after(10);
+      cudaError_t state = cudaErrorNotReady;
+      while ((state = cudaEventQuery(after.get())) == cudaErrorNotReady && net::Clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      EXPECT_EQ(state, cudaSuccess) << "the caller stream waited for a collective it was queued beside";
+      rank0_checked = true;
+      comm.join(stream.get());
+      AIACC_CUDA_CHECK(cudaEventRecord(after.get(), stream.get()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      EXPECT_EQ(cudaEventQuery(after.get()), cudaErrorNotReady) << "join() did not order the stream";
+    } else {
+      const auto give_up = net::deadline_after(30);
+      while (!rank0_checked && net::Clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past rank 0's 200 ms look
+      comm.allreduce(buffer.get(), static_cast<std::int64_t>(count), DType::f32, ReduceOp::kSum, stream.get());
+    }
+    comm.synchronize(60);
+    AIACC_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   });
 }
 
