@@ -575,7 +575,19 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     if (s.multi_worker() && !s.dense_params.empty()) {
       // Gradients become ready in reverse forward order.
       std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
-      const bool on_devices = use_device_collectives(options, s.group->role(), s.device);
+      bool on_devices = use_device_collectives(options, s.group->role(), s.device);
+      // A model that keeps some dense parameter on the host (its choice in to()) cannot hand
+      // NCCL one device buffer: "auto" then stages through the host, "nccl" names the tensor.
+      for (const Parameter* p : s.dense_params) {
+        if (on_devices && p->value().device() != s.device) {
+          if (options.cluster.ring.device_collectives == "nccl") {
+            throw ConfigError(fmt::format("cluster.ring.device_collectives: nccl needs every dense parameter on {}, "
+                                          "but the model keeps '{}' on {}; set host", s.device.str(), p->name(),
+                                          p->value().device().str()));
+          }
+          on_devices = false;
+        }
+      }
       // Mixed choices would meet as an NCCL init timeout or a plan mismatch: say it plainly.
       s.group->check_worker_agreement("dense gradient path (cluster.ring.device_collectives)",
                                       on_devices ? "on the devices\n" : "through host memory\n");
