@@ -76,6 +76,12 @@ class Model {
                                   "device path yet)", device.str()));
   }
 
+  // On a device job, whether forward() takes the batch's dense inputs and labels on the device
+  // (the default: the model computes there) or on the host, as a model that joins them with rows
+  // pooled on the host does (Wide&Deep): the trainer then leaves them there, sparing a copy to
+  // the device and one back each step.
+  virtual bool batch_on_device() const { return true; }
+
   // Loss scaling (fp16 mixed precision): backward() then differentiates scale * loss, so every
   // gradient comes out `scale` times larger, and the trainer divides them back. ConfigError from
   // models that do not scale (the default) for any scale other than 1.

@@ -89,6 +89,8 @@ class WideDeep final : public Model {
   // their gradient back, the logits' two device terms [N] to the host and dlogits [N] to the
   // device; the loss runs on the host. f32 activations only; no dropout on a device.
   void to(Device device, const ActivationFormat& format = {}) override;
+  // The integer features meet the pooled rows on the host, and the loss runs there.
+  bool batch_on_device() const override { return false; }
 
   // When set, backward() also computes dL/d inputs [N, I] (model dtype): for gradient checks.
   void set_compute_input_grad(bool compute) { compute_input_grad_ = compute; }

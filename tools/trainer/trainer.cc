@@ -160,8 +160,10 @@ bool use_device_collectives(const JobOptions& options, const ProcessRole& role, 
   return mode == "auto" && built && own_device;
 }
 
-// The batch's dense inputs and labels copied to `device` (sparse ids stay on the host).
-void move_batch(Batch& batch, Device device) {
+// The batch's dense inputs and labels copied to `device` where the model takes them there
+// (sparse ids stay on the host).
+void move_batch(Batch& batch, Device device, const models::Model& model) {
+  if (!model.batch_on_device()) return;
   batch.inputs = batch.inputs.to(device);
   batch.labels = batch.labels.to(device);
 }
@@ -660,7 +662,7 @@ EvalResult Trainer::evaluate() {
   MetricMeter meter(s.test_data->spec().task);
   while (auto batch = loader.next()) {
     const Tensor labels = batch->labels;
-    move_batch(*batch, s.device);
+    move_batch(*batch, s.device, *s.model);
     double loss = s.model->forward(*batch, /*training=*/false);
     meter.add(loss, s.model->outputs().to(Device::cpu()), labels);
   }
@@ -805,7 +807,7 @@ TrainResult Trainer::run(const RunControl& control) {
         std::fill(batch->inputs.data<float>(), batch->inputs.data<float>() + batch->inputs.numel(), NAN);
       }
       const Tensor labels = batch->labels;  // on the host, for the metrics
-      move_batch(*batch, s.device);
+      move_batch(*batch, s.device, *s.model);
       const double lr = s.schedule->lr_at(step);
       s.sparse_lr = s.sparse_schedule->lr_at(step);
       double loss = 0;
