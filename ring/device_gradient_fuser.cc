@@ -104,22 +104,24 @@ void DeviceGradientFuser::finish_step() {
   in_step_ = false;
   AIACC_CHECK(next_bucket_ == plan_.buckets().size(), "{} of {} buckets queued at the end of the step",
               next_bucket_, plan_.buckets().size());
-  {
-    // The host queued backward ahead of the device: wait for it first, so the wait below is
-    // the communication backward did not hide.
-    trace::Span span("compute", "backward on the device");
-    collective_->wait_for_compute();
-  }
-  const auto wait_start = net::Clock::now();
   try {
-    trace::Span span("allreduce", "wait for device collectives");
-    collective_->synchronize();
+    {
+      // The host queued backward ahead of the device: wait for it first, so the wait below is
+      // the communication backward did not hide.
+      trace::Span span("compute", "backward on the device");
+      collective_->wait_for_compute();
+    }
+    const auto wait_start = net::Clock::now();
+    {
+      trace::Span span("allreduce", "wait for device collectives");
+      collective_->synchronize();
+    }
+    exposed_seconds_ = net::seconds_since(wait_start);
+    communication_seconds_ = collective_->take_busy_seconds();
   } catch (...) {
     error_ = std::current_exception();
     throw;
   }
-  exposed_seconds_ = net::seconds_since(wait_start);
-  communication_seconds_ = collective_->take_busy_seconds();
 }
 
 }  // namespace aiacc::ring

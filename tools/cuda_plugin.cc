@@ -25,8 +25,9 @@ extern "C" __attribute__((visibility("default"))) int aiacc_cuda_plugin_register
       std::snprintf(error, error_size, "this machine has %d CUDA device(s)", devices);
       return 1;
     }
-    // The worker's GPU becomes this thread's current device: device guards restore it, so no
-    // context is ever created on GPU 0 by a worker of another GPU.
+    // The worker's GPU becomes the current device of this thread (the one that trains): the
+    // device guards restore it, so its steps create no context on GPU 0 for a worker of
+    // another GPU.
     AIACC_CUDA_CHECK(cudaSetDevice(device));
     aiacc::cuda::register_tensor_backend();
     aiacc::cuda::register_device_ops();

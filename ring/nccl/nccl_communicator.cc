@@ -94,6 +94,7 @@ NcclCommunicator::~NcclCommunicator() {
     }
   }
   comms_.reset();  // finalize or abort; never throws
+  timed_parts_.clear();
   done_events_.clear();
   start_event_ = cuda::CudaEvent();
   streams_.clear();
@@ -295,6 +296,11 @@ void NcclCommunicator::join(cudaStream_t caller_stream) {
 
 double NcclCommunicator::take_busy_seconds() {
   if (timed_count_.empty()) return 0.0;
+  if (aborted()) {
+    // Parts cut short never recorded their end: nothing to time.
+    std::fill(timed_count_.begin(), timed_count_.end(), std::size_t{0});
+    return 0.0;
+  }
   cuda::DeviceGuard guard(cuda_device_);
   double busiest = 0.0;
   for (std::size_t k = 0; k < timed_count_.size(); ++k) {

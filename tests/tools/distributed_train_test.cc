@@ -600,12 +600,18 @@ TEST(DistributedTrain, NonFiniteGradientsStopTheJobOrSkipTheStepByConfig) {
 //   all-reduced on the devices (the plugin's device collective, NCCL's stand-in); and with both
 //   workers on cuda:2 (NCCL refuses that, so "auto" stages through host memory into the ring);
 // - Wide&Deep with its tables on two parameter-server shards, on the devices and with
-//   cluster.ring.device_collectives: host; forcing nccl onto one shared device is refused by key.
+//   cluster.ring.device_collectives: host; forcing nccl onto one shared device, or onto a CPU
+//   job, is refused by key.
 TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   if (g_fake_cuda_plugin.empty()) GTEST_SKIP() << "no fake CUDA plugin given (argv[2])";
   const std::string plugin = "AIACC_CUDA_PLUGIN=" + g_fake_cuda_plugin;
   auto cpu = train("mlp_2w_cpu", mlp_job("mlp_2w_cpu", 32, "  workers: 2\n"));
   ASSERT_EQ(cpu.status, 0) << cpu.output;
+  auto nccl_on_cpu = train("mlp_2w_cpu_nccl", mlp_job("mlp_2w_cpu_nccl", 32, "  workers: 2\n"), "", "",
+                           "--set cluster.ring.device_collectives=nccl");
+  EXPECT_NE(nccl_on_cpu.status, 0);
+  EXPECT_THAT(nccl_on_cpu.output, HasSubstr("cluster.ring.device_collectives: nccl all-reduces GPU memory, but "
+                                            "job.device is cpu"));
   auto device = train("mlp_2w_dev", mlp_job("mlp_2w_dev", 32, "  workers: 2\n"), plugin, "", "--set job.device=cuda");
   ASSERT_EQ(device.status, 0) << device.output;
   EXPECT_THAT(device.output, HasSubstr("fake CUDA plugin: device 0"));

@@ -461,7 +461,7 @@ TEST(NcclCommunicator, AllreduceBesideTheCallerStreamThenJoin) {
 TEST(MultiRankOverlap, TheCallerStreamRunsOnUntilItJoins) {
   if (gpu_world() < 2) GTEST_SKIP() << "needs at least 2 GPUs, found " << cuda::device_count();
   Job job;
-  std::atomic<bool> rank0_checked{false};
+  std::atomic<bool> rank0_checked{false}, rank0_looked{false};
   testing::run_ranks(2, [&](int rank) {
     AIACC_CUDA_CHECK(cudaSetDevice(rank));
     auto client = job.client();
@@ -487,14 +487,15 @@ TEST(MultiRankOverlap, TheCallerStreamRunsOnUntilItJoins) {
       rank0_checked = true;
       comm.join(stream.get());
       AIACC_CUDA_CHECK(cudaEventRecord(after.get(), stream.get()));
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // Rank 1 is still held back (it waits for rank0_looked): the joined stream must wait.
       EXPECT_EQ(cudaEventQuery(after.get()), cudaErrorNotReady) << "join() did not order the stream";
+      rank0_looked = true;
     } else {
       const auto give_up = net::deadline_after(30);
-      while (!rank0_checked && net::Clock::now() < give_up) {
+      while (!(rank0_checked && rank0_looked) && net::Clock::now() < give_up) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past rank 0's 200 ms look
       comm.allreduce(buffer.get(), static_cast<std::int64_t>(count), DType::f32, ReduceOp::kSum, stream.get());
     }
     comm.synchronize(60);
