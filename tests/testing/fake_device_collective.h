@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "ring/allreduce.h"
 #include "ring/device_collective.h"
 #include "tests/testing/fake_device.h"
@@ -63,9 +65,15 @@ class FakeDeviceCollective : public ring::DeviceCollective {
   double busy_seconds_ = 0;
 };
 
-// Registers FakeDeviceCollective for DeviceKind::cuda (the fake accelerator's kind).
+// Registers FakeDeviceCollective for DeviceKind::cuda (the fake accelerator's kind). With
+// AIACC_TEST_DEVICE_COLLECTIVE_FAIL set, joining fails as NCCL's init does for two ranks on one
+// GPU (for the trainer's error message).
 inline void install_fake_device_collective() {
   ring::register_device_collective(DeviceKind::cuda, [](const ring::DeviceCollectiveSpec& spec) {
+    if (std::getenv("AIACC_TEST_DEVICE_COLLECTIVE_FAIL") != nullptr) {
+      throw CommError(fmt::format("rank {}: NCCL '{}': init failed: invalid usage (Duplicate GPU detected)",
+                                  spec.rank, spec.name));
+    }
     return std::unique_ptr<ring::DeviceCollective>(std::make_unique<FakeDeviceCollective>(spec.host, spec.device));
   });
 }

@@ -619,6 +619,11 @@ TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   EXPECT_THAT(device.output, HasSubstr("dense gradients: all-reduced on the devices through the fake device "
                                        "collective on cuda:0"));
   expect_same_state("mlp_2w_cpu", "mlp_2w_dev", 0.0);
+  auto join_failed = train("mlp_2w_join", mlp_job("mlp_2w_join", 32, "  workers: 2\n"),
+                           plugin + " AIACC_TEST_DEVICE_COLLECTIVE_FAIL=1", "", "--set job.device=cuda");
+  EXPECT_NE(join_failed.status, 0);
+  EXPECT_THAT(join_failed.output, HasSubstr("cluster.ring.device_collectives: auto on cuda:"));
+  EXPECT_THAT(join_failed.output, HasSubstr("Duplicate GPU detected"));
   auto staged = train("mlp_2w_host", mlp_job("mlp_2w_host", 32, "  workers: 2\n"), plugin, "", "--set job.device=cuda:2");
   ASSERT_EQ(staged.status, 0) << staged.output;
   EXPECT_THAT(staged.output, HasSubstr("fake CUDA plugin: device 2"));

@@ -251,7 +251,21 @@ struct Trainer::State {
     spec.streams = std::min(ring_options.comm.streams, 4);
     spec.name = "dense-gradients";
     spec.timeout_s = ring_options.comm.timeout_s;
-    auto collective = ring::make_device_collective(spec);
+    std::unique_ptr<ring::DeviceCollective> collective;
+    // NCCL refuses two ranks on one GPU (an outer launcher with job.device: cuda:K may put them
+    // there): name the key that chose NCCL.
+    const auto context = [&](const std::exception& e) {
+      return fmt::format("cluster.ring.device_collectives: {} on {}: {}; do two workers share this GPU? (set "
+                         "job.device: cuda, or device_collectives: host)", ring_options.device_collectives,
+                         device.str(), e.what());
+    };
+    try {
+      collective = ring::make_device_collective(spec);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(context(e));
+    } catch (const CommError& e) {
+      throw CommError(context(e));
+    }
     if (leader()) {
       log->info("dense gradients: all-reduced on the devices through {} ({}-byte buckets){}", collective->describe(),
                 ring_options.bucket_bytes,
