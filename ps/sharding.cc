@@ -1,27 +1,40 @@
-// split_by_shard: two passes (count, fill) so every per-shard vector is allocated once.
+// split_by_shard: the shards computed in one tight pass, then each shard's ids and positions
+// written through raw cursors into vectors sized once (push_back's capacity checks kept the
+// fill from pipelining: 11 ns an id before, on 100k-id requests).
 #include "ps/sharding.h"
+
+#include <numeric>
 
 namespace aiacc::ps {
 
 ShardSplit split_by_shard(std::span<const std::int64_t> ids, int num_shards) {
   const auto shards = static_cast<std::size_t>(num_shards);
-  std::vector<int> shard(ids.size());
-  std::vector<std::size_t> counts(shards, 0);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    shard[i] = shard_of(ids[i], num_shards);
-    ++counts[static_cast<std::size_t>(shard[i])];
-  }
+  const std::size_t n = ids.size();
   ShardSplit split;
   split.ids.resize(shards);
   split.positions.resize(shards);
-  for (std::size_t k = 0; k < shards; ++k) {
-    split.ids[k].reserve(counts[k]);
-    split.positions[k].reserve(counts[k]);
+  if (shards == 1) {
+    split.ids[0].assign(ids.begin(), ids.end());
+    split.positions[0].resize(n);
+    std::iota(split.positions[0].begin(), split.positions[0].end(), std::int64_t{0});
+    return split;
   }
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const auto k = static_cast<std::size_t>(shard[i]);
-    split.ids[k].push_back(ids[i]);
-    split.positions[k].push_back(static_cast<std::int64_t>(i));
+  std::vector<std::uint32_t> shard(n);
+  for (std::size_t i = 0; i < n; ++i) shard[i] = static_cast<std::uint32_t>(shard_of(ids[i], num_shards));
+  std::vector<std::size_t> counts(shards, 0);
+  for (std::size_t i = 0; i < n; ++i) ++counts[shard[i]];
+  std::vector<std::int64_t*> id_out(shards);
+  std::vector<std::int64_t*> position_out(shards);
+  for (std::size_t k = 0; k < shards; ++k) {
+    split.ids[k].resize(counts[k]);
+    split.positions[k].resize(counts[k]);
+    id_out[k] = split.ids[k].data();
+    position_out[k] = split.positions[k].data();
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t k = shard[i];
+    *id_out[k]++ = ids[i];
+    *position_out[k]++ = static_cast<std::int64_t>(i);
   }
   return split;
 }

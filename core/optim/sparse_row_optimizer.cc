@@ -26,7 +26,7 @@ std::int64_t advance(float& row_step) {
 }  // namespace
 
 SparseRowOptimizer::SparseRowOptimizer(const OptimizerOptions& options)
-    : options_(options), type_(detail::parse_rule_type(options.type)) {
+    : options_(options), type_(detail::parse_rule_type(options.type)), adagrad_(detail::adagrad_rule(options)) {
   if (type_ == RuleType::lars || type_ == RuleType::lamb) {
     throw ConfigError(fmt::format(
         "optimizer.type: {} is a layer-wise rule and cannot update sparse rows one at a time "
@@ -59,8 +59,8 @@ void SparseRowOptimizer::init_state(float* state, int dim) const {
   std::fill(state, state + state_floats(dim), initial);
 }
 
-void SparseRowOptimizer::update_row(float* value, float* state, const float* grad, int dim,
-                                    double lr) const {
+void SparseRowOptimizer::update_row_by_rule(float* value, float* state, const float* grad, int dim,
+                                            double lr) const {
   AIACC_CHECK_GE(dim, 0, "row dimension");
   const auto n = static_cast<std::size_t>(dim);
   const std::span<float> w(value, n);

@@ -31,13 +31,23 @@ class SparseRowOptimizer {
   // (already scheduled by the caller) to value [dim] and state [state_floats(dim)], in place.
   // Weight decay, if configured, applies to the touched row only. Const and free of shared
   // state: safe to call concurrently on distinct rows.
-  void update_row(float* value, float* state, const float* grad, int dim, double lr) const;
+  // Adagrad, the common sparse rule, is applied inline; the others through one call.
+  void update_row(float* value, float* state, const float* grad, int dim, double lr) const {
+    if (type_ == detail::RuleType::adagrad) {
+      adagrad_.update_elements(value, grad, state, static_cast<std::size_t>(dim), lr);
+      return;
+    }
+    update_row_by_rule(value, state, grad, dim, lr);
+  }
 
   const std::string& type() const { return options_.type; }
 
  private:
+  void update_row_by_rule(float* value, float* state, const float* grad, int dim, double lr) const;
+
   OptimizerOptions options_;
   detail::RuleType type_;
+  AdagradRule adagrad_;  // from options_ (the rule's parameters, read per row)
 };
 
 }  // namespace aiacc::optim
