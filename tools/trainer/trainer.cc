@@ -133,8 +133,11 @@ NamedTensors on_host(NamedTensors named) {
 // Whether several workers' dense gradients on `device` are all-reduced on the devices
 // (cluster.ring.device_collectives). NCCL refuses two ranks on one GPU, so "auto" takes it only
 // when every worker has a device of its own (job.device: cuda, local rank r on GPU r); "nccl"
-// with cuda:K is refused where the local launcher starts every worker on this one host.
-bool use_device_collectives(const JobOptions& options, const ProcessRole& role, Device device) {
+// with cuda:K is refused where the local launcher starts every worker on this one host. A model
+// that keeps some dense parameter on the host (its choice in to()) cannot hand NCCL one device
+// buffer: "auto" then stages through the host, "nccl" names the tensor.
+bool use_device_collectives(const JobOptions& options, const ProcessRole& role, Device device,
+                            const std::vector<Parameter*>& dense_params) {
   const std::string& mode = options.cluster.ring.device_collectives;
   if (device.is_cpu()) {
     if (mode == "nccl") {
@@ -155,9 +158,19 @@ bool use_device_collectives(const JobOptions& options, const ProcessRole& role, 
                                     "set job.device: cuda, or device_collectives: host", options.job.device,
                                     options.cluster.workers));
     }
-    return true;
+  } else if (mode != "auto" || !built || !own_device) {
+    return false;
   }
-  return mode == "auto" && built && own_device;
+  for (const Parameter* p : dense_params) {
+    if (p->value().device() == device) continue;
+    if (mode == "nccl") {
+      throw ConfigError(fmt::format("cluster.ring.device_collectives: nccl needs every dense parameter on {}, but the "
+                                    "model keeps '{}' on {}; set host", device.str(), p->name(),
+                                    p->value().device().str()));
+    }
+    return false;
+  }
+  return true;
 }
 
 // The batch's dense inputs and labels copied to `device` where the model takes them there
@@ -591,19 +604,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     if (s.multi_worker() && !s.dense_params.empty()) {
       // Gradients become ready in reverse forward order.
       std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
-      bool on_devices = use_device_collectives(options, s.group->role(), s.device);
-      // A model that keeps some dense parameter on the host (its choice in to()) cannot hand
-      // NCCL one device buffer: "auto" then stages through the host, "nccl" names the tensor.
-      for (const Parameter* p : s.dense_params) {
-        if (on_devices && p->value().device() != s.device) {
-          if (options.cluster.ring.device_collectives == "nccl") {
-            throw ConfigError(fmt::format("cluster.ring.device_collectives: nccl needs every dense parameter on {}, "
-                                          "but the model keeps '{}' on {}; set host", s.device.str(), p->name(),
-                                          p->value().device().str()));
-          }
-          on_devices = false;
-        }
-      }
+      const bool on_devices = use_device_collectives(options, s.group->role(), s.device, s.dense_params);
       // Mixed choices would meet as an NCCL init timeout or a plan mismatch: say it plainly.
       s.group->check_worker_agreement("dense gradient path (cluster.ring.device_collectives)",
                                       on_devices ? "on the devices\n" : "through host memory\n");
