@@ -5,24 +5,16 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/trace.h"
+#include "ring/detail/flat_gradients.h"
 
 namespace aiacc::ring {
 namespace {
-
-std::vector<std::pair<std::string, std::int64_t>> listing(const std::vector<Parameter*>& parameters) {
-  std::vector<std::pair<std::string, std::int64_t>> out;
-  for (const Parameter* p : parameters) out.emplace_back(p->name(), p->grad().numel());
-  return out;
-}
 
 // The device every gradient lives on (checked), before the plan is built from them.
 Device common_device(const std::vector<Parameter*>& parameters) {
   if (parameters.empty()) throw ConfigError("gradient fusion on a device: no dense parameters");
   const Device device = parameters.front()->grad().device();
   for (const Parameter* p : parameters) {
-    if (p->kind() != ParamKind::dense || p->grad().dtype() != DType::f32) {
-      throw ConfigError(fmt::format("gradient fusion: parameter '{}' is not a dense f32 tensor", p->name()));
-    }
     if (p->grad().device() != device || device.is_cpu()) {
       throw ConfigError(fmt::format("gradient fusion on a device: parameter '{}' is on {}, not on the device of "
                                     "'{}' ({})", p->name(), p->grad().device().str(), parameters.front()->name(),
@@ -40,16 +32,11 @@ DeviceGradientFuser::DeviceGradientFuser(std::unique_ptr<DeviceCollective> colle
     : collective_(std::move(collective)),
       parameters_(std::move(parameters)),
       op_(op),
-      plan_(listing(parameters_), bucket_bytes) {
+      plan_(detail::gradient_listing(parameters_), bucket_bytes) {
   const Device device = common_device(parameters_);
   // Offsets do not depend on the bucket size, but the boundaries do: the whole plan is compared.
   verify_plan(host, plan_, "gradient fusion on devices");
-  flat_ = Tensor::zeros(Shape{plan_.total_count()}, DType::f32, device);
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    const PlannedTensor& slot = plan_.tensors()[i];
-    Tensor& grad = parameters_[i]->grad();
-    grad.rebind(flat_.rows(slot.offset, slot.offset + slot.count).reshape(grad.shape()));
-  }
+  flat_ = detail::bind_flat_gradients(parameters_, plan_, device);
   tensor_ready_.assign(parameters_.size(), 0);
   bucket_pending_.assign(plan_.buckets().size(), 0);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {

@@ -5,19 +5,14 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/trace.h"
+#include "ring/detail/flat_gradients.h"
 
 namespace aiacc::ring {
 
 GradientFuser::GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Parameter*> parameters,
                              FusionOptions options)
     : comm_(std::move(comm)), parameters_(std::move(parameters)), options_(std::move(options)) {
-  std::int64_t total = 0;
-  for (Parameter* p : parameters_) {
-    if (p->kind() != ParamKind::dense || p->grad().dtype() != DType::f32) {
-      throw ConfigError(fmt::format("gradient fusion: parameter '{}' is not a dense f32 tensor", p->name()));
-    }
-    total += p->grad().numel();
-  }
+  const auto listing = detail::gradient_listing(parameters_);  // checks: dense f32 gradients
   tensor_ready_.assign(parameters_.size(), 0);
 
   std::vector<TuningCandidate> candidates;
@@ -41,17 +36,10 @@ GradientFuser::GradientFuser(std::shared_ptr<Communicator> comm, std::vector<Par
 
   // Every rank must derive the same layout; checked once with the tensors alone (bucket size
   // 0), since tuning may change the bucket boundaries later (identically on every rank).
-  const BucketPlan layout(listing(), 0);
+  const BucketPlan layout(listing, 0);
   verify_plan(comm_, layout, "gradient fusion");
-  // The gradients become views of one flat buffer, in ready order (offsets do not depend on the
-  // bucket size): backward writes straight into the buckets and reads the reduced values back
-  // from them, with no copy on either side.
-  flat_ = Tensor::zeros(Shape{total}, DType::f32);
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    const PlannedTensor& slot = layout.tensors()[i];
-    Tensor& grad = parameters_[i]->grad();
-    grad.rebind(flat_.rows(slot.offset, slot.offset + slot.count).reshape(grad.shape()));
-  }
+  // Offsets do not depend on the bucket size: the gradients are bound once, read back reduced.
+  flat_ = detail::bind_flat_gradients(parameters_, layout, Device::cpu());
   if (comm_->streams() > 1 && tuner_->current().streams != comm_->active_streams()) {
     comm_->set_active_streams(tuner_->current().streams);
   }
@@ -72,14 +60,8 @@ GradientFuser::~GradientFuser() {
   thread_.join();
 }
 
-std::vector<std::pair<std::string, std::int64_t>> GradientFuser::listing() const {
-  std::vector<std::pair<std::string, std::int64_t>> out;
-  for (const Parameter* p : parameters_) out.emplace_back(p->name(), p->grad().numel());
-  return out;
-}
-
 void GradientFuser::build(std::int64_t bucket_bytes) {
-  plan_.emplace(listing(), bucket_bytes);
+  plan_.emplace(detail::gradient_listing(parameters_), bucket_bytes);
   allreduces_.clear();
   for (const PlannedBucket& bucket : plan_->buckets()) {
     allreduces_.push_back(std::make_unique<Allreduce>(

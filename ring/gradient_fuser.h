@@ -80,8 +80,6 @@ class GradientFuser : public GradientSync {
 
  private:
   void on_ready(int tensor);
-  // (name, elements) of every parameter in ready order: what the plan is derived from.
-  std::vector<std::pair<std::string, std::int64_t>> listing() const;
   void build(std::int64_t bucket_bytes);
   void communicate();  // the communication thread: the first thread_buckets() buckets
   void run_bucket(std::size_t bucket);  // all-reduces it (on either thread; throws on failure)

@@ -83,8 +83,8 @@ void SparseRowOptimizer::update_row_by_rule(float* value, float* state, const fl
       rule.update(w, g, std::span<float>(state, n), std::span<float>(state + n, n), step, lr);
       return;
     }
-    case RuleType::adagrad:
-      detail::adagrad_rule(options_).update(w, g, std::span<float>(state, n), lr);
+    case RuleType::adagrad:  // update_row applies it inline; kept for completeness
+      adagrad_.update(w, g, std::span<float>(state, n), lr);
       return;
     case RuleType::ftrl:
       detail::ftrl_rule(options_).update(w, g, std::span<float>(state, n),

@@ -1,7 +1,7 @@
 // A DeviceCollective for the fake accelerator (tests/testing/fake_device.h), whose "device"
-// memory is host memory (behind tagged pointers): each allreduce runs at once through the CPU ring on the ranks' host
-// communicator, so the device-gradient path (DeviceGradientFuser, the trainer's choice of it)
-// runs and is checked without a GPU. It records every call for tests.
+// memory is host memory (behind tagged pointers): each allreduce runs at once through the CPU
+// ring on the ranks' host communicator, so the device-gradient path (DeviceGradientFuser, the
+// trainer's choice of it) runs and is checked without a GPU. It records every call for tests.
 #pragma once
 
 #include <chrono>
