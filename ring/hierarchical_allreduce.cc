@@ -12,8 +12,8 @@ namespace aiacc::ring {
 namespace {
 
 constexpr std::size_t kAlign = 4096;  // slots start on pages
-// With more than two ranks on a host, each summing every slot itself pays only while all the
-// chunks of one step fit in a core's cache.
+// Each rank summing every slot itself pays only while all the chunks of one step fit in a core's
+// cache.
 constexpr std::int64_t kDirectHostBytes = 256 << 10;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -30,16 +30,25 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   const int local_size = static_cast<int>(local_ranks_.size());
   const std::uint64_t sequence = comm_->next_sequence();
   chunk_elements_ = std::max<std::int64_t>(1, spec.chunk_bytes / static_cast<std::int64_t>(buffer.element_bytes()));
-  // One host, two ranks (or a few ranks and small chunks): every rank sums all the slots of a
-  // chunk itself, straight into its buffer. That takes one barrier per chunk instead of two and
-  // no copy back, for reads that grow with the number of ranks (L chunks each instead of 2).
+  // On one host, a buffer whose chunk fits the caches L times over takes the direct path: every
+  // rank sums all L slots of a chunk itself, straight into its buffer (one barrier a chunk, no
+  // copy back). Larger ones take the scattered path: each rank writes only the slices others
+  // sum and reads back only the sums others made. With two ranks, 4 MiB took 530-570 us direct
+  // and 250-290 scattered (OpenMPI's shared memory: 410-480), where reading a whole chunk the
+  // peer had just written out of its cache cost more than the barriers saved.
   const std::int64_t chunk_bytes = std::min(buffer.count, chunk_elements_) * static_cast<std::int64_t>(buffer.element_bytes());
-  direct_ = local_size > 1 && comm_->host_leaders().size() == 1 &&
-            (local_size == 2 || chunk_bytes * local_size <= kDirectHostBytes);
-  // Direct: two sets of L chunk-sized slots, used alternately (see run()). Otherwise the result
-  // and L slots, each of the whole buffer.
-  slot_bytes_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(direct_ ? chunk_bytes : buffer.bytes(), 1)), kAlign);
-  const std::size_t slots = direct_ ? 2 * static_cast<std::size_t>(local_size) : static_cast<std::size_t>(local_size + 1);
+  const bool one_host = local_size > 1 && comm_->host_leaders().size() == 1;
+  path_ = local_size == 1 ? HostPath::alone
+          : !one_host     ? HostPath::across_hosts
+          : chunk_bytes * local_size <= kDirectHostBytes ? HostPath::direct
+                                                         : HostPath::scattered;
+  // Direct: two sets of L chunk-sized slots, used alternately. Scattered: two sets of L
+  // chunk-sized slots and a chunk-sized result. Across hosts: the result and L slots, each of
+  // the whole buffer.
+  slot_bytes_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(one_host ? chunk_bytes : buffer.bytes(), 1)), kAlign);
+  const auto slots = static_cast<std::size_t>(path_ == HostPath::direct      ? 2 * local_size
+                                              : path_ == HostPath::scattered ? 2 * (local_size + 1)
+                                                                             : local_size + 1);
   slot_inputs_.resize(static_cast<std::size_t>(local_size));
   if (local_size > 1) {
     segment_.emplace(*comm_, local_ranks_, slot_bytes_ * slots, sequence, "hierarchical allreduce");
@@ -65,6 +74,67 @@ std::byte* HierarchicalAllreduce::direct_slot(std::uint64_t generation, int loca
   return segment_->data() + slot_bytes_ * (set * local_ranks_.size() + static_cast<std::size_t>(local));
 }
 
+std::byte* HierarchicalAllreduce::scattered_slot(std::int64_t chunk, int local) const {
+  const auto set = static_cast<std::size_t>(chunk & 1);
+  return segment_->data() + slot_bytes_ * (set * (local_ranks_.size() + 1) + static_cast<std::size_t>(local));
+}
+
+std::byte* HierarchicalAllreduce::scattered_result(std::int64_t chunk) const {
+  return scattered_slot(chunk, static_cast<int>(local_ranks_.size()));
+}
+
+void HierarchicalAllreduce::run_scattered(net::Deadline deadline) {
+  // A reduce-scatter and all-gather through the segment, pipelined over chunks: in step e a
+  // rank writes the slices of chunk e that other ranks sum, sums its own slice of chunk e - 1
+  // (its input read straight from its buffer) into the shared result, and copies the other
+  // slices of chunk e - 2 out of it; then one barrier. Each rank moves (L - 1) / L of a chunk in
+  // and out, instead of all of it. A set of slots (by chunk parity) is written again two steps
+  // after its chunk was written, when every rank has passed the barrier after summing it.
+  const int local_size = static_cast<int>(local_ranks_.size());
+  const std::size_t element = buffer_.element_bytes();
+  auto* data = static_cast<std::byte*>(buffer_.data);
+  const double factor = spec_.op == ReduceOp::kAverage ? 1.0 / comm_->world_size() : 1.0;
+  const std::int64_t chunks = (buffer_.count + chunk_elements_ - 1) / chunk_elements_;
+  auto chunk_size = [&](std::int64_t c) { return std::min(chunk_elements_, buffer_.count - c * chunk_elements_); };
+  auto chunk_data = [&](std::int64_t c) { return data + static_cast<std::size_t>(c * chunk_elements_) * element; };
+  // Calls f(offset, bytes) for each non-empty slice of chunk c but this rank's.
+  auto for_other_slices = [&](std::int64_t c, auto&& f) {
+    for (int l = 0; l < local_size; ++l) {
+      if (l == local_index_) continue;
+      const Range slice = split_even(chunk_size(c), local_size, l);
+      if (slice.size() > 0) f(static_cast<std::size_t>(slice.begin) * element, static_cast<std::size_t>(slice.size()) * element);
+    }
+  };
+  for (std::int64_t step = 0; step < chunks + 2; ++step) {
+    if (step < chunks) {
+      std::byte* mine = scattered_slot(step, local_index_);
+      for_other_slices(step, [&](std::size_t at, std::size_t bytes) { std::memcpy(mine + at, chunk_data(step) + at, bytes); });
+    }
+    if (step >= 1 && step <= chunks) {
+      const std::int64_t c = step - 1;
+      const Range slice = split_even(chunk_size(c), local_size, local_index_);
+      const std::size_t at = static_cast<std::size_t>(slice.begin) * element;
+      for (int l = 0; l < local_size; ++l) {
+        slot_inputs_[static_cast<std::size_t>(l)] = (l == local_index_ ? chunk_data(c) : scattered_slot(c, l)) + at;
+      }
+      if (slice.size() > 0) {
+        std::byte* sum = scattered_result(c) + at;
+        detail::sum_scaled(buffer_.dtype, sum, slot_inputs_.data(), local_size, static_cast<std::size_t>(slice.size()), factor);
+        std::memcpy(chunk_data(c) + at, sum, static_cast<std::size_t>(slice.size()) * element);
+      }
+    }
+    if (step >= 2) {
+      const std::int64_t c = step - 2;
+      const std::byte* result = scattered_result(c);
+      for_other_slices(c, [&](std::size_t at, std::size_t bytes) { std::memcpy(chunk_data(c) + at, result + at, bytes); });
+    }
+    // No barrier after the last step, which only reads results: the next run's first step
+    // writes slots only, whose last reads came before this run's last barrier, and its first
+    // result comes after a barrier.
+    if (step < chunks + 1) segment_->wait_all(++generation_, "host sum", deadline);
+  }
+}
+
 void HierarchicalAllreduce::sum_slots(std::size_t offset, std::size_t count) {
   if (count == 0) return;
   for (std::size_t l = 0; l < slot_inputs_.size(); ++l) slot_inputs_[l] = slot(static_cast<int>(l)) + offset;
@@ -76,7 +146,7 @@ void HierarchicalAllreduce::run() {
   const auto deadline = comm_->deadline();
   const int local_size = static_cast<int>(local_ranks_.size());
   const std::size_t element = buffer_.element_bytes();
-  if (direct_) {
+  if (path_ == HostPath::direct) {
     // A chunk's slots are written again two chunks later, by which time every rank has passed
     // the barrier of the chunk in between, so has finished reading them.
     auto* data = static_cast<std::byte*>(buffer_.data);
@@ -93,25 +163,7 @@ void HierarchicalAllreduce::run() {
     }
     return;
   }
-  if (local_size > 1 && !leaders_ring_ && comm_->host_leaders().size() == 1) {
-    // One host: nothing crosses the network, so the buffer is reduced in chunks that stay in
-    // cache between being written, summed and read back (L + 1 copies of a chunk in flight).
-    auto* data = static_cast<std::byte*>(buffer_.data);
-    for (std::int64_t begin = 0; begin < buffer_.count; begin += chunk_elements_) {
-      const std::int64_t size = std::min(chunk_elements_, buffer_.count - begin);
-      const std::size_t at = static_cast<std::size_t>(begin) * element;
-      std::memcpy(slot(local_index_) + at, data + at, static_cast<std::size_t>(size) * element);
-      segment_->wait_all(++generation_, "inputs written", deadline);
-      const Range part = split_even(size, local_size, local_index_);
-      sum_slots(at + static_cast<std::size_t>(part.begin) * element, static_cast<std::size_t>(part.size()));
-      segment_->wait_all(++generation_, "host sum", deadline);
-      std::memcpy(data + at, result_ + at, static_cast<std::size_t>(size) * element);
-    }
-    if (spec_.op == ReduceOp::kAverage) {
-      detail::scale(buffer_.dtype, buffer_.data, static_cast<std::size_t>(buffer_.count), 1.0 / comm_->world_size());
-    }
-    return;
-  }
+  if (path_ == HostPath::scattered) return run_scattered(deadline);
   if (local_size > 1) {
     std::memcpy(slot(local_index_), buffer_.data, buffer_.bytes());
     segment_->wait_all(++generation_, "inputs written", deadline);

@@ -3,8 +3,11 @@
 // Within a host nothing crosses TCP: each rank writes its input into its slot of a shared
 // segment, reduces one 1/L slice across all L slots, and after the leaders' exchange copies the
 // whole result back. Result is bitwise equal on every rank (one copy of the sums is shared).
-// On a single host with two ranks (or small chunks), each rank instead sums all L slots of a
-// chunk into its own buffer, in the same order as every other rank: one barrier per chunk.
+// On a single host (no leaders' ring) the buffer goes in chunks that stay in cache: each rank
+// writes only the slices other ranks sum, sums its own slice, and copies the others' sums out,
+// one barrier a chunk, pipelined. Small chunks instead have each rank sum all L slots of a chunk
+// into its own buffer, in the same order as every other rank: one barrier a chunk, no copy out.
+// Every sum runs in local-rank order from one copy of the inputs: all ranks hold the same bits.
 //
 // Synchronisation inside the host is by per-rank arrival counters in the segment (spinning,
 // then sleeping: detail/host_segment.h); a local rank that dies is noticed within ~100 ms (its
@@ -33,10 +36,24 @@ class HierarchicalAllreduce {
   // In-place sum or average across all ranks. Blocks.
   void run();
 
+  // How this rank's host takes part, fixed at construction (the same on every rank of a host).
+  enum class HostPath {
+    alone,         // the only rank on its host: its buffer goes to the leaders' ring as it is
+    direct,        // one host, small chunks: every rank sums all the slots of a chunk itself
+    scattered,     // one host: each rank sums one slice of every chunk, the others copy it out
+    across_hosts,  // several hosts: slices summed in the segment, leaders' ring, copy back
+  };
+  HostPath path() const { return path_; }
+
  private:
   std::byte* slot(int local) const;
   // The direct path's slot of `local` for the chunk of barrier `generation` (two sets, by parity).
   std::byte* direct_slot(std::uint64_t generation, int local) const;
+  // The scattered path's slot of `local` (L: the result) for chunk `chunk` of a run (two sets,
+  // by parity).
+  std::byte* scattered_slot(std::int64_t chunk, int local) const;
+  std::byte* scattered_result(std::int64_t chunk) const;
+  void run_scattered(net::Deadline deadline);
   // result[offset, +count elements) = the sum of every local slot there, in local-rank order
   // (`offset` in bytes).
   void sum_slots(std::size_t offset, std::size_t count);
@@ -49,7 +66,7 @@ class HierarchicalAllreduce {
   std::optional<detail::HostSegment> segment_;  // when several ranks share this host
   std::size_t slot_bytes_ = 0;
   std::int64_t chunk_elements_ = 1;
-  bool direct_ = false;  // one host: every rank sums the chunk's slots itself (see the constructor)
+  HostPath path_ = HostPath::alone;
   std::vector<const std::byte*> slot_inputs_;  // scratch: the slots being summed, in local-rank order
   std::byte* result_ = nullptr;
   std::optional<RingAllreduce> leaders_ring_;  // on leaders, when there are several hosts

@@ -35,9 +35,9 @@ class Hierarchical : public ::testing::TestWithParam<Layout> {};
 TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
   const auto hosts = GetParam().hosts;
   const int world = static_cast<int>(hosts.size());
-  // Small chunks take the single-host direct path (every rank sums all slots); 1 MiB chunks of
-  // the large buffer on 4 ranks of one host take the reduce-then-copy-back path.
-  for (std::int64_t chunk_bytes : {std::int64_t{8192}, std::int64_t{1} << 20})
+  // On one host, small chunks take the direct path (every rank sums all slots); 192 KiB chunks
+  // split the large buffer into three for the scattered path; 1 MiB chunks hold it whole.
+  for (std::int64_t chunk_bytes : {std::int64_t{8192}, std::int64_t{192} << 10, std::int64_t{1} << 20})
   for (std::int64_t count : {std::int64_t{1}, std::int64_t{7}, std::int64_t{100003}}) {
     run_world(world, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
       comm->set_hosts(hosts);
@@ -138,28 +138,41 @@ TEST(HostSegmentBarrier, OversubscribedWhenRanksShareTheirOnlyCpu) {
   }
 }
 
-// The direct path reuses a chunk's slots two chunks later. Many back-to-back runs of a
-// multi-chunk buffer, with inputs that change every run and ranks drifting apart (3 ranks on
-// fewer cores, random pauses), would read a peer's next input if a slot came back too early.
-TEST(HierarchicalDirect, BackToBackRunsReadOnlyTheirOwnInputs) {
+// The two single-host paths, each with a buffer of several chunks (the last one shorter). Chunk
+// sizes are in bytes, counts in elements of at least 2 bytes; the paths are asserted.
+struct OneHostCase {
+  HierarchicalAllreduce::HostPath path;
+  std::int64_t chunk_bytes;
+  std::int64_t count;
+};
+constexpr OneHostCase kDirect{HierarchicalAllreduce::HostPath::direct, 4096, 3000};
+constexpr OneHostCase kScattered{HierarchicalAllreduce::HostPath::scattered, 192 << 10, 150000};
+
+// Both paths reuse a chunk's slots two chunks later, the scattered one its results too. Many
+// back-to-back runs of a multi-chunk buffer, with inputs that change every run and ranks
+// drifting apart (3 ranks on fewer cores, random pauses), would read a peer's next input (or a
+// sum of them) if a slot came back too early.
+TEST(HierarchicalOneHost, BackToBackRunsReadOnlyTheirOwnInputs) {
+  for (const OneHostCase& one_host : {kDirect, kScattered})
   for (const std::vector<int>& hosts : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0}}) {
     const int world = static_cast<int>(hosts.size());
     run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
       comm->set_hosts(hosts);
-      constexpr std::int64_t kCount = 3000;  // 3 chunks of 4 KiB
-      std::vector<float> data(kCount);
+      const std::int64_t count = one_host.count;
+      std::vector<float> data(static_cast<std::size_t>(count));
       AllreduceSpec spec;
-      spec.chunk_bytes = 4096;
-      HierarchicalAllreduce allreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec);
+      spec.chunk_bytes = one_host.chunk_bytes;
+      HierarchicalAllreduce allreduce(comm, Buffer{data.data(), count, DType::f32}, spec);
+      ASSERT_EQ(allreduce.path(), one_host.path);
       std::uint64_t pause = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(comm->rank() + 1);
       for (int run = 0; run < 60; ++run) {
-        for (std::int64_t i = 0; i < kCount; ++i) {
+        for (std::int64_t i = 0; i < count; ++i) {
           data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i) + 100 * run);
         }
         pause = pause * 6364136223846793005ull + 1442695040888963407ull;
         if ((pause >> 60) < 4) std::this_thread::sleep_for(std::chrono::microseconds((pause >> 40) % 300));
         allreduce.run();
-        for (std::int64_t i = 0; i < kCount; ++i) {
+        for (std::int64_t i = 0; i < count; ++i) {
           ASSERT_EQ(data[static_cast<std::size_t>(i)], expected_sum(world, i) + 100.0 * run * world)
               << "rank " << comm->rank() << " of " << world << ", run " << run << ", element " << i;
         }
@@ -168,26 +181,29 @@ TEST(HierarchicalDirect, BackToBackRunsReadOnlyTheirOwnInputs) {
   }
 }
 
-// The direct path's one-pass sums (two ranks, f32/f64) and its general form (three ranks, any
-// type) against the flat ring, sums and averages.
-TEST(HierarchicalDirect, EveryTypeSumsAndAveragesLikeTheFlatRing) {
+// The one-pass sums of two slots (f32/f64) and the general form (three ranks, any type) on
+// both single-host paths against the flat ring, sums and averages.
+TEST(HierarchicalOneHost, EveryTypeSumsAndAveragesLikeTheFlatRing) {
+  for (const OneHostCase& one_host : {kDirect, kScattered})
   for (int world : {2, 3}) {
     for (DType dtype : {DType::f32, DType::f64, DType::i64, DType::i32, DType::f16}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
         if (op == ReduceOp::kAverage && dtype != DType::f32 && dtype != DType::f64) continue;
         run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
           comm->set_hosts(std::vector<int>(static_cast<std::size_t>(world), 0));
-          constexpr std::int64_t kCount = 2500;
-          Tensor data = Tensor::empty(Shape{kCount}, DType::f64);
-          for (std::int64_t i = 0; i < kCount; ++i) data.data<double>()[i] = input_value(comm->rank(), i);
+          const std::int64_t count = one_host.count;
+          Tensor data = Tensor::empty(Shape{count}, DType::f64);
+          for (std::int64_t i = 0; i < count; ++i) data.data<double>()[i] = input_value(comm->rank(), i);
           Tensor mine = data.to(dtype), flat = data.to(dtype);
           AllreduceSpec spec;
           spec.op = op;
-          spec.chunk_bytes = 4096;
-          HierarchicalAllreduce(comm, Buffer::of(mine), spec).run();
+          spec.chunk_bytes = one_host.chunk_bytes;
+          HierarchicalAllreduce hierarchical(comm, Buffer::of(mine), spec);
+          ASSERT_EQ(hierarchical.path(), one_host.path);
+          hierarchical.run();
           RingAllreduce(comm, Buffer::of(flat), spec).run();
           const Tensor got = mine.to(DType::f64), want = flat.to(DType::f64);
-          for (std::int64_t i = 0; i < kCount; ++i) {
+          for (std::int64_t i = 0; i < count; ++i) {
             ASSERT_EQ(got.data<double>()[i], want.data<double>()[i])
                 << dtype_name(dtype) << (op == ReduceOp::kSum ? " sum" : " average") << " on " << world
                 << " ranks, element " << i;
@@ -199,25 +215,28 @@ TEST(HierarchicalDirect, EveryTypeSumsAndAveragesLikeTheFlatRing) {
 }
 
 // Sums that round: every rank must still hold the same bits, those of the sum in local-rank
-// order, (x0 + x1 + x2) * (1/world).
-TEST(HierarchicalDirect, EveryRankHoldsTheBitsOfTheSumInRankOrder) {
+// order, (x0 + x1 + x2) * (1/world), on both single-host paths.
+TEST(HierarchicalOneHost, EveryRankHoldsTheBitsOfTheSumInRankOrder) {
+  for (const OneHostCase& one_host : {kDirect, kScattered})
   for (int world : {2, 3}) {
-    constexpr std::int64_t kCount = 3000;
+    const std::int64_t count = one_host.count;
     auto input = [](int rank, std::int64_t i) {
       return static_cast<float>(0.1 * rank + 1e-3 * static_cast<double>(i) + 1.0 / static_cast<double>(i + 3));
     };
     std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
     run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
       comm->set_hosts(std::vector<int>(static_cast<std::size_t>(world), 0));
-      std::vector<float> data(kCount);
-      for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = input(comm->rank(), i);
+      std::vector<float> data(static_cast<std::size_t>(count));
+      for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = input(comm->rank(), i);
       AllreduceSpec spec;
       spec.op = ReduceOp::kAverage;
-      spec.chunk_bytes = 4096;
-      HierarchicalAllreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec).run();
+      spec.chunk_bytes = one_host.chunk_bytes;
+      HierarchicalAllreduce hierarchical(comm, Buffer{data.data(), count, DType::f32}, spec);
+      ASSERT_EQ(hierarchical.path(), one_host.path);
+      hierarchical.run();
       results[static_cast<std::size_t>(comm->rank())] = data;
     });
-    for (std::int64_t i = 0; i < kCount; ++i) {
+    for (std::int64_t i = 0; i < count; ++i) {
       float sum = input(0, i);
       for (int r = 1; r < world; ++r) sum += input(r, i);
       const float expected = sum * static_cast<float>(1.0 / world);
