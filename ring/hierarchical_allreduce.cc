@@ -30,24 +30,25 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   const int local_size = static_cast<int>(local_ranks_.size());
   const std::uint64_t sequence = comm_->next_sequence();
   chunk_elements_ = std::max<std::int64_t>(1, spec.chunk_bytes / static_cast<std::int64_t>(buffer.element_bytes()));
-  // On one host, a buffer whose chunk fits the caches L times over takes the direct path: every
-  // rank sums all L slots of a chunk itself, straight into its buffer (one barrier a chunk, no
-  // copy back). Larger ones take the scattered path: each rank writes only the slices others
-  // sum and reads back only the sums others made. With two ranks, 4 MiB took 530-570 us direct
-  // and 250-290 scattered (OpenMPI's shared memory: 410-480), where reading a whole chunk the
-  // peer had just written out of its cache cost more than the barriers saved.
+  // On one host, where L chunks fit in 256 KiB, the direct path: every rank sums all L slots of
+  // a chunk itself, straight into its buffer (one barrier a chunk, no copy back). Larger chunks
+  // take the scattered path: each rank writes only the slices others sum and reads back only
+  // the sums others made. With two ranks, 4 MiB took 520-570 us direct and 250-300 scattered
+  // (OpenMPI's shared memory: 390-480), where reading a whole chunk the peer had just written
+  // out of its cache cost more than the barriers saved.
   const std::int64_t chunk_bytes = std::min(buffer.count, chunk_elements_) * static_cast<std::int64_t>(buffer.element_bytes());
   const bool one_host = local_size > 1 && comm_->host_leaders().size() == 1;
   path_ = local_size == 1 ? HostPath::alone
           : !one_host     ? HostPath::across_hosts
           : chunk_bytes * local_size <= kDirectHostBytes ? HostPath::direct
                                                          : HostPath::scattered;
-  // Direct: two sets of L chunk-sized slots, used alternately. Scattered: two sets of L
-  // chunk-sized slots and a chunk-sized result. Across hosts: the result and L slots, each of
-  // the whole buffer.
+  // Direct: two sets of L chunk-sized slots, used alternately. Scattered: per set, L
+  // chunk-sized slots and a chunk-sized result; two sets (by chunk parity) where the buffer has
+  // several chunks, else one. Across hosts: the result and L slots, each of the whole buffer.
   slot_bytes_ = round_up(static_cast<std::size_t>(std::max<std::int64_t>(one_host ? chunk_bytes : buffer.bytes(), 1)), kAlign);
+  const int scattered_sets = buffer.count > chunk_elements_ ? 2 : 1;
   const auto slots = static_cast<std::size_t>(path_ == HostPath::direct      ? 2 * local_size
-                                              : path_ == HostPath::scattered ? 2 * (local_size + 1)
+                                              : path_ == HostPath::scattered ? scattered_sets * (local_size + 1)
                                                                              : local_size + 1);
   slot_inputs_.resize(static_cast<std::size_t>(local_size));
   if (local_size > 1) {
@@ -131,7 +132,7 @@ void HierarchicalAllreduce::run_scattered(net::Deadline deadline) {
     // No barrier after the last step, which only reads results: the next run's first step
     // writes slots only, whose last reads came before this run's last barrier, and its first
     // result comes after a barrier.
-    if (step < chunks + 1) segment_->wait_all(++generation_, "host sum", deadline);
+    if (step < chunks + 1) segment_->wait_all(++generation_, "slices and sums written", deadline);
   }
 }
 

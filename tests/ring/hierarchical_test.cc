@@ -146,14 +146,18 @@ struct OneHostCase {
   std::int64_t count;
 };
 constexpr OneHostCase kDirect{HierarchicalAllreduce::HostPath::direct, 4096, 3000};
-constexpr OneHostCase kScattered{HierarchicalAllreduce::HostPath::scattered, 192 << 10, 150000};
+// f32: chunks of 49152 elements, three (an odd count: a run's last chunk and the next run's
+// first share a set of slots) and, in the second case, a last chunk of one element (its slices
+// on other ranks are empty).
+constexpr OneHostCase kScattered{HierarchicalAllreduce::HostPath::scattered, 192 << 10, 120000};
+constexpr OneHostCase kScatteredOneElementTail{HierarchicalAllreduce::HostPath::scattered, 192 << 10, 3 * 49152 + 1};
 
 // Both paths reuse a chunk's slots two chunks later, the scattered one its results too. Many
 // back-to-back runs of a multi-chunk buffer, with inputs that change every run and ranks
 // drifting apart (3 ranks on fewer cores, random pauses), would read a peer's next input (or a
 // sum of them) if a slot came back too early.
 TEST(HierarchicalOneHost, BackToBackRunsReadOnlyTheirOwnInputs) {
-  for (const OneHostCase& one_host : {kDirect, kScattered})
+  for (const OneHostCase& one_host : {kDirect, kScattered, kScatteredOneElementTail})
   for (const std::vector<int>& hosts : {std::vector<int>{0, 0}, std::vector<int>{0, 0, 0}}) {
     const int world = static_cast<int>(hosts.size());
     run_world(world, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
@@ -184,7 +188,7 @@ TEST(HierarchicalOneHost, BackToBackRunsReadOnlyTheirOwnInputs) {
 // The one-pass sums of two slots (f32/f64) and the general form (three ranks, any type) on
 // both single-host paths against the flat ring, sums and averages.
 TEST(HierarchicalOneHost, EveryTypeSumsAndAveragesLikeTheFlatRing) {
-  for (const OneHostCase& one_host : {kDirect, kScattered})
+  for (const OneHostCase& one_host : {kDirect, kScattered, kScatteredOneElementTail})
   for (int world : {2, 3}) {
     for (DType dtype : {DType::f32, DType::f64, DType::i64, DType::i32, DType::f16}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
@@ -217,7 +221,7 @@ TEST(HierarchicalOneHost, EveryTypeSumsAndAveragesLikeTheFlatRing) {
 // Sums that round: every rank must still hold the same bits, those of the sum in local-rank
 // order, (x0 + x1 + x2) * (1/world), on both single-host paths.
 TEST(HierarchicalOneHost, EveryRankHoldsTheBitsOfTheSumInRankOrder) {
-  for (const OneHostCase& one_host : {kDirect, kScattered})
+  for (const OneHostCase& one_host : {kDirect, kScattered, kScatteredOneElementTail})
   for (int world : {2, 3}) {
     const std::int64_t count = one_host.count;
     auto input = [](int rank, std::int64_t i) {
