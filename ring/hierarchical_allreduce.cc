@@ -59,11 +59,37 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   }
   const int leader = local_ranks_.front();
   const auto leaders = comm_->host_leaders();
+  AllreduceSpec sum = spec;
+  sum.op = ReduceOp::kSum;
+  if (path_ == HostPath::across_hosts) {
+    if (auto members = slice_ring_members(); !members.empty()) {
+      // Every local rank runs the ring between hosts on its own slice of the host's sum.
+      path_ = HostPath::across_hosts_sliced;
+      const Range slice = split_even(buffer.count, local_size, local_index_);
+      slice_ring_.emplace(comm_, Buffer{result_ + static_cast<std::size_t>(slice.begin) * buffer.element_bytes(), slice.size(), buffer.dtype},
+                          sum, std::move(members));
+      return;
+    }
+  }
   if (comm_->rank() == leader && leaders.size() > 1) {
-    AllreduceSpec sum = spec;
-    sum.op = ReduceOp::kSum;
     leaders_ring_.emplace(comm_, Buffer{result_, buffer.count, buffer.dtype}, sum, leaders);
   }
+}
+
+std::vector<int> HierarchicalAllreduce::slice_ring_members() const {
+  // Hosts in the order of their leaders, each host's ranks in rank order.
+  const auto& host_of_rank = comm_->host_of_rank();
+  std::vector<std::vector<int>> hosts;
+  for (int leader : comm_->host_leaders()) {
+    std::vector<int>& ranks = hosts.emplace_back();
+    for (int r = 0; r < comm_->world_size(); ++r) {
+      if (host_of_rank[static_cast<std::size_t>(r)] == host_of_rank[static_cast<std::size_t>(leader)]) ranks.push_back(r);
+    }
+    if (ranks.size() != local_ranks_.size()) return {};  // uneven hosts: the leaders' ring
+  }
+  std::vector<int> members;
+  for (const auto& ranks : hosts) members.push_back(ranks[static_cast<std::size_t>(local_index_)]);
+  return members;
 }
 
 std::byte* HierarchicalAllreduce::slot(int local) const {
@@ -136,6 +162,37 @@ void HierarchicalAllreduce::run_scattered(net::Deadline deadline) {
   }
 }
 
+void HierarchicalAllreduce::run_sliced(net::Deadline deadline) {
+  // Each rank writes the slices other local ranks own, sums its own slice of the host (its
+  // input read from its buffer) into the shared result, runs the ring between hosts on that
+  // slice with the ranks of the same local index, and after a barrier copies every slice out.
+  // Slots are written again in the next run before its first barrier, when no rank reads them
+  // any more; the result after that barrier, once every rank has copied this run's out.
+  const int local_size = static_cast<int>(local_ranks_.size());
+  const std::size_t element = buffer_.element_bytes();
+  auto* data = static_cast<std::byte*>(buffer_.data);
+  for (int l = 0; l < local_size; ++l) {
+    const Range slice = split_even(buffer_.count, local_size, l);
+    const std::size_t at = static_cast<std::size_t>(slice.begin) * element;
+    if (l != local_index_) std::memcpy(slot(local_index_) + at, data + at, static_cast<std::size_t>(slice.size()) * element);
+  }
+  segment_->wait_all(++generation_, "inputs written", deadline);
+  const Range mine = split_even(buffer_.count, local_size, local_index_);
+  const std::size_t at = static_cast<std::size_t>(mine.begin) * element;
+  for (int l = 0; l < local_size; ++l) {
+    slot_inputs_[static_cast<std::size_t>(l)] = (l == local_index_ ? data : slot(l)) + at;
+  }
+  if (mine.size() > 0) {
+    detail::sum_scaled(buffer_.dtype, result_ + at, slot_inputs_.data(), local_size, static_cast<std::size_t>(mine.size()), 1.0);
+  }
+  slice_ring_->run();
+  segment_->wait_all(++generation_, "slices reduced between hosts", deadline);
+  std::memcpy(data, result_, buffer_.bytes());
+  if (spec_.op == ReduceOp::kAverage) {
+    detail::scale(buffer_.dtype, buffer_.data, static_cast<std::size_t>(buffer_.count), 1.0 / comm_->world_size());
+  }
+}
+
 void HierarchicalAllreduce::sum_slots(std::size_t offset, std::size_t count) {
   if (count == 0) return;
   for (std::size_t l = 0; l < slot_inputs_.size(); ++l) slot_inputs_[l] = slot(static_cast<int>(l)) + offset;
@@ -165,6 +222,7 @@ void HierarchicalAllreduce::run() {
     return;
   }
   if (path_ == HostPath::scattered) return run_scattered(deadline);
+  if (path_ == HostPath::across_hosts_sliced) return run_sliced(deadline);
   if (local_size > 1) {
     std::memcpy(slot(local_index_), buffer_.data, buffer_.bytes());
     segment_->wait_all(++generation_, "inputs written", deadline);

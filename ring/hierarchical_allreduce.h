@@ -1,8 +1,11 @@
-// HierarchicalAllreduce: ranks on one host reduce through shared memory, one leader per host
-// runs the inter-host ring on the host's sum, and every local rank copies the result out.
-// Within a host nothing crosses TCP: each rank writes its input into its slot of a shared
-// segment, reduces one 1/L slice across all L slots, and after the leaders' exchange copies the
-// whole result back. Result is bitwise equal on every rank (one copy of the sums is shared).
+// HierarchicalAllreduce: ranks on one host reduce through shared memory, the sums cross
+// between hosts on rings, and every local rank copies the result out. Within a host nothing
+// crosses TCP. Where every host has the same number L of ranks, each rank writes the slices of
+// its input that other local ranks own into its slot of a shared segment, sums its own 1/L
+// slice of the host into the segment's result, runs the ring between hosts on that slice with
+// the ranks of its local index (L rings at once, each over 1/L of the buffer), and copies the
+// whole result back. On uneven hosts one leader per host runs the ring on the host's whole sum.
+// Result is bitwise equal on every rank (one copy of each slice's sums is shared).
 // On a single host (no leaders' ring) the buffer goes in chunks that stay in cache: each rank
 // writes only the slices other ranks sum, sums its own slice, and copies the others' sums out,
 // one barrier a chunk, pipelined. Small chunks instead have each rank sum all L slots of a chunk
@@ -41,7 +44,8 @@ class HierarchicalAllreduce {
     alone,         // the only rank on its host: its buffer goes to the leaders' ring as it is
     direct,        // one host, small chunks: every rank sums all the slots of a chunk itself
     scattered,     // one host: each rank sums one slice of every chunk, the others copy it out
-    across_hosts,  // several hosts: slices summed in the segment, leaders' ring, copy back
+    across_hosts,  // several hosts, not all with as many ranks: host sum, leaders' ring, copy back
+    across_hosts_sliced,  // several hosts of L ranks each: local rank l rings slice l between hosts
   };
   HostPath path() const { return path_; }
 
@@ -54,6 +58,10 @@ class HierarchicalAllreduce {
   std::byte* scattered_slot(std::int64_t chunk, int local) const;
   std::byte* scattered_result(std::int64_t chunk) const;
   void run_scattered(net::Deadline deadline);
+  void run_sliced(net::Deadline deadline);
+  // The ranks of this rank's local index on every host, hosts in leader order; empty where the
+  // hosts do not all have as many ranks as this one.
+  std::vector<int> slice_ring_members() const;
   // result[offset, +count elements) = the sum of every local slot there, in local-rank order
   // (`offset` in bytes).
   void sum_slots(std::size_t offset, std::size_t count);
@@ -69,7 +77,8 @@ class HierarchicalAllreduce {
   HostPath path_ = HostPath::alone;
   std::vector<const std::byte*> slot_inputs_;  // scratch: the slots being summed, in local-rank order
   std::byte* result_ = nullptr;
-  std::optional<RingAllreduce> leaders_ring_;  // on leaders, when there are several hosts
+  std::optional<RingAllreduce> leaders_ring_;  // on leaders, when there are several uneven hosts
+  std::optional<RingAllreduce> slice_ring_;    // on every rank, when there are several even hosts
   std::uint64_t generation_ = 0;
 };
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,13 @@ using testing::run_world;
 
 struct Layout {
   std::vector<int> hosts;  // host of each rank
+  // Several hosts, each with as many ranks (more than one): the sliced path's layouts.
+  bool even() const {
+    std::map<int, int> ranks;
+    for (int h : hosts) ++ranks[h];
+    if (ranks.size() < 2 || ranks.begin()->second < 2) return false;
+    return std::all_of(ranks.begin(), ranks.end(), [&](const auto& e) { return e.second == ranks.begin()->second; });
+  }
 };
 
 class Hierarchical : public ::testing::TestWithParam<Layout> {};
@@ -47,6 +55,11 @@ TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
       AllreduceSpec spec;
       spec.chunk_bytes = chunk_bytes;
       HierarchicalAllreduce hierarchical(comm, Buffer{data.data(), count, DType::f32}, spec);
+      if (hierarchical.path() == HierarchicalAllreduce::HostPath::across_hosts ||
+          hierarchical.path() == HierarchicalAllreduce::HostPath::across_hosts_sliced) {
+        EXPECT_EQ(hierarchical.path() == HierarchicalAllreduce::HostPath::across_hosts_sliced, GetParam().even())
+            << "rank " << comm->rank();
+      }
       for (int repeat = 0; repeat < 2; ++repeat) {
         if (repeat == 1) {
           for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i));
@@ -64,7 +77,9 @@ TEST_P(Hierarchical, ExactSumsEqualTheFlatRing) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Hierarchical,
                          ::testing::Values(Layout{{0, 0}}, Layout{{0, 0, 0, 0}}, Layout{{0, 0, 0, 1, 1, 2}},
-                                           Layout{{0, 1, 0, 1, 0}}, Layout{{0, 1, 2}}));
+                                           Layout{{0, 1, 0, 1, 0}}, Layout{{0, 1, 2}}, Layout{{0, 0, 1, 1}},
+                                           Layout{{0, 1, 1, 0}}, Layout{{0, 0, 0, 1, 1, 1}},
+                                           Layout{{2, 1, 0, 2, 1, 0}}));
 
 cpu_set_t cpu_mask(std::initializer_list<int> cpus) {
   cpu_set_t mask;
@@ -135,6 +150,47 @@ TEST(HostSegmentBarrier, OversubscribedWhenRanksShareTheirOnlyCpu) {
       EXPECT_EQ(segment.oversubscribed(), c.oversubscribed) << "rank " << comm->rank();
       segment.wait_all(2, "second", comm->deadline());
     });
+  }
+}
+
+// The sliced path between hosts: back-to-back runs with drifting ranks (two hosts of two, one
+// host's ranks interleaved with the other's), sums and averages equal to the flat ring.
+// Every rank ends with the same bits.
+TEST(HierarchicalSliced, BackToBackRunsSumAndAverageLikeTheFlatRing) {
+  for (const std::vector<int>& hosts : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{1, 0, 0, 1}}) {
+    std::vector<std::vector<double>> last(4);
+    run_world(4, ring_options(1), [&](std::shared_ptr<Communicator> comm) {
+      comm->set_hosts(hosts);
+      constexpr std::int64_t kCount = 10001;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+        std::vector<double> data(kCount), flat(kCount);
+        AllreduceSpec spec;
+        spec.op = op;
+        HierarchicalAllreduce allreduce(comm, Buffer{data.data(), kCount, DType::f64}, spec);
+        ASSERT_EQ(allreduce.path(), HierarchicalAllreduce::HostPath::across_hosts_sliced);
+        RingAllreduce ring(comm, Buffer{flat.data(), kCount, DType::f64}, spec);
+        std::uint64_t pause = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(comm->rank() + 1);
+        for (int run = 0; run < 20; ++run) {
+          for (std::int64_t i = 0; i < kCount; ++i) {
+            data[static_cast<std::size_t>(i)] = input_value(comm->rank(), i) + 0.25 * run + 1e-3 * comm->rank();
+          }
+          flat = data;
+          pause = pause * 6364136223846793005ull + 1442695040888963407ull;
+          if ((pause >> 60) < 4) std::this_thread::sleep_for(std::chrono::microseconds((pause >> 40) % 300));
+          allreduce.run();
+          ring.run();
+          for (std::int64_t i = 0; i < kCount; ++i) {
+            ASSERT_NEAR(data[static_cast<std::size_t>(i)], flat[static_cast<std::size_t>(i)], 1e-9)
+                << "rank " << comm->rank() << ", run " << run << ", element " << i;
+          }
+        }
+        last[static_cast<std::size_t>(comm->rank())] = data;
+      }
+    });
+    for (int r = 1; r < 4; ++r) {
+      ASSERT_EQ(std::memcmp(last[0].data(), last[static_cast<std::size_t>(r)].data(), last[0].size() * sizeof(double)), 0)
+          << "rank " << r << " differs from rank 0";
+    }
   }
 }
 
