@@ -38,7 +38,8 @@ struct AllreduceTuning {
   // share hosts across several hosts only such buffers skip the shared-memory stage.
   static constexpr std::int64_t kLatencyBoundBytes = 64 * 1024;
   // Where several ranks share a host, reduce through shared memory first and run the ring
-  // between host leaders only (native wire; a compressed wire keeps the flat ring).
+  // between hosts only on the hosts' sums (HierarchicalAllreduce; native wire: a compressed
+  // wire keeps the flat ring).
   bool hierarchical = true;
 };
 
@@ -56,7 +57,9 @@ class Allreduce {
   std::int64_t fallbacks() const { return fallbacks_; }
   const char* algorithm() const;  // "recursive doubling", "halving-doubling", "hierarchical", "ring"
   // Per stream, the bytes each carried and the seconds it took in the last run(), for the
-  // StreamBalancer; empty where this buffer's algorithm runs on stream 0 alone.
+  // StreamBalancer; empty where this buffer's algorithm runs on stream 0 alone, and for the
+  // hierarchical one (whose rings between hosts need not run on every rank, nor carry bytes on
+  // all of them: the balancer's collective must see the same on every rank).
   const StreamTimings& stream_timings() const;
   const Buffer& buffer() const { return buffer_; }
 

@@ -33,7 +33,7 @@ class HierarchicalAllreduce {
  public:
   // Collective among all ranks (the leader creates the segment and passes its name to its local
   // ranks over their links). `buffer` stays valid for the object's lifetime. Native wire only
-  // (ConfigError otherwise); the leaders' ring uses spec.chunk_bytes.
+  // (ConfigError otherwise); the rings between hosts use spec.chunk_bytes.
   HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec);
 
   // In-place sum or average across all ranks. Blocks.

@@ -24,7 +24,7 @@ class RingAllreduce {
   // wire. `buffer` must stay valid for the object's lifetime; every rank builds it with the
   // same count, dtype and spec (a size mismatch is detected on the first chunk: CommError).
   // `members`: the ranks of the ring in ring order (this rank among them; every member passes
-  // the same list); empty: all ranks. Hierarchical allreduce runs it over host leaders.
+  // the same list); empty: all ranks. Hierarchical allreduce runs it between hosts.
   RingAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec, std::vector<int> members = {});
 
   // Reduces the buffer in place across all ranks: the sum (or the average: each segment's owner
