@@ -22,6 +22,57 @@ namespace aiacc {
 namespace {
 
 constexpr int kMaxPartitions = 4096;  // partition indices fit in 16 bits
+
+// A one-thread request's per-position arrays (hashes, partitions, row pointers), kept per thread
+// between requests: allocated afresh, a request of 50k positions paid a page fault every 4 KiB
+// and a memset of all three, every time (about 4% of a dim-8 push on a shard). Requests above
+// kMaxKeptPositions, and a request made from inside another's visit, get arrays of their own.
+class RequestScratch {
+ public:
+  explicit RequestScratch(std::size_t n) {
+    Kept& kept = kept_arrays();
+    if (n <= kMaxKeptPositions && !kept.in_use) {
+      kept_ = &kept;
+      kept.in_use = true;
+      arrays_ = &kept.arrays;
+    } else {
+      arrays_ = &own_;
+    }
+    if (arrays_->hashes.size() < n) {
+      arrays_->hashes.resize(n);
+      arrays_->part_of.resize(n);
+      arrays_->rows.resize(n);
+    }
+  }
+  ~RequestScratch() {
+    if (kept_ != nullptr) kept_->in_use = false;
+  }
+  RequestScratch(const RequestScratch&) = delete;
+  RequestScratch& operator=(const RequestScratch&) = delete;
+
+  std::uint64_t* hashes() { return arrays_->hashes.data(); }
+  std::uint16_t* part_of() { return arrays_->part_of.data(); }
+  float** rows() { return arrays_->rows.data(); }
+
+ private:
+  static constexpr std::size_t kMaxKeptPositions = std::size_t{1} << 20;  // 18 MiB a thread at most
+  struct Arrays {
+    std::vector<std::uint64_t> hashes;
+    std::vector<std::uint16_t> part_of;
+    std::vector<float*> rows;
+  };
+  struct Kept {
+    Arrays arrays;
+    bool in_use = false;
+  };
+  static Kept& kept_arrays() {
+    thread_local Kept kept;
+    return kept;
+  }
+  Kept* kept_ = nullptr;
+  Arrays own_;
+  Arrays* arrays_ = nullptr;
+};
 // How many positions ahead the first pass of a partition loop prefetches a slot, and the second
 // pass a row (whose address the first pass found): enough to cover a miss to memory with the
 // work of the positions in between. Measured with aiacc-bench-kernels (StorePushCold: the rows
@@ -136,8 +187,10 @@ void LocalEmbeddingStore::for_each_row_serial(std::span<const std::int64_t> ids,
   // updates still apply in request order: the same result as the partitioned loop.
   const int num_parts = num_partitions();
   const std::size_t n = ids.size();
-  std::vector<std::uint64_t> hashes(n);
-  std::vector<std::uint16_t> part_of(n);  // kMaxPartitions fits
+  RequestScratch scratch(n);
+  std::uint64_t* hashes = scratch.hashes();
+  std::uint16_t* part_of = scratch.part_of();  // kMaxPartitions fits
+  float** rows = scratch.rows();
   std::vector<char> touched(static_cast<std::size_t>(num_parts), 0);
   for (std::size_t i = 0; i < n; ++i) {
     hashes[i] = embedding::detail::row_hash(ids[i]);
@@ -149,7 +202,6 @@ void LocalEmbeddingStore::for_each_row_serial(std::span<const std::int64_t> ids,
     if (touched[static_cast<std::size_t>(p)] != 0) locks.emplace_back(partitions_[static_cast<std::size_t>(p)]->mutex);
   }
   auto table_of = [&](std::size_t i) -> embedding::detail::RowTable& { return partitions_[part_of[i]]->table; };
-  std::vector<float*> rows(n);
   // The first positions' slots, and below their rows, are asked for up front: a request of a
   // hundred rows would otherwise wait for a third of them one miss at a time.
   for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table_of(i).prefetch(hashes[i]);

@@ -412,6 +412,37 @@ TEST(LocalEmbeddingStore, RejectsBadSpecsAndBadCheckpoints) {
   EXPECT_EQ(target.num_rows(), 0);
 }
 
+// A thread keeps its request arrays between requests: sizes that shrink and grow again, and one
+// above the kept limit (arrays of its own), each checked against the reference store and
+// against rows pulled one id at a time.
+// One partition keeps every request on the one-thread path.
+TEST(LocalEmbeddingStore, RequestsOfChangingSizesMatchTheReference) {
+  for (int partitions : {1, LocalEmbeddingStoreOptions{}.num_partitions}) {
+    LocalEmbeddingStoreOptions options;
+    options.num_partitions = partitions;
+    LocalEmbeddingStore store(spec_of(2), optimizer_of("adagrad"), options);
+    ReferenceStore reference(spec_of(2), optimizer_of("adagrad"));
+    Rng rng(11);
+    for (std::size_t count : {std::size_t{5000}, std::size_t{7}, std::size_t{1200}, std::size_t{9000}, std::size_t{1},
+                              (std::size_t{1} << 20) + 3, std::size_t{300}}) {
+      std::vector<std::int64_t> ids(count);
+      for (std::size_t i = 0; i < count; ++i) ids[i] = static_cast<std::int64_t>(mix64(rng.below(count < 100000 ? 20000 : 1u << 30)));
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      const auto grads = testing::random_floats(ids.size() * 2, static_cast<std::uint64_t>(count));
+      store.push(ids, grads.data(), 0.1);
+      reference.push(ids, grads, 0.1);
+      const std::vector<float> rows = pull(store, ids);
+      for (std::size_t i = 0; i < ids.size(); i += 97) {
+        ASSERT_EQ(pull(store, {ids[i]}), std::vector<float>(rows.begin() + static_cast<std::ptrdiff_t>(2 * i),
+                                                            rows.begin() + static_cast<std::ptrdiff_t>(2 * i + 2)))
+            << partitions << " partition(s), request of " << count << ", position " << i;
+      }
+    }
+    expect_matches(store, reference);
+  }
+}
+
 TEST(LocalEmbeddingStore, MillionRowsSmoke) {
   constexpr std::int64_t kRows = 1'000'000;
   constexpr std::int64_t kBatch = 65'536;
