@@ -18,6 +18,17 @@ constexpr std::int64_t kDirectHostBytes = 256 << 10;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
+// Calls f(offset, bytes) for each non-empty slice of `count` elements split evenly over `parts`
+// local ranks, but slice `skip` (this rank's): the slices a rank hands to the others.
+template <class F>
+void for_other_slices(std::int64_t count, int parts, int skip, std::size_t element, F&& f) {
+  for (int l = 0; l < parts; ++l) {
+    if (l == skip) continue;
+    const Range slice = split_even(count, parts, l);
+    if (slice.size() > 0) f(static_cast<std::size_t>(slice.begin) * element, static_cast<std::size_t>(slice.size()) * element);
+  }
+}
+
 }  // namespace
 
 HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec)
@@ -124,18 +135,11 @@ void HierarchicalAllreduce::run_scattered(net::Deadline deadline) {
   const std::int64_t chunks = (buffer_.count + chunk_elements_ - 1) / chunk_elements_;
   auto chunk_size = [&](std::int64_t c) { return std::min(chunk_elements_, buffer_.count - c * chunk_elements_); };
   auto chunk_data = [&](std::int64_t c) { return data + static_cast<std::size_t>(c * chunk_elements_) * element; };
-  // Calls f(offset, bytes) for each non-empty slice of chunk c but this rank's.
-  auto for_other_slices = [&](std::int64_t c, auto&& f) {
-    for (int l = 0; l < local_size; ++l) {
-      if (l == local_index_) continue;
-      const Range slice = split_even(chunk_size(c), local_size, l);
-      if (slice.size() > 0) f(static_cast<std::size_t>(slice.begin) * element, static_cast<std::size_t>(slice.size()) * element);
-    }
-  };
   for (std::int64_t step = 0; step < chunks + 2; ++step) {
     if (step < chunks) {
       std::byte* mine = scattered_slot(step, local_index_);
-      for_other_slices(step, [&](std::size_t at, std::size_t bytes) { std::memcpy(mine + at, chunk_data(step) + at, bytes); });
+      for_other_slices(chunk_size(step), local_size, local_index_, element,
+                       [&](std::size_t at, std::size_t bytes) { std::memcpy(mine + at, chunk_data(step) + at, bytes); });
     }
     if (step >= 1 && step <= chunks) {
       const std::int64_t c = step - 1;
@@ -153,7 +157,8 @@ void HierarchicalAllreduce::run_scattered(net::Deadline deadline) {
     if (step >= 2) {
       const std::int64_t c = step - 2;
       const std::byte* result = scattered_result(c);
-      for_other_slices(c, [&](std::size_t at, std::size_t bytes) { std::memcpy(chunk_data(c) + at, result + at, bytes); });
+      for_other_slices(chunk_size(c), local_size, local_index_, element,
+                       [&](std::size_t at, std::size_t bytes) { std::memcpy(chunk_data(c) + at, result + at, bytes); });
     }
     // No barrier after the last step, which only reads results: the next run's first step
     // writes slots only, whose last reads came before this run's last barrier, and its first
@@ -171,11 +176,9 @@ void HierarchicalAllreduce::run_sliced(net::Deadline deadline) {
   const int local_size = static_cast<int>(local_ranks_.size());
   const std::size_t element = buffer_.element_bytes();
   auto* data = static_cast<std::byte*>(buffer_.data);
-  for (int l = 0; l < local_size; ++l) {
-    const Range slice = split_even(buffer_.count, local_size, l);
-    const std::size_t at = static_cast<std::size_t>(slice.begin) * element;
-    if (l != local_index_) std::memcpy(slot(local_index_) + at, data + at, static_cast<std::size_t>(slice.size()) * element);
-  }
+  std::byte* my_slot = slot(local_index_);
+  for_other_slices(buffer_.count, local_size, local_index_, element,
+                   [&](std::size_t at, std::size_t bytes) { std::memcpy(my_slot + at, data + at, bytes); });
   segment_->wait_all(++generation_, "inputs written", deadline);
   const Range mine = split_even(buffer_.count, local_size, local_index_);
   const std::size_t at = static_cast<std::size_t>(mine.begin) * element;
