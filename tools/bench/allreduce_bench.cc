@@ -67,6 +67,7 @@
 #include "ring/communicator.h"
 #include "tools/bench/ps_bench.h"
 #include "tools/bench/train_bench.h"
+#include "tools/bench/spread.h"
 
 namespace {
 
@@ -446,16 +447,8 @@ std::optional<Results> run_aiacc_sweep(const Args& a, int host, int world, const
   return parse_results(rank0_output);
 }
 
-// Median, min and max of one size's times over the sweeps.
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-Spread spread(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  const double median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-  return {median, values.front(), values.back()};
-}
+using bench::Spread;
+
 std::string range_us(const Spread& s, std::size_t runs) {
   return runs > 1 ? fmt::format("[{:.0f}-{:.0f}]", s.min * 1e6, s.max * 1e6) : std::string();
 }
@@ -529,7 +522,7 @@ int run_launcher(Args a) {
     for (const Results& sweep : sweeps) {
       if (i < sweep.rows.size()) times.push_back(sweep.rows[i].seconds);
     }
-    const Spread ours = spread(times);
+    const Spread ours = bench::spread_of(times);
     const double alg = static_cast<double>(r.bytes) / ours.median / 1e9;
     const double bus = busbw(static_cast<double>(r.bytes), ours.median, world);
     std::cout << fmt::format("{:>12} {:>11.1f} {:>9.3f} {:>9.3f}", r.bytes, ours.median * 1e6, alg, bus);
@@ -547,7 +540,7 @@ int run_launcher(Args a) {
         std::cout << fmt::format(" {:>9} {:>7}", "-", "-");
         continue;
       }
-      const Spread theirs = spread(it->second);
+      const Spread theirs = bench::spread_of(it->second);
       const double mb = busbw(static_cast<double>(r.bytes), theirs.median, world);
       std::cout << fmt::format(" {:>12.1f}", theirs.median * 1e6);
       if (runs > 1) std::cout << fmt::format(" {:>17}", range_us(theirs, it->second.size()));

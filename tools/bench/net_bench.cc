@@ -27,6 +27,7 @@
 #include "core/net/message_memory.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
+#include "tools/bench/spread.h"
 
 namespace {
 
@@ -40,14 +41,8 @@ struct Args {
   std::string json;
 };
 
-struct Stats {
-  double median = 0, min = 0, max = 0;
-};
-
-Stats stats_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return {values[values.size() / 2], values.front(), values.back()};
-}
+using aiacc::bench::Spread;
+using aiacc::bench::spread_of;
 
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> items;
@@ -102,8 +97,8 @@ struct Row {
   std::size_t bytes;
   int streams;
   std::string mode;
-  Stats gbps;
-  Stats latency_us;
+  Spread gbps;
+  Spread latency_us;
 };
 
 // Runs every size for one (K, mode) on a fresh pair of meshes.
@@ -170,7 +165,7 @@ std::vector<Row> run_config(const Args& args, int k, const std::string& mode) {
                   samples.push_back(kind == 0 ? static_cast<double>(size) * iters / t / 1e9
                                               : t / iters / 2 * 1e6);
                   if (rep + 1 == args.reps) {
-                    (kind == 0 ? row.gbps : row.latency_us) = stats_of(samples);
+                    (kind == 0 ? row.gbps : row.latency_us) = spread_of(samples);
                   }
                 }
               }
