@@ -6,6 +6,7 @@
 //                  [--iperf-streams 1] [--server-threads T] [--server-partitions P]
 //                  [--chunk-bytes 262144] [--table-rows N]
 //                  [--inflight 2] [--json FILE] [--curve on|off] [--unique-ids on|off]
+//                  [--repeat R]
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
 // program) and --workers worker processes. Every worker owns its own set of U unique ids per
@@ -25,7 +26,10 @@
 // aggregates over workers: rows/s and payload GB/s, payload = ids (8 B) + rows (4 * dim B) per
 // row and direction, headers excluded. The ceiling is loopback TCP as iperf3 measures it in the
 // same run, before and after the sweep (this machine's speed drifts by a third within minutes),
-// the higher of the two; the ratio is payload GB/s over that. Memory: one table of --memory-rows rows of
+// the higher of the two; the ratio is payload GB/s over that. --repeat R runs R sweeps, each
+// with fresh shards and iperf3 run before, between and after them: a sweep's ratio is over the
+// higher of the two runs around it, and the table shows medians with the ratio's [min-max].
+// Memory (after the last sweep): one table of --memory-rows rows of
 // --memory-dim floats is filled through the shards; the shards report their store bytes per row
 // (slots + arena) and the launcher reads their resident-set growth, both against the raw
 // (dim + optimiser state) * 4 bytes per row.
@@ -63,6 +67,7 @@
 #include "core/util/random.h"
 #include "ps/client.h"
 #include "ps/server_process.h"
+#include "tools/bench/spread.h"
 
 extern char** environ;
 
@@ -88,6 +93,7 @@ struct Args {
   std::int64_t table_rows = 0;  // 0: each worker requests the same U ids; else drawn from this many
   std::int64_t chunk_bytes = ps::ClientOptions{}.chunk_bytes;
   int inflight = 2;
+  int repeat = 1;
   std::string json;
   // Internal (child processes).
   std::string role;
@@ -150,6 +156,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--table-rows") a.table_rows = std::stoll(value);
     else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
     else if (key == "--inflight") a.inflight = one_int(key, value);
+    else if (key == "--repeat") a.repeat = one_int(key, value);
     else if (key == "--json") a.json = value;
     else if (key == "--curve") {
       if (value != "on" && value != "off") throw ConfigError("--curve takes on or off");
@@ -169,6 +176,7 @@ Args parse(int argc, char** argv) {
     throw ConfigError("aiacc-bench ps: --servers, --workers and --seconds must be positive, "
                       "--inflight 1 to 64");
   }
+  if (a.repeat < 1 || a.repeat > 100) throw ConfigError("aiacc-bench ps: --repeat takes 1 to 100 sweeps");
   if (a.iperf_seconds < 0 || a.iperf_seconds > 3600) {
     throw ConfigError("aiacc-bench ps: --iperf-seconds takes whole seconds from 0 (skips iperf3) to 3600");
   }
@@ -397,28 +405,17 @@ double measure_iperf(int seconds, int streams) {
   }
 }
 
-int run_launcher(const Args& a) {
-  // --curve on: shards and workers (which inherit the environment) use the job's keys.
-  if (a.curve && std::getenv(net::kJobTokenVariable) == nullptr) {
-    setenv(net::kJobTokenVariable, net::generate_job_token().c_str(), 1);
-  }
-  if (!a.curve) unsetenv(net::kJobTokenVariable);
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("aiacc-bench-ps-{}", ::getpid());
-  std::filesystem::create_directories(dir);
-  const std::string exe = self_exe();
-
-  std::cout << "aiacc-bench ps: " << a.servers << " shard processes, " << a.workers
-            << " worker processes, optimiser " << a.optimizer << ", "
-            << std::thread::hardware_concurrency() << " cores\n";
-  const double iperf_before = measure_iperf(a.iperf_seconds, a.iperf_streams);
-
-  // Shards and workers share the cores: OpenMP threads beyond a fair share only spin.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = a.server_threads > 0 ? a.server_threads : std::max(1, cores / (a.servers + a.workers));
-  std::vector<std::unique_ptr<Child>> servers;
+// Shard processes of one sweep (or of the memory measurement).
+struct Shards {
+  std::vector<std::unique_ptr<Child>> processes;
   std::vector<std::string> endpoints;
+};
+
+Shards start_shards(const Args& a, const std::string& exe, const std::filesystem::path& dir, int threads) {
+  Shards shards;
   for (int k = 0; k < a.servers; ++k) {
     const auto file = dir / fmt::format("endpoint-{}", k);
+    std::filesystem::remove(file);  // a previous sweep's
     std::vector<std::string> argv{exe, "ps", "--role", "server", "--shard", std::to_string(k),
                                   "--num-shards", std::to_string(a.servers), "--endpoint-file",
                                   file.string(), "--threads", std::to_string(threads),
@@ -426,15 +423,41 @@ int run_launcher(const Args& a) {
     if (a.server_partitions > 0) {
       argv.insert(argv.end(), {"--partitions", std::to_string(a.server_partitions)});
     }
-    servers.push_back(std::make_unique<Child>(std::move(argv)));
-    endpoints.push_back(wait_for_file(file, 60));
+    shards.processes.push_back(std::make_unique<Child>(std::move(argv)));
+    shards.endpoints.push_back(wait_for_file(file, 60));
   }
-  const std::string endpoint_list = fmt::format("{}", fmt::join(endpoints, ","));
+  return shards;
+}
 
-  auto context = net::Context::create(1, net::curve_keys_from_environment());
+void stop_shards(Shards& shards, const std::shared_ptr<net::Context>& context) {
+  ps::ClientOptions options;
+  options.endpoints = shards.endpoints;
+  options.timeout_s = 30;
+  ps::PsClient(options, context).shutdown_servers();
+  for (std::size_t k = 0; k < shards.processes.size(); ++k) {
+    shards.processes[k]->wait(30, fmt::format("shard {}", k));
+  }
+  shards.processes.clear();
+}
+
+// One point of one sweep, aggregated over the workers: every worker's rows over the slowest
+// worker's time.
+struct PointResult {
+  int dim = 0;
+  int ids = 0;
+  std::string mode;
+  double rows_per_s = 0;
+  double gb_per_s = 0;
+  double seconds = 0;
+};
+
+// Runs the workers through every (dim, ids, mode) point once against `shards`.
+std::vector<PointResult> run_sweep(const Args& a, const std::string& exe, const std::filesystem::path& dir,
+                                   const Shards& shards, const std::shared_ptr<net::Context>& context) {
   net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
   std::vector<std::unique_ptr<Child>> workers;
   auto join = [](const auto& values) { return fmt::format("{}", fmt::join(values, ",")); };
+  const std::string endpoint_list = join(shards.endpoints);
   const std::string modes = join(a.modes);
   for (int w = 0; w < a.workers; ++w) {
     workers.push_back(std::make_unique<Child>(std::vector<std::string>{
@@ -450,30 +473,11 @@ int run_launcher(const Args& a) {
     const int status = workers[static_cast<std::size_t>(w)]->wait(3600, fmt::format("worker {}", w));
     if (status != 0) throw Error(fmt::format("aiacc-bench ps: worker {} exited with status {}", w, status));
   }
-
-  const double iperf_after = measure_iperf(a.iperf_seconds, a.iperf_streams);
-  const double iperf = std::max(iperf_before, iperf_after);
-  if (iperf_before > 0 && iperf_after > 0) {
-    std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s, the higher of "
-                             "{:.2f} before and {:.2f} after the sweep\n",
-                             a.iperf_streams, iperf, iperf_before, iperf_after);
-  } else if (iperf > 0) {
-    std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s ({} the sweep only)\n",
-                             a.iperf_streams, iperf, iperf_before > 0 ? "before" : "after");
-  }
-
-  // Aggregate: rows of every worker over the slowest worker's time, per point.
   std::vector<nlohmann::json> per_worker;
   for (int w = 0; w < a.workers; ++w) {
     per_worker.push_back(nlohmann::json::parse(std::ifstream(dir / fmt::format("worker-{}.json", w))));
   }
-  nlohmann::json points = nlohmann::json::array();
-  std::cout << fmt::format("shards run {} OpenMP thread(s) each\n", threads);
-  if (a.table_rows > 0) {
-    std::cout << fmt::format("requests draw distinct ids from tables of {} rows\n", a.table_rows);
-  }
-  std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14} {:>12} {:>9}\n", "dim", "ids/req", "mode",
-                           "rows/s", "payload GB/s", "of iperf3");
+  std::vector<PointResult> points;
   for (std::size_t p = 0; p < per_worker[0].size(); ++p) {
     double rows = 0, bytes = 0, seconds = 0;
     for (const auto& w : per_worker) {
@@ -482,28 +486,113 @@ int run_launcher(const Args& a) {
       seconds = std::max(seconds, w[p].at("seconds").get<double>());
     }
     const auto& first = per_worker[0][p];
-    const double gbs = bytes / seconds / 1e9;
-    nlohmann::json point{{"dim", first.at("dim")}, {"ids_per_request", first.at("ids")},
-                         {"mode", first.at("mode")}, {"rows_per_s", rows / seconds},
-                         {"payload_gb_per_s", gbs}, {"seconds", seconds}};
-    if (iperf > 0) point["ratio_to_iperf3"] = gbs / iperf;
-    std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14.4g} {:>12.3f} {:>9}\n",
-                             first.at("dim").get<int>(), first.at("ids").get<int>(),
-                             first.at("mode").get<std::string>(), rows / seconds, gbs,
-                             iperf > 0 ? fmt::format("{:.0f}%", 100.0 * gbs / iperf) : std::string("-"));
+    points.push_back({first.at("dim").get<int>(), first.at("ids").get<int>(), first.at("mode").get<std::string>(),
+                      rows / seconds, bytes / seconds / 1e9, seconds});
+  }
+  return points;
+}
+
+int run_launcher(const Args& a) {
+  // --curve on: shards and workers (which inherit the environment) use the job's keys.
+  if (a.curve && std::getenv(net::kJobTokenVariable) == nullptr) {
+    setenv(net::kJobTokenVariable, net::generate_job_token().c_str(), 1);
+  }
+  if (!a.curve) unsetenv(net::kJobTokenVariable);
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("aiacc-bench-ps-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string exe = self_exe();
+
+  std::cout << "aiacc-bench ps: " << a.servers << " shard processes, " << a.workers
+            << " worker processes, optimiser " << a.optimizer << ", "
+            << std::thread::hardware_concurrency() << " cores\n";
+  // Shards and workers share the cores: OpenMP threads beyond a fair share only spin.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = a.server_threads > 0 ? a.server_threads : std::max(1, cores / (a.servers + a.workers));
+  auto context = net::Context::create(1, net::curve_keys_from_environment());
+
+  // --repeat R: R sweeps, each with fresh shards, iperf3 before the first, between sweeps and
+  // after the last. A sweep's ceiling is the higher of the two runs around it, so a drift of
+  // this machine's speed during the minutes a long benchmark takes hits a sweep and its
+  // ceiling alike (one ceiling for all sweeps would pair early sweeps with late ceilings).
+  std::vector<double> iperf_runs{measure_iperf(a.iperf_seconds, a.iperf_streams)};
+  std::vector<std::vector<PointResult>> sweeps;
+  Shards shards;
+  for (int r = 0; r < a.repeat; ++r) {
+    shards = start_shards(a, exe, dir, threads);
+    sweeps.push_back(run_sweep(a, exe, dir, shards, context));
+    // The last sweep's shards stay up for the memory measurement.
+    if (r + 1 < a.repeat) stop_shards(shards, context);
+    iperf_runs.push_back(measure_iperf(a.iperf_seconds, a.iperf_streams));
+  }
+  std::vector<double> ceilings;  // per sweep; <= 0: iperf3 unavailable
+  for (int r = 0; r < a.repeat; ++r) ceilings.push_back(std::max(iperf_runs[static_cast<std::size_t>(r)], iperf_runs[static_cast<std::size_t>(r) + 1]));
+  const bool have_ceiling = std::all_of(ceilings.begin(), ceilings.end(), [](double c) { return c > 0; });
+  if (have_ceiling) {
+    std::cout << fmt::format("loopback TCP ceiling (iperf3, {} stream(s)): {:.2f} GB/s in runs before, between "
+                             "and after the {} sweep(s); each sweep's ceiling is the higher of the two around it\n",
+                             a.iperf_streams, fmt::join(iperf_runs, ", "), a.repeat);
+  } else if (a.iperf_seconds == 0) {
+    std::cout << "loopback TCP ceiling: not measured (--iperf-seconds 0)\n";
+  } else {
+    std::cout << fmt::format("loopback TCP ceiling: iperf3 failed in some of its runs ({:.2f} GB/s; negative: "
+                             "failed), so no ratios\n", fmt::join(iperf_runs, ", "));
+  }
+
+  nlohmann::json points = nlohmann::json::array();
+  std::cout << fmt::format("shards run {} OpenMP thread(s) each\n", threads);
+  if (a.table_rows > 0) {
+    std::cout << fmt::format("requests draw distinct ids from tables of {} rows\n", a.table_rows);
+  }
+  if (a.repeat > 1) std::cout << fmt::format("medians of {} sweeps, [min-max] of the ratio\n", a.repeat);
+  std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14} {:>12} {:>9} {:>11}\n", "dim", "ids/req", "mode",
+                           "rows/s", "payload GB/s", "of iperf3", "range");
+  for (std::size_t p = 0; p < sweeps[0].size(); ++p) {
+    const PointResult& first = sweeps[0][p];
+    std::vector<double> rows, gbs, ratios;
+    nlohmann::json runs = nlohmann::json::array();
+    for (std::size_t r = 0; r < sweeps.size(); ++r) {
+      const PointResult& run = sweeps[r][p];
+      rows.push_back(run.rows_per_s);
+      gbs.push_back(run.gb_per_s);
+      nlohmann::json entry{{"rows_per_s", run.rows_per_s}, {"payload_gb_per_s", run.gb_per_s},
+                           {"seconds", run.seconds}};
+      if (have_ceiling) {
+        ratios.push_back(run.gb_per_s / ceilings[r]);
+        entry["iperf3_gb_per_s"] = ceilings[r];
+        entry["ratio_to_iperf3"] = ratios.back();
+      }
+      runs.push_back(entry);
+    }
+    const Spread row_spread = spread_of(rows);
+    const Spread gb_spread = spread_of(gbs);
+    nlohmann::json point{{"dim", first.dim}, {"ids_per_request", first.ids}, {"mode", first.mode},
+                         {"rows_per_s", row_spread.median}, {"rows_per_s_min", row_spread.min},
+                         {"rows_per_s_max", row_spread.max}, {"payload_gb_per_s", gb_spread.median},
+                         {"sweeps", runs}};
+    std::string share = "-", range = "-";
+    if (have_ceiling) {
+      const Spread ratio = spread_of(ratios);
+      point["ratio_to_iperf3"] = ratio.median;
+      point["ratio_to_iperf3_min"] = ratio.min;
+      point["ratio_to_iperf3_max"] = ratio.max;
+      share = fmt::format("{:.0f}%", 100.0 * ratio.median);
+      range = fmt::format("[{:.0f}-{:.0f}%]", 100.0 * ratio.min, 100.0 * ratio.max);
+    }
+    std::cout << fmt::format("{:>5} {:>8} {:>5} {:>14.4g} {:>12.3f} {:>9} {:>11}\n", first.dim, first.ids,
+                             first.mode, row_spread.median, gb_spread.median, share, range);
     points.push_back(point);
   }
 
   nlohmann::json memory;
   if (a.memory_rows > 0) {
     ps::ClientOptions options;
-    options.endpoints = endpoints;
+    options.endpoints = shards.endpoints;
     options.timeout_s = 600;
     ps::PsClient client(options, context);
     const ps::TableConfig config = table_for(a.memory_dim, a.optimizer, "bench_memory", 1);
     client.create_table(config);
     std::vector<std::int64_t> rss_before;
-    for (const auto& s : servers) rss_before.push_back(rss_bytes(s->pid()));
+    for (const auto& s : shards.processes) rss_before.push_back(rss_bytes(s->pid()));
     constexpr std::int64_t kChunk = 200000;
     std::vector<std::int64_t> ids(kChunk);
     std::vector<float> rows(static_cast<std::size_t>(kChunk * a.memory_dim));
@@ -515,7 +604,9 @@ int run_launcher(const Args& a) {
     }
     const double fill_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::int64_t rss_growth = 0;
-    for (std::size_t k = 0; k < servers.size(); ++k) rss_growth += rss_bytes(servers[k]->pid()) - rss_before[k];
+    for (std::size_t k = 0; k < shards.processes.size(); ++k) {
+      rss_growth += rss_bytes(shards.processes[k]->pid()) - rss_before[k];
+    }
     std::int64_t held = 0;
     std::size_t store_bytes = 0;
     for (const auto& shard : client.stats()) {
@@ -543,21 +634,15 @@ int run_launcher(const Args& a) {
                              fill_seconds);
   }
 
-  {
-    ps::ClientOptions options;
-    options.endpoints = endpoints;
-    options.timeout_s = 30;
-    ps::PsClient(options, context).shutdown_servers();
-  }
-  for (std::size_t k = 0; k < servers.size(); ++k) servers[k]->wait(30, fmt::format("shard {}", k));
+  stop_shards(shards, context);
   if (!a.json.empty()) {
     nlohmann::json out{{"benchmark", "ps"}, {"servers", a.servers}, {"workers", a.workers},
                        {"chunk_bytes", a.chunk_bytes}, {"inflight", a.inflight}, {"server_threads", threads},
                        {"table_rows", a.table_rows}, {"server_partitions", a.server_partitions},
                        {"unique_ids", a.unique_ids},
                        {"optimizer", a.optimizer}, {"cores", std::thread::hardware_concurrency()},
-                       {"iperf3_gb_per_s", iperf}, {"iperf3_before_gb_per_s", iperf_before},
-                       {"iperf3_after_gb_per_s", iperf_after}, {"iperf3_streams", a.iperf_streams},
+                       {"repeat", a.repeat}, {"iperf3_runs_gb_per_s", iperf_runs},
+                       {"iperf3_streams", a.iperf_streams},
                        {"points", points}, {"memory", memory}};
     std::ofstream(a.json) << out.dump(1) << "\n";
     std::cout << "wrote " << a.json << "\n";
