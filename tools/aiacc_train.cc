@@ -151,7 +151,7 @@ int run(int argc, char** argv) {
   aiacc::log::configure(job.log);
   aiacc::log::set_role("worker 0");
   const auto& cluster = job.cluster;
-  if (!dry_run && cluster.launcher != "local") {
+  if (!dry_run) {
     if (auto role = aiacc::trainer::role_from_environment(cluster)) return run_rank(job, *role, eval_checkpoint);
   }
   if (!dry_run && cluster.launcher == "external") {

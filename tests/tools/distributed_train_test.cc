@@ -229,6 +229,23 @@ TEST(DistributedTrain, TwoRingWorkersEqualOneWorkerWithTwiceTheBatch) {
   expect_same_state("mlp_1w", "mlp_2w", 1e-5);
 }
 
+// cluster.launcher: local starts the job's processes whatever an outer launcher's variables say
+// (here torchrun-style ones that would fail the config check if honoured), and each process it
+// starts joins as its rank rather than launching a job of its own: the job ends where the
+// same job under launcher auto ends, bit for bit.
+TEST(DistributedTrain, LauncherLocalStartsItsRanksWhateverOuterVariablesSay) {
+  auto reference = train("mlp_auto_launcher", mlp_job("mlp_auto_launcher", 32, "  workers: 2\n"));
+  ASSERT_EQ(reference.status, 0) << reference.output;
+  auto local = train("mlp_local_launcher", mlp_job("mlp_local_launcher", 32, "  workers: 2\n  launcher: local\n"),
+                     "RANK=5 WORLD_SIZE=9 LOCAL_RANK=5");
+  ASSERT_EQ(local.status, 0) << local.output;
+  const std::string started = "started 2 workers and 0 parameter-server shards";
+  const auto first = local.output.find(started);
+  ASSERT_NE(first, std::string::npos) << local.output;
+  EXPECT_EQ(local.output.find(started, first + 1), std::string::npos) << "more than one launcher:\n" << local.output;
+  expect_same_state("mlp_auto_launcher", "mlp_local_launcher", 0.0);
+}
+
 // ResNet-20 with batch norm: synchronised statistics make the split exact. Training it from
 // scratch is chaotic in fp32 (measured, one worker, lr 0.002, momentum 0.9: a one-ulp change
 // of the learning rate moves the parameters by 1.4e-5 after 5 steps and 1.1e-3 after 20, and

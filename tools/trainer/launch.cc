@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "core/error.h"
@@ -98,6 +99,10 @@ std::optional<InjectedFault> injected_fault(int rank) {
 
 std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) {
   for (const auto& vars : kLaunchers) {
+    // launcher: local ignores outer launchers' variables (this process starts the job itself),
+    // but its own children still find their ranks in AIACC_RANK: without them every child
+    // would start a job of its own, and each of theirs another.
+    if (cluster.launcher == "local" && std::string_view(vars.launcher) != "local") continue;
     auto rank_text = env(vars.rank);
     if (!rank_text) continue;
     auto size_text = env(vars.size);
@@ -265,6 +270,12 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
 
 LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv) {
   auto log = log::get("launcher");
+  // A process this launcher started never launches again (they would multiply without end).
+  if (const auto rank = env(kLaunchers[0].rank)) {
+    throw InternalError(fmt::format("a rank of a local launcher ({}={}) tried to start a job "
+                                    "of its own instead of joining its launcher's",
+                                    kLaunchers[0].rank, *rank));
+  }
   // The job token: the user's (AIACC_JOB_TOKEN or the token file) or a fresh one, handed to
   // every child in AIACC_JOB_TOKEN. The launcher's rendezvous store is secured with it too.
   std::optional<std::string> token;

@@ -34,8 +34,9 @@ struct ProcessRole {
   std::string name(const ClusterOptions& c) const;
 };
 
-// The role the environment gives this process, or nullopt when no launcher started it.
-// Throws ConfigError when the environment disagrees with `cluster` (world size, bad numbers),
+// The role the environment gives this process, or nullopt when no launcher started it. With
+// cluster.launcher local only the local launcher's own variables count (AIACC_RANK: this
+// process is one of its ranks). Throws ConfigError when the environment disagrees with `cluster` (world size, bad numbers),
 // naming the variables.
 std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster);
 
@@ -62,6 +63,7 @@ struct LaunchResult {
 // is started again, up to that many times; every process then resumes from the newest
 // complete checkpoint (train.checkpoint.resume: auto), so a crash loses at most the steps
 // since it. Children see the attempt number in AIACC_RESTART_COUNT (0 for the first).
+// Throws InternalError in a process a local launcher started (AIACC_RANK set).
 LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv);
 
 inline constexpr const char* kRestartCountVariable = "AIACC_RESTART_COUNT";
