@@ -145,6 +145,7 @@ Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> id
       r.frames.push_back(slice_bytes(ids_owner->data(), begin, end));
       r.owners.push_back(ids_owner);
       r.positions = std::span<const std::int64_t>(t->positions[ks]).subspan(begin, end - begin);
+      r.send_twice = options_.duplicate_pulls_for_testing;
       requests.push_back(std::move(r));
     }
   }
@@ -221,6 +222,13 @@ void PsClient::wait(const Ticket& ticket) {
                                    options_.worker, t.what, options_.timeout_s + 30.0));
   }
   if (t.error) std::rethrow_exception(t.error);
+}
+
+void PsClient::release_after(const Ticket& ticket, std::shared_ptr<void> owner) {
+  if (!ticket.valid()) return;
+  detail::TicketState& t = *ticket.state_;
+  std::lock_guard lock(t.mutex);
+  if (!t.done) t.keep_alive.push_back(std::move(owner));
 }
 
 bool PsClient::ready(const Ticket& ticket) const {

@@ -98,6 +98,10 @@ class PsClient {
   // TimeoutError naming the shard). Waiting on an invalid ticket is a no-op.
   void wait(const Ticket& ticket);
   bool ready(const Ticket& ticket) const;
+  // For a caller that goes away without waiting: keeps `owner` (the memory the ticket's pull
+  // writes its rows into) alive until the ticket completes, answered or failed, then releases
+  // it. Its outcome is not reported. An invalid or completed ticket releases `owner` at once.
+  void release_after(const Ticket& ticket, std::shared_ptr<void> owner);
 
   // Per-shard statistics of every table (blocking).
   std::vector<std::vector<TableStats>> stats();

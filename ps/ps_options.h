@@ -95,6 +95,8 @@ struct ServerOptions {
   // process (SIGKILL: a crash; SIGSTOP: a hung host). -1: never.
   std::int64_t fault_after_step_for_testing = -1;
   int fault_signal_for_testing = 0;
+  // Tests: applying this step of a sync table fails (as running out of memory would). -1: never.
+  std::int64_t fail_sync_step_for_testing = -1;
 
   template <class V>
   void visit(V& v) {
@@ -140,8 +142,9 @@ struct ClientOptions {
   // them to timeout_s (kept long for slow sync steps). ZeroMQ reconnects by itself; a shard
   // that comes back in time loses nothing (requests are retried).
   double reconnect_grace_s = 10.0;
-  // Tests: send every push twice (same sequence number).
+  // Tests: send every push, or every pull, twice (same sequence number).
   bool duplicate_pushes_for_testing = false;
+  bool duplicate_pulls_for_testing = false;
 
   template <class V>
   void visit(V& v) {
@@ -160,6 +163,8 @@ struct ClientOptions {
             config::greater_than(0.0));
     v.field("duplicate_pushes_for_testing", duplicate_pushes_for_testing,
             "tests only: send every push twice");
+    v.field("duplicate_pulls_for_testing", duplicate_pulls_for_testing,
+            "tests only: send every pull twice");
   }
 };
 

@@ -37,6 +37,13 @@ RemoteEmbeddingStore::RemoteEmbeddingStore(std::shared_ptr<PsClient> client, con
 }
 
 RemoteEmbeddingStore::~RemoteEmbeddingStore() {
+  // A prefetch still in flight (the trainer stopped after asking for the next step's rows)
+  // writes into its row buffer when its reply comes, perhaps seconds later (a pull held for
+  // bounded staleness): the client keeps the buffer until then. Waiting here instead could hold
+  // a failing job's exit for the client's whole timeout. Moving the vector keeps its storage.
+  if (prefetch_ && prefetch_->ticket.valid()) {
+    client_->release_after(prefetch_->ticket, std::make_shared<std::vector<float>>(std::move(prefetch_->rows)));
+  }
   if (!cache_) return;
   const embedding::HotRowCacheStats& c = cache_->stats();
   const std::int64_t served = c.hits + c.misses + c.refreshes;

@@ -2,7 +2,10 @@
 // or duplicated push is applied once (shared/DESIGN.md §5). A client numbers its requests to a
 // shard 1, 2, 3, ... per session (a random id per client incarnation); the log keeps, per
 // worker, the highest seq below which everything was seen (the floor) plus the seen seqs above
-// it, so its size stays bounded by the requests in flight, not by the job's length.
+// it, so its size stays bounded by the requests in flight, not by the job's length. A seq that
+// never arrives (a request the client failed before sending it) would hold the floor below it
+// for good, so at most kMaxTracked seqs are kept above a floor: beyond that the oldest gap is
+// taken as lost (a request that late is far past the client's own deadline).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,7 @@ class RequestLog {
     if (w.session != session) w = Worker{session, 0, {}};
     if (seq <= w.floor || w.above.count(seq) != 0) return false;
     w.above.insert(seq);
+    if (w.above.size() > kMaxTracked) w.floor = *w.above.begin() - 1;  // skip the oldest gap
     // Advance the floor over the contiguous prefix.
     while (!w.above.empty() && *w.above.begin() == w.floor + 1) {
       ++w.floor;
@@ -28,6 +32,7 @@ class RequestLog {
     }
     return true;
   }
+  static constexpr std::size_t kMaxTracked = 4096;
   // Seqs tracked above the floors (for tests: stays small while requests are contiguous).
   std::size_t tracked() const {
     std::size_t n = 0;

@@ -47,6 +47,7 @@ struct Received {
 struct Deferred {
   std::shared_ptr<Received> request;
   net::Clock::time_point since;
+  bool repeat = false;  // a retry of a pull already served once
 };
 
 struct TableState {
@@ -121,6 +122,11 @@ class PsServer::Impl {
     std::vector<TableStats> out;
     for (const auto& [key, state] : tables_) out.push_back(state->table.stats());
     return out;
+  }
+
+  std::size_t tracked_requests() const {
+    std::lock_guard lock(mutex_);
+    return log_requests_.tracked();
   }
 
   void save_checkpoint(const std::string& path) const {
@@ -356,6 +362,10 @@ class PsServer::Impl {
   void dispatch(const std::shared_ptr<Received>& request) {
     Received& r = *request;
     const RequestHeader& h = r.header;
+    // Every request takes a seq from the client's one counter per shard: control requests are
+    // recorded too (their repeats are harmless and served again), or the floor of the log
+    // would stop below the first of them and every later pull and push stay tracked above it.
+    if (h.op != Op::pull && h.op != Op::push) log_requests_.record(h.worker, h.session, h.seq);
     switch (h.op) {
       case Op::create_table: {
         if (r.parts.size() != 3) throw CommError("create_table without its config frame");
@@ -371,10 +381,10 @@ class PsServer::Impl {
         const bool is_new = log_requests_.record(h.worker, h.session, h.seq);
         if (state.clock && !state.clock->may_serve(h.step)) {
           if (!is_new && is_deferred(state, h)) return;  // a retry of a pull still held
-          state.deferred.push_back({request, net::Clock::now()});
+          state.deferred.push_back({request, net::Clock::now(), !is_new});
           return;
         }
-        serve_pull(state, r);
+        serve_pull(state, r, !is_new);
         return;
       }
       case Op::push: {
@@ -451,7 +461,24 @@ class PsServer::Impl {
       state.sync->add(h.step, std::move(c));
       ReadyStep ready;
       while (state.sync->pop_ready(ready)) {
-        state.table.push(ready.ids, ready.grads.data(), ready.lr, ready.step);
+        try {
+          if (static_cast<std::int64_t>(ready.step) == options_.fail_sync_step_for_testing) {
+            throw Error("injected failure (fail_sync_step_for_testing)");
+          }
+          state.table.push(ready.ids, ready.grads.data(), ready.lr, ready.step);
+        } catch (const std::exception& e) {
+          // The step's contributions have left the aggregator: every worker must hear that it
+          // failed (this request from the caller's handler). Unanswered, their retries would be
+          // taken for repeats of applied pushes and acknowledged.
+          for (const Contribution& failed : ready.contributions) {
+            if (failed.owner != request) {
+              reply_error(*std::static_pointer_cast<const Received>(failed.owner),
+                          fmt::format("sync step {} of table '{}' could not be applied: {}", ready.step,
+                                      state.table.name(), e.what()));
+            }
+          }
+          throw;
+        }
         for (const Contribution& done : ready.contributions) {
           reply(*std::static_pointer_cast<const Received>(done.owner), Status::ok, 0, 0);
         }
@@ -473,7 +500,7 @@ class PsServer::Impl {
   void serve_deferred(TableState& state) {
     for (auto it = state.deferred.begin(); it != state.deferred.end();) {
       if (state.clock->may_serve(it->request->header.step)) {
-        serve_pull(state, *it->request);
+        serve_pull(state, *it->request, it->repeat);
         it = state.deferred.erase(it);
       } else {
         ++it;
@@ -496,7 +523,8 @@ class PsServer::Impl {
     }
   }
 
-  void serve_pull(TableState& state, const Received& r) {
+  // A `repeat` (a retry whose first copy was served) is served again but not counted twice.
+  void serve_pull(TableState& state, const Received& r, bool repeat) {
     if (state.clock) {
       auto& max_lag = state.table.counters().max_staleness;
       max_lag = std::max(max_lag, state.clock->lag(r.header.step));
@@ -504,10 +532,10 @@ class PsServer::Impl {
     const auto dim = static_cast<std::size_t>(state.table.dim());
     detail::OutFrame rows(r.ids.size() * dim * sizeof(float));
     if (reinterpret_cast<std::uintptr_t>(rows.data()) % alignof(float) == 0) {
-      state.table.pull(r.ids, reinterpret_cast<float*>(rows.data()), r.header.step);
+      state.table.pull(r.ids, reinterpret_cast<float*>(rows.data()), r.header.step, repeat);
     } else {
       std::vector<float> aligned(r.ids.size() * dim);
-      state.table.pull(r.ids, aligned.data(), r.header.step);
+      state.table.pull(r.ids, aligned.data(), r.header.step, repeat);
       std::memcpy(rows.data(), aligned.data(), rows.size());
     }
     send_reply_header(r, Status::ok, r.ids.size(), static_cast<std::uint32_t>(dim), true);
@@ -649,6 +677,7 @@ void PsServer::check() const { impl_->check(); }
 PsServer::Connections PsServer::connections() const { return impl_->connections(); }
 
 std::vector<TableStats> PsServer::stats() const { return impl_->stats(); }
+std::size_t PsServer::tracked_requests() const { return impl_->tracked_requests(); }
 void PsServer::save_checkpoint(const std::string& path) const { impl_->save_checkpoint(path); }
 void PsServer::load_checkpoint(const std::string& path) { impl_->load_checkpoint(path); }
 

@@ -75,6 +75,9 @@ class PsServer {
 
   // Thread-safe (serialised with request handling):
   std::vector<TableStats> stats() const;
+  // Request seqs the retry log holds above its floors (RequestLog::tracked(); for tests: it
+  // stays near the requests in flight however long the job runs).
+  std::size_t tracked_requests() const;
   // Writes the shard's checkpoint to `path` atomically (IoError on failure).
   void save_checkpoint(const std::string& path) const;
   // Replaces the rows of every table in the file (creating tables it does not have yet).

@@ -32,26 +32,26 @@ ServerTable::ServerTable(TableConfig config, int num_partitions)
   stats_.name = config_.spec.name;
 }
 
-void ServerTable::touch(std::span<const std::int64_t> ids, std::uint64_t step,
+void ServerTable::touch(std::span<const std::int64_t> ids, std::uint64_t step, bool count,
                         std::vector<std::size_t>& admitted, std::vector<std::size_t>& held) {
   const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     Entry& entry = entries_[ids[i]];
-    ++entry.count;
+    if (count) ++entry.count;
     entry.last_step = std::max(entry.last_step, step);
     (entry.count >= min_count ? admitted : held).push_back(i);
   }
 }
 
-void ServerTable::pull(std::span<const std::int64_t> ids, float* rows, std::uint64_t step) {
-  stats_.pulled_rows += static_cast<std::int64_t>(ids.size());
+void ServerTable::pull(std::span<const std::int64_t> ids, float* rows, std::uint64_t step, bool repeat) {
+  if (!repeat) stats_.pulled_rows += static_cast<std::int64_t>(ids.size());
   if (!tracking_enabled()) {
     store_->pull(ids, rows);
     return;
   }
   std::vector<std::size_t> admitted;
   std::vector<std::size_t> held;
-  touch(ids, step, admitted, held);
+  touch(ids, step, !repeat, admitted, held);
   const auto d = static_cast<std::size_t>(dim());
   auto pull_subset = [&](LocalEmbeddingStore& store, const std::vector<std::size_t>& positions) {
     if (positions.empty()) return;
@@ -80,7 +80,7 @@ void ServerTable::push(std::span<const std::int64_t> ids, const float* grads, do
   }
   std::vector<std::size_t> admitted;
   std::vector<std::size_t> held;
-  touch(ids, step, admitted, held);
+  touch(ids, step, true, admitted, held);
   stats_.not_admitted_rows += static_cast<std::int64_t>(held.size());
   stats_.pushed_rows += static_cast<std::int64_t>(admitted.size());
   if (held.empty()) {

@@ -48,8 +48,10 @@ class ServerTable {
   LocalEmbeddingStore& store() { return *store_; }
 
   // rows [U, D] = the rows of `ids` (created unless admission holds them back: then their
-  // deterministic initial value, not stored). `step` orders eviction.
-  void pull(std::span<const std::int64_t> ids, float* rows, std::uint64_t step);
+  // deterministic initial value, not stored). `step` orders eviction. A `repeat` (a retried
+  // request already served once) is served alike but counted neither towards admission nor in
+  // the pulled rows.
+  void pull(std::span<const std::int64_t> ids, float* rows, std::uint64_t step, bool repeat = false);
   // Applies the sparse optimiser to `ids` with grads [U, D] at `lr` (ids unique).
   void push(std::span<const std::int64_t> ids, const float* grads, double lr, std::uint64_t step);
 
@@ -61,10 +63,11 @@ class ServerTable {
   TableStats stats() const;
 
  private:
-  // Admission: splits ids into admitted (kept) and held-back positions; counts every request.
+  // Admission: splits ids into admitted (kept) and held-back positions; counts the request
+  // unless `count` is false (a retried pull).
   bool admission_enabled() const { return config_.options.min_count > 1; }
   bool tracking_enabled() const { return admission_enabled() || config_.options.capacity_rows > 0; }
-  void touch(std::span<const std::int64_t> ids, std::uint64_t step,
+  void touch(std::span<const std::int64_t> ids, std::uint64_t step, bool count,
              std::vector<std::size_t>& admitted, std::vector<std::size_t>& held);
   void evict_if_needed();
 

@@ -20,6 +20,7 @@
 namespace aiacc::ps::detail {
 
 void TicketState::finish_one(std::exception_ptr request_error) {
+  std::vector<std::shared_ptr<void>> released;  // freed after the lock is let go
   std::lock_guard lock(mutex);
   if (request_error && !error) error = request_error;
   if (--remaining > 0) return;
@@ -31,6 +32,7 @@ void TicketState::finish_one(std::exception_ptr request_error) {
     }
   }
   done = true;
+  released.swap(keep_alive);
   cv.notify_all();
 }
 

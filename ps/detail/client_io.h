@@ -51,6 +51,10 @@ struct TicketState {
   // Control requests: each shard's reply frames after the header.
   std::vector<std::vector<net::Message>> replies;
 
+  // Memory this ticket's replies are written into, handed over by a caller that went away
+  // before it completed (PsClient::release_after); released when the ticket completes.
+  std::vector<std::shared_ptr<void>> keep_alive;
+
   // One request finished (error null on success); the last one completes the ticket.
   void finish_one(std::exception_ptr request_error);
 };

@@ -38,6 +38,32 @@ TEST(PsAdmission, RowsAreCreatedOnlyAfterMinCountRequests) {
   for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_FLOAT_EQ(rows[i], initial[i] - 0.5f);
 }
 
+// A pull that arrives twice (a retry after a lost reply) is served twice but counts once
+// towards admission and in the pulled rows: as above, a pull and a push leave min_count 3 unmet.
+TEST(PsAdmission, ARepeatedPullCountsOnce) {
+  testing::Cluster cluster(2);
+  ClientOptions options;
+  options.duplicate_pulls_for_testing = true;
+  auto client = cluster.client(0, options);
+  TableConfig config = testing::table_config("admit_repeat", 4, "sgd");
+  config.options.min_count = 3;
+  client->create_table(config);
+  const std::vector<std::int64_t> ids{11, 22, 33};
+  std::vector<float> rows(12);
+  const std::vector<float> grads(12, 1.0f);
+  client->wait(client->pull("admit_repeat", ids, rows.data(), 0));
+  client->wait(client->push("admit_repeat", ids, grads.data(), 0.5, 0));
+  std::int64_t rows_held = 0, dropped = 0, pulled = 0;
+  for (const auto& shard : client->stats()) {
+    rows_held += shard[0].rows;
+    dropped += shard[0].not_admitted_rows;
+    pulled += shard[0].pulled_rows;
+  }
+  EXPECT_EQ(rows_held, 0);
+  EXPECT_EQ(dropped, 3);
+  EXPECT_EQ(pulled, 3);
+}
+
 TEST(PsEviction, ShardKeepsAtMostCapacityRowsDroppingTheLeastRecentlyUsed) {
   testing::Cluster cluster(1);
   auto client = cluster.client();

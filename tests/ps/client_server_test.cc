@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "core/error.h"
 #include "ps/sharding.h"
@@ -186,6 +188,23 @@ TEST(PsClientServer, RequestsDeclaredUniqueEqualReference) {
   EXPECT_EQ(rows, expected);
 }
 
+// Control requests (create_table, stats) take seqs from the same counter as pulls and pushes:
+// the shard's retry log must fold them in, or every later request stays tracked above them.
+TEST(PsClientServer, TheRetryLogStaysSmallAfterControlRequests) {
+  Cluster cluster(1);
+  auto client = cluster.client();
+  client->create_table(table_config("log", 4, "sgd"));
+  const auto ids = testing::random_ids(10, 100, 1);
+  std::vector<float> rows(ids.size() * 4);
+  const std::vector<float> grads(rows.size(), 0.1f);
+  for (int i = 0; i < 200; ++i) {
+    client->wait(client->pull("log", ids, rows.data(), 0));
+    client->wait(client->push("log", ids, grads.data(), 0.1, 0));
+    if (i % 50 == 0) client->stats();
+  }
+  EXPECT_LE(cluster.servers[0]->tracked_requests(), 2u);
+}
+
 TEST(PsClientServer, DuplicatedPushIsAppliedOnce) {
   Cluster cluster(2);
   ClientOptions options;
@@ -274,6 +293,59 @@ TEST(PsClientServer, PrefetchedRowsAreThoseOfABlockingPull) {
   std::vector<float> scratch(discarded.size() * 4);
   reference->pull(discarded, scratch.data());
   EXPECT_EQ(store->num_rows(), reference->num_rows());
+}
+
+// A caller that goes away while its pull is in flight hands the row buffer to the client,
+// which keeps it until the rows have arrived (here a pull held by bounded staleness 0 until
+// the other worker pushes), and a store destroyed with such a prefetch hands over its own.
+TEST(PsClientServer, ABufferHandedOverIsKeptUntilItsHeldPullIsAnswered) {
+  Cluster cluster(1);
+  TableConfig c = table_config("held", 4, "sgd", "bounded", 2);
+  c.options.staleness = 0;
+  TableConfig c_store = c;
+  c_store.spec.name = "held_by_store";
+  auto w0 = cluster.client(0);
+  auto w1 = cluster.client(1);
+  w0->create_table(c);
+  w1->create_table(c);
+  w1->create_table(c_store);
+  const std::vector<std::int64_t> ids{1, 2, 3};
+  const std::vector<float> grads(ids.size() * 4, 0.5f);
+  w0->wait(w0->push("held", ids, grads.data(), 0.1, 0));
+
+  struct Buffer {
+    std::vector<float> rows;
+    std::atomic<int>* state;  // 0 alive, 1 freed before its rows came, 2 freed with its rows
+    ~Buffer() { state->store(!rows.empty() && rows[0] == -1.0f ? 1 : 2); }
+  };
+  std::atomic<int> state{0};
+  auto buffer = std::make_shared<Buffer>(std::vector<float>(ids.size() * 4, -1.0f), &state);
+  const Ticket held = w0->pull("held", ids, buffer->rows.data(), 1);  // step 1: waits for worker 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_FALSE(w0->ready(held)) << "the pull was not held";
+  w0->release_after(held, std::move(buffer));
+  EXPECT_EQ(state.load(), 0) << "freed while its pull was still in flight";
+
+  // The same through a store: destroyed with a held prefetch, it returns without waiting.
+  auto store = std::make_unique<RemoteEmbeddingStore>(w0, c_store);
+  store->push(ids, grads.data(), 0.1);  // step 0
+  store->prefetch(ids);                 // step 1: held like the pull above
+  const auto start = std::chrono::steady_clock::now();
+  store.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+
+  // Worker 1's step 0 releases both held pulls.
+  w1->wait(w1->push("held", ids, grads.data(), 0.1, 0));
+  w1->wait(w1->push("held_by_store", ids, grads.data(), 0.1, 0));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (state.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(state.load(), 2) << "the buffer was not released after its rows arrived";
+  // An invalid ticket releases at once.
+  std::atomic<int> other{0};
+  w0->release_after(Ticket(), std::make_shared<Buffer>(std::vector<float>(1, 0.0f), &other));
+  EXPECT_EQ(other.load(), 2);
 }
 
 }  // namespace

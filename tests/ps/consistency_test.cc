@@ -3,11 +3,13 @@
 // push completes only when every worker pushed; bounded staleness is never exceeded (checked on
 // both sides: the server's record and the workers' own step counters); SyncAggregator and
 // StalenessClock units.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -103,6 +105,34 @@ TEST(PsConsistency, SyncPushWaitsForEveryWorkerAndAppliesTheAverage) {
     clients[1]->wait(clients[1]->pull("sync", probe, rows.data(), step + 1));
     reference->pull(probe, expected.data());
     ASSERT_EQ(rows, expected) << "step " << step;
+  }
+}
+
+// A sync step that cannot be applied fails every worker's push of it, not only the one whose
+// push completed the step: the others would otherwise retry and be acknowledged as repeats.
+TEST(PsConsistency, ASyncStepThatFailsToApplyFailsEveryWorkersPush) {
+  ServerOptions options;
+  options.fail_sync_step_for_testing = 1;
+  Cluster cluster(1, options);
+  constexpr int kWorkers = 2;
+  const TableConfig c = table_config("sync_fail", 4, "sgd", "sync", kWorkers);
+  std::array<std::string, kWorkers> errors;
+  aiacc::testing::run_ranks(kWorkers, [&](int w) {
+    ClientOptions client_options;
+    client_options.retry_interval_s = 0.2;  // a lost answer would be retried well within the test
+    auto client = cluster.client(w, client_options);
+    client->create_table(c);
+    const std::vector<std::int64_t> ids{1, 2, 3};
+    const std::vector<float> grads(ids.size() * 4, 0.5f);
+    client->wait(client->push("sync_fail", ids, grads.data(), 0.1, 0));  // step 0 applies
+    try {
+      client->wait(client->push("sync_fail", ids, grads.data(), 0.1, 1));
+    } catch (const std::exception& e) {
+      errors[static_cast<std::size_t>(w)] = e.what();
+    }
+  });
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_THAT(errors[static_cast<std::size_t>(w)], ::testing::HasSubstr("injected failure")) << "worker " << w;
   }
 }
 

@@ -63,6 +63,11 @@ TEST(RequestLog, RepeatsAreDetectedAndMemoryStaysBounded) {
   EXPECT_TRUE(log.record(0, 8, 1));  // a new session (restarted client) starts afresh
   for (std::uint64_t s = 2; s < 10000; ++s) EXPECT_TRUE(log.record(0, 8, s));
   EXPECT_EQ(log.tracked(), 0u);
+  // A seq that never comes (10000) holds the floor only until kMaxTracked seqs wait above it.
+  for (std::uint64_t s = 10001; s < 10001 + 3 * RequestLog::kMaxTracked; ++s) EXPECT_TRUE(log.record(0, 8, s));
+  EXPECT_LE(log.tracked(), RequestLog::kMaxTracked);
+  EXPECT_FALSE(log.record(0, 8, 10001 + RequestLog::kMaxTracked));  // repeats are still repeats
+  EXPECT_FALSE(log.record(0, 8, 10000));  // the lost one, far too late: not applied
 }
 
 TEST(Protocol, HeadersRoundTripAndForeignBytesAreRejected) {
