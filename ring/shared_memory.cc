@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
@@ -88,6 +90,21 @@ void SharedMemory::release() noexcept {
   owner_ = false;
   if (data_) munmap(data_, size_);
   data_ = nullptr;
+}
+
+std::string segment_prefix(int pid) { return fmt::format("/aiacc-{}-", pid); }
+
+int remove_segments_of(int pid) {
+  // POSIX shared memory lives in /dev/shm on Linux; a name there is the segment's without its
+  // leading slash.
+  const std::string prefix = segment_prefix(pid).substr(1);
+  int removed = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it("/dev/shm", error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace aiacc::ring

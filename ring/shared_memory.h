@@ -38,4 +38,12 @@ class SharedMemory {
   bool owner_ = false;  // created it: unlinks the name at destruction if still linked
 };
 
+// The name prefix of every segment process `pid` creates ("/aiacc-<pid>-"): names are this
+// prefix and whatever else makes them unique within the process.
+std::string segment_prefix(int pid);
+// Unlinks every segment process `pid` created and left linked, for a supervisor that reaped it:
+// a creator unlinks the name as soon as every rank has mapped it, so only a process that died
+// in between leaves one. Returns how many it removed.
+int remove_segments_of(int pid);
+
 }  // namespace aiacc::ring

@@ -86,7 +86,7 @@ SharedMemory map_segment(Communicator& comm, const std::vector<int>& local_ranks
   const auto deadline = comm.deadline();
   const int leader = local_ranks.front();
   if (comm.rank() == leader) {
-    const std::string name = fmt::format("/aiacc-{}-{}-{}", getpid(), tag, segment_counter++);
+    const std::string name = fmt::format("{}{}-{}", segment_prefix(getpid()), tag, segment_counter++);
     SharedMemory memory = SharedMemory::create(name, total);
     for (std::size_t i = 1; i < local_ranks.size(); ++i) {
       comm.to(local_ranks[i], 0).send({reinterpret_cast<const std::byte*>(name.data()), name.size()}, deadline,

@@ -410,5 +410,34 @@ TEST(HostAllgather, ServesOneHostOnlyAndNamesASilentRank) {
   }
 }
 
+
+// A process killed after creating a segment and before every local rank mapped it leaves the
+// name linked (no destructor runs): the supervisor that reaps it removes what it left.
+TEST(SharedMemorySegments, TheSegmentsOfADeadProcessAreRemovedByItsSupervisor) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Created and left linked: the process ends without running its destructors.
+    auto* leaked = new SharedMemory(SharedMemory::create(segment_prefix(getpid()) + "test-0", 4096));
+    (void)leaked;
+    const char byte = 1;
+    (void)!write(ready[1], &byte, 1);
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(ready[0]);
+  close(ready[1]);
+  const std::string name = segment_prefix(child) + "test-0";
+  EXPECT_NO_THROW(SharedMemory::open(name, 4096)) << "the dead process's segment should still be linked";
+  EXPECT_EQ(remove_segments_of(child), 1);
+  EXPECT_THROW(SharedMemory::open(name, 4096), IoError);
+  EXPECT_EQ(remove_segments_of(child), 0);
+}
+
 }  // namespace
 }  // namespace aiacc::ring

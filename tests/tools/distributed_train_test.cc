@@ -246,6 +246,51 @@ TEST(DistributedTrain, LauncherLocalStartsItsRanksWhateverOuterVariablesSay) {
   expect_same_state("mlp_auto_launcher", "mlp_local_launcher", 0.0);
 }
 
+// An outer launcher's variables that cannot describe this process stop it at once with a
+// config error naming the variable, before it waits for any peer.
+TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
+  const std::string yaml = mlp_job("bad_env", 32, "  workers: 2\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"RANK=x WORLD_SIZE=2", "RANK='x' is not a rank or count"},
+      {"RANK=2 WORLD_SIZE=2", "RANK=2 is outside the world of 2"},
+      {"RANK=0", "RANK is set (0) but WORLD_SIZE is not"},
+      {"RANK=0 WORLD_SIZE=3", "says the job has 3 processes"},
+      {"RANK=0 WORLD_SIZE=2 MASTER_PORT=0", "MASTER_PORT='0' is not a TCP port"},
+      {"RANK=0 WORLD_SIZE=2 MASTER_PORT=70000", "MASTER_PORT='70000' is not a TCP port"},
+      {"OMPI_COMM_WORLD_RANK=5 OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=5 is outside the world of 2"},
+  };
+  for (const auto& [env, message] : cases) {
+    const auto r = train("bad_env", yaml, std::string(kTokenEnv) + " " + env);
+    EXPECT_EQ(r.status, 2) << env << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << env;
+  }
+}
+
+// A launcher killed outright (SIGKILL: no cleanup of its own) takes its processes with it: the
+// kernel sends them SIGTERM instead of leaving them to train on unsupervised.
+TEST(DistributedTrain, KillingTheLauncherOutrightEndsItsProcesses) {
+  const fs::path config = scratch() / "orphans.yaml";
+  std::ofstream(config) << mlp_job("orphans", 32, "  workers: 2\n");
+  const fs::path log = scratch() / "orphans.log";
+  // Training for hours unless stopped; once it logs progress the launcher gets SIGKILL, then
+  // the processes still running this config are counted for up to 10 s (and killed after).
+  const fs::path script = scratch() / "orphans.sh";
+  std::ofstream(script) << fmt::format(
+      "{0} {1} --set train.max_steps=100000000 --set train.epochs=100000 --set train.log_every_steps=5 > {2} 2>&1 &\n"
+      "launcher=$!\n"
+      "for i in $(seq 600); do grep -q 'samples/s' {2} && break; sleep 0.1; done\n"
+      "echo \"before: $(pgrep -c -f -- '{1}')\"\n"
+      "kill -9 $launcher\n"
+      "for i in $(seq 100); do n=$(pgrep -c -f -- '{1}'); [ \"$n\" = 0 ] && break; sleep 0.1; done\n"
+      "echo \"left: $n\"\n"
+      "pkill -9 -f -- '{1}'\n"
+      "true\n",
+      g_program, config.string(), log.string());
+  const auto r = aiacc::testing::run_command("bash " + script.string());
+  ASSERT_THAT(r.output, HasSubstr("before: 3")) << "the launcher and its 2 workers were not all running:\n" << r.output;
+  EXPECT_THAT(r.output, HasSubstr("left: 0")) << r.output;
+}
+
 // ResNet-20 with batch norm: synchronised statistics make the split exact. Training it from
 // scratch is chaotic in fp32 (measured, one worker, lr 0.002, momentum 0.9: a one-ulp change
 // of the learning rate moves the parameters by 1.4e-5 after 5 steps and 1.1e-3 after 20, and

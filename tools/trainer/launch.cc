@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "core/net/context.h"
 #include "core/net/rendezvous_server.h"
 #include "core/util/cpus.h"
+#include "ring/shared_memory.h"
 
 namespace aiacc::trainer {
 
@@ -134,7 +136,9 @@ std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) 
     }
     const std::string host = env("MASTER_ADDR").value_or(cluster.master_addr);
     const std::string port = env("MASTER_PORT").value_or(std::to_string(cluster.master_port));
-    env_int("MASTER_PORT", port);
+    if (const int number = env_int("MASTER_PORT", port); number < 1 || number > 65535) {
+      throw ConfigError(fmt::format("environment variable MASTER_PORT='{}' is not a TCP port (1-65535)", port));
+    }
     role.rendezvous = host + ":" + port;
     role.serves_rendezvous = role.rank == 0;
     return role;
@@ -201,6 +205,7 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
   };
   // Cores this launcher may use, in order: process r gets cores[r % n].
   const std::vector<int> cores = cluster.pin_cores ? util::allowed_cpus() : std::vector<int>{};
+  const pid_t launcher_pid = getpid();
   for (int r = 0; r < world; ++r) {
     cpu_set_t pinned;
     CPU_ZERO(&pinned);
@@ -211,6 +216,12 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
       break;
     }
     if (pid == 0) {
+      // A launcher killed outright (SIGKILL, the OOM killer) runs no cleanup: its processes get
+      // SIGTERM from the kernel rather than train on unsupervised. (The forking thread is the
+      // launcher's main thread, whose end is what the kernel watches.) A launcher gone before
+      // the call would go unnoticed, hence the check after it.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher_pid) _exit(1);
       if (!cores.empty()) sched_setaffinity(0, sizeof pinned, &pinned);
       execve("/proc/self/exe", args.data(), child_envp[static_cast<std::size_t>(r)].data());
       _exit(127);
@@ -243,6 +254,11 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
         if (pids[static_cast<std::size_t>(r)] != pid || !running[static_cast<std::size_t>(r)]) continue;
         running[static_cast<std::size_t>(r)] = false;
         --alive;
+        // A rank that died between creating a shared-memory segment and every local rank
+        // mapping it leaves the name linked (a killed process runs no destructors).
+        if (const int removed = ring::remove_segments_of(pid); removed > 0) {
+          log->info("removed {} shared-memory segment(s) {} (pid {}) left behind", removed, rank_name(cluster, r), pid);
+        }
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         if (failed && result.exit_status == 0 && forwarded == 0) {
           result.exit_status = exit_status_of(status);
