@@ -54,9 +54,16 @@ std::shared_ptr<Communicator> Communicator::connect(std::shared_ptr<net::Context
 std::string host_identity() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
-  char ns[128] = {};
-  const ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
-  return fmt::format("{}/{}", name, n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : "");
+  // The network namespace tells emulated hosts apart (tools/netemu); the PID namespace tells
+  // apart containers sharing the host's network (a rank checks its local peers are alive by
+  // pid, which means nothing across PID namespaces, and such containers rarely share
+  // /dev/shm).
+  auto namespace_of = [](const char* link) {
+    char ns[128] = {};
+    const ssize_t n = readlink(link, ns, sizeof ns - 1);
+    return n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : std::string();
+  };
+  return fmt::format("{}/{}/{}", name, namespace_of("/proc/self/ns/net"), namespace_of("/proc/self/ns/pid"));
 }
 
 void Communicator::set_hosts(std::vector<int> host_of_rank) {
