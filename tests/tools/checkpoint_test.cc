@@ -325,5 +325,34 @@ TEST(CheckpointTest, ExternalFilesAreVerifiedLikeOwnFiles) {
   EXPECT_THROW(manager.save(stray), InternalError);
 }
 
+// Shard files are joined row-wise: pieces in file order, and pieces that cannot be joined (a
+// tampered or mismatched file) refused naming the tensor and both shards, not copied past the
+// joined tensor.
+TEST(CheckpointTest, ShardRowsJoinInFileOrderAndMismatchedPiecesAreRefused) {
+  auto piece = [](std::vector<float> values, std::int64_t rows) {
+    return Tensor::from_vector(values, Shape{rows, static_cast<std::int64_t>(values.size()) / rows});
+  };
+  const NamedTensors a{{"t.values", piece({1, 2, 3, 4}, 2)}};
+  const NamedTensors b{{"t.values", piece({5, 6}, 1)}};
+  const NamedTensors joined = concat_shard_rows({a, b});
+  ASSERT_EQ(joined.size(), 1u);
+  EXPECT_EQ(joined[0].second.shape(), Shape({3, 2}));
+  EXPECT_EQ(joined[0].second.to_vector<float>(), std::vector<float>({1, 2, 3, 4, 5, 6}));
+
+  const NamedTensors wider{{"t.values", piece({5, 6, 7, 8}, 1)}};
+  try {
+    concat_shard_rows({a, wider});
+    ADD_FAILURE() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'t.values'"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("shard 1"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("shard 0"));
+  }
+  const NamedTensors ids{{"t.values", Tensor::from_vector(std::vector<std::int64_t>{9, 9}, Shape{1, 2})}};
+  EXPECT_THROW(concat_shard_rows({a, ids}), DataError);
+  const NamedTensors flat{{"t.values", Tensor::from_vector(std::vector<float>{1, 2}, Shape{2})}};
+  EXPECT_THROW(concat_shard_rows({a, flat}), DataError);
+}
+
 }  // namespace
 }  // namespace aiacc::trainer

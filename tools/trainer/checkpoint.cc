@@ -395,28 +395,44 @@ std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows) {
 }
 
 NamedTensors concat_shard_rows(const std::vector<NamedTensors>& shards) {
-  std::map<std::string, std::vector<const Tensor*>> parts;
+  struct Piece {
+    const Tensor* tensor;
+    std::size_t shard;
+  };
+  std::map<std::string, std::vector<Piece>> parts;
   std::vector<std::string> order;
-  for (const auto& shard : shards) {
-    for (const auto& [name, tensor] : shard) {
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    for (const auto& [name, tensor] : shards[k]) {
       if (!parts.count(name)) order.push_back(name);
-      parts[name].push_back(&tensor);
+      parts[name].push_back({&tensor, k});
     }
   }
   NamedTensors out;
   for (const auto& name : order) {
     const auto& pieces = parts[name];
+    const Tensor& first = *pieces.front().tensor;
+    // The files come from disk: every piece must have the first's type and row shape, or the
+    // copies below would run past the joined tensor.
+    for (const Piece& piece : pieces) {
+      const Tensor& t = *piece.tensor;
+      bool same = t.rank() == first.rank() && t.rank() > 0 && t.dtype() == first.dtype();
+      for (int axis = 1; same && axis < t.rank(); ++axis) same = t.dim(axis) == first.dim(axis);
+      if (!same) {
+        throw DataError(fmt::format("parameter-server shard files: tensor '{}' is {} {} in shard {} but {} {} in "
+                                    "shard {}: they cannot be joined",
+                                    name, dtype_name(t.dtype()), t.shape().str(), piece.shard,
+                                    dtype_name(first.dtype()), first.shape().str(), pieces.front().shard));
+      }
+    }
     std::int64_t rows = 0;
-    for (const Tensor* t : pieces) rows += t->rank() > 0 ? t->dim(0) : 0;
-    const Tensor& first = *pieces.front();
-    if (first.rank() == 0) continue;
+    for (const Piece& piece : pieces) rows += piece.tensor->dim(0);
     std::vector<std::int64_t> dims(static_cast<std::size_t>(first.rank()), rows);
     for (int axis = 1; axis < first.rank(); ++axis) dims[static_cast<std::size_t>(axis)] = first.dim(axis);
     Tensor all = Tensor::empty(Shape(dims), first.dtype());
     std::size_t offset = 0;
-    for (const Tensor* t : pieces) {
-      const std::size_t bytes = static_cast<std::size_t>(t->numel()) * dtype_size(t->dtype());
-      std::memcpy(static_cast<std::byte*>(all.raw_data()) + offset, t->raw_data(), bytes);
+    for (const Piece& piece : pieces) {
+      const std::size_t bytes = static_cast<std::size_t>(piece.tensor->numel()) * dtype_size(piece.tensor->dtype());
+      std::memcpy(static_cast<std::byte*>(all.raw_data()) + offset, piece.tensor->raw_data(), bytes);
       offset += bytes;
     }
     out.emplace_back(name, std::move(all));

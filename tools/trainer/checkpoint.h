@@ -104,7 +104,8 @@ class CheckpointManager {
 std::map<std::string, NamedTensors> group_by_table(const NamedTensors& rows);
 
 // Tensors of the same name from several parameter-server shard files, concatenated along rows
-// in file order (each shard holds its own ids).
+// in file order (each shard holds its own ids). Throws DataError naming the tensor and both
+// shards when two pieces differ in type, rank or row shape.
 NamedTensors concat_shard_rows(const std::vector<NamedTensors>& shards);
 
 }  // namespace aiacc::trainer
