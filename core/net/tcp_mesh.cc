@@ -32,8 +32,9 @@ constexpr std::size_t kNonceChars = 64;  // generate_job_token(): 32 random byte
 // Handshake frames are a little-endian u32 length and an encoded detail::Hello (the ZeroMQ
 // mesh's own handshake message); a longer frame is not ours.
 constexpr std::uint32_t kMaxHandshakeBytes = 4096;
-// Connections accepted whose hello has not arrived yet; more are refused at once, so a
-// scanner cannot use up this process's file descriptors.
+// Connections accepted whose hello has not arrived yet. Beyond this many the oldest is dropped,
+// so a scanner can use up neither this process's file descriptors nor the table: refusing the
+// newest instead let 64 idle connections shut every real peer out until the set-up deadline.
 constexpr std::size_t kMaxPendingHellos = 64;
 
 // What the handshakes name as the job: the mesh's job and the acceptor's nonce for this set-up,
@@ -379,8 +380,9 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
     const auto [host, port] = numeric_address(fd.get(), true);
     PendingHello connection{std::move(fd), {}, host + ":" + port};
     if (pending.size() >= kMaxPendingHellos) {
-      refuse(connection, fmt::format("{} connections are already waiting for their hellos", pending.size()));
-      continue;
+      refuse(pending.front(), fmt::format("dropped: {} connections were waiting for their hellos and it had "
+                                          "waited longest", pending.size()));
+      pending.erase(pending.begin());
     }
     configure(connection.fd.get(), fmt::format("tcp mesh: connection from {}", connection.from));
     pending.push_back(std::move(connection));
