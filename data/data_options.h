@@ -47,7 +47,7 @@ struct DataOptions {
             "batch_size x workers)", config::in_range<std::int64_t>(1, 1 << 20));
     v.field("shuffle", shuffle, "reshuffle the training set every epoch (from the seed and epoch)");
     v.field("drop_last", drop_last, "training skips the incomplete last batch so every worker "
-            "runs the same number of steps");
+            "runs the same number of steps (false: one worker only)");
     v.field("prefetch_batches", prefetch_batches, "batches read ahead in the background per loader "
             "(0: no background thread, each batch is read by the training thread when it needs it)",
             config::in_range<std::int64_t>(0, 1024));

@@ -266,6 +266,16 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
   }
 }
 
+// Without drop_last the workers' shards can differ by a batch, and a worker's extra step would
+// wait for peers that never join it: refused at start naming the key.
+TEST(DistributedTrain, KeepingTheLastBatchWithSeveralWorkersIsAConfigError) {
+  const auto r = train("keep_last", mlp_job("keep_last", 30, "  workers: 2\n"), "", "", "--set data.drop_last=false");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("data.drop_last: false with 2 workers"));
+  const auto one = train("keep_last_1w", mlp_job("keep_last_1w", 30, kOneWorker), "", "", "--set data.drop_last=false");
+  EXPECT_EQ(one.status, 0) << one.output;
+}
+
 // A launcher killed outright (SIGKILL: no cleanup of its own) takes its processes with it: the
 // kernel sends them SIGTERM instead of leaving them to train on unsupervised.
 TEST(DistributedTrain, KillingTheLauncherOutrightEndsItsProcesses) {

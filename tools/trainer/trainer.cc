@@ -449,6 +449,14 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
 
+  if (!options.data.drop_last && s.workers() > 1) {
+    // Without it the workers' shards can differ by one batch, and so their step counts: the
+    // extra step's collectives would wait for peers that never join them.
+    throw ConfigError(fmt::format("data.drop_last: false with {} workers: every worker must train the same "
+                                  "number of steps, so training drops the incomplete last batch (set it true; "
+                                  "evaluation reads every example regardless)",
+                                  s.workers()));
+  }
   data::Loader probe_loader(*s.train_data, loader_options(options, true), s.rank(), s.workers());
   s.steps_per_epoch = probe_loader.batches_per_epoch();
   s.total_steps = options.train.epochs * s.steps_per_epoch;
