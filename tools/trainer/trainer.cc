@@ -790,16 +790,22 @@ TrainResult Trainer::run(const RunControl& control) {
     s.log->info("the test split comes from a known teacher: best achievable AUC {:.4f}", *best);
   }
 
+  // Shards of async or bounded tables apply a push when it arrives (a sync shard waits for
+  // every worker's, the leader's included): there the other workers must also wait until the
+  // leader's save has written the shards' snapshot, or pushes of the next step land in it and
+  // a job resumed from it applies them twice.
+  const bool shards_apply_at_once = o.cluster.ps.consistency != "sync" && !s.remote.empty();
   auto save = [&](std::int64_t epoch, std::int64_t batch) {
-    // Every worker has finished the step (no push of the next one reaches a shard before the
-    // snapshot), and the buffers agree.
+    // Every worker has finished the step, and the buffers agree.
     if (s.multi_worker()) s.group->barrier();
     s.average_buffers();
     last_saved = step;
-    if (!s.leader()) return;
-    trace::Span span("checkpoint", "save");
-    auto dir = checkpoints.save(s.snapshot(step, epoch, batch));
-    s.log->info("checkpoint at step {}: {}", step, dir.string());
+    if (s.leader()) {
+      trace::Span span("checkpoint", "save");
+      auto dir = checkpoints.save(s.snapshot(step, epoch, batch));
+      s.log->info("checkpoint at step {}: {}", step, dir.string());
+    }
+    if (s.multi_worker() && shards_apply_at_once) s.group->barrier();
   };
 
   const std::optional<InjectedFault> kill_at = injected_fault(s.rank());
