@@ -266,6 +266,22 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
   }
 }
 
+// A job resumed with another worker count or batch size continues at the same place of the
+// epoch's order: 10 steps of 2 workers x 32 examples are 20 steps of 1 x 32; a global batch
+// that does not divide the 640 examples read is refused naming both keys.
+TEST(DistributedTrain, AResumeWithAnotherGlobalBatchContinuesAtTheSameExample) {
+  auto yaml = [](int batch, const std::string& cluster) { return wide_deep_job("regrouped", batch, cluster); };
+  auto first = train("regrouped", yaml(32, "  workers: 2\n"), "", "", "--set train.max_steps=10");
+  ASSERT_EQ(first.status, 0) << first.output;
+  auto bad = train("regrouped", yaml(48, kOneWorker), "", "", "--set train.max_steps=20");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("640 examples into epoch 1"));
+  EXPECT_THAT(bad.output, HasSubstr("cluster.workers 1 x data.batch_size 48"));
+  auto resumed = train("regrouped", yaml(32, kOneWorker), "", "", "--set train.max_steps=20");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("(step 10, epoch 1, batch 20)"));
+}
+
 // Without drop_last the workers' shards can differ by a batch, and a worker's extra step would
 // wait for peers that never join it: refused at start naming the key.
 TEST(DistributedTrain, KeepingTheLastBatchWithSeveralWorkersIsAConfigError) {

@@ -371,8 +371,11 @@ struct Trainer::State {
         return client->save_checkpoint(directory.string());
       };
     }
-    checkpoint.state = {{"epoch", epoch}, {"batch", batch}, {"model", options.model.type},
-                        {"config", resolved_yaml(options)}};
+    // "examples": how far into the epoch's order the job is (all workers' batches so far, see
+    // ShardSampler), which a resume with another worker count or batch size maps to its batch.
+    checkpoint.state = {{"epoch", epoch}, {"batch", batch},
+                        {"examples", batch * options.data.batch_size * workers()},
+                        {"model", options.model.type}, {"config", resolved_yaml(options)}};
     if (loss_scaler) {
       checkpoint.state["loss_scale"] = {{"scale", loss_scaler->scale()},
                                         {"clean_steps", loss_scaler->clean_steps_in_a_row()}};
@@ -433,8 +436,22 @@ struct Trainer::State {
       log->warn("{}: the checkpoint was written with a different configuration; continuing with "
                 "the current one", where);
     }
-    return {checkpoint.state.at("epoch").get<std::int64_t>(),
-            checkpoint.state.at("batch").get<std::int64_t>()};
+    const std::int64_t epoch = checkpoint.state.at("epoch").get<std::int64_t>();
+    std::int64_t batch = checkpoint.state.at("batch").get<std::int64_t>();
+    if (checkpoint.state.contains("examples")) {
+      // Step s of the job reads positions [s W B, (s + 1) W B) of the epoch's order whatever W
+      // and B are, so the position carries over when it falls on a step of the new job.
+      const std::int64_t examples = checkpoint.state.at("examples").get<std::int64_t>();
+      const std::int64_t per_step = options.data.batch_size * workers();
+      if (examples % per_step != 0) {
+        throw ConfigError(fmt::format(
+            "{}: the checkpoint stopped {} examples into epoch {}, which is not a whole number of steps of "
+            "cluster.workers {} x data.batch_size {}; resume with a global batch that divides it",
+            where, examples, epoch + 1, workers(), options.data.batch_size));
+      }
+      batch = std::min(examples / per_step, steps_per_epoch);  // past the new epoch's end: it is complete
+    }
+    return {epoch, batch};
   }
 };
 
