@@ -1,6 +1,8 @@
 // Located YAML nodes and --set overrides.
 #include "core/config/node.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include <fstream>
@@ -177,8 +179,20 @@ std::size_t Node::size() const { return present() ? node_.size() : 0; }
 std::vector<std::string> Node::keys() const {
   std::vector<std::string> result;
   if (!is_map()) return result;
+  // yaml-cpp keeps a repeated key and lookups find its first value: the later one would be
+  // dropped without a word (a second `train:` section, a key set twice).
+  std::map<std::string, YAML::Mark> first_seen;
   for (auto it = node_.begin(); it != node_.end(); ++it) {
-    result.push_back(it->first.IsScalar() ? it->first.Scalar() : std::string("<non-scalar key>"));
+    std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("<non-scalar key>");
+    if (it->first.IsScalar()) {
+      const auto [first, fresh] = first_seen.emplace(key, it->first.Mark());
+      if (!fresh) {
+        throw ConfigError(fmt::format("{}: {}: set a second time in this section (first at line {}); give it once",
+                                      mark_text(info_->name, it->first.Mark()), join_path(path_, key),
+                                      first->second.line + 1));
+      }
+    }
+    result.push_back(std::move(key));
   }
   return result;
 }

@@ -83,6 +83,19 @@ TEST(Config, UnknownKeyNamesLineAndSuggests) {
   EXPECT_THAT(message, HasSubstr("did you mean 'warmup_steps'"));
 }
 
+// yaml-cpp keeps a repeated key and lookups return its first value: a second value must be an
+// error naming both lines, in sections, in a repeated section, and in string maps.
+TEST(Config, AKeySetTwiceInASectionNamesBothLines) {
+  std::string message = error_of([] { parse("lr: 0.5\nsteps: 10\nlr: 0.1\n"); });
+  EXPECT_THAT(message, HasSubstr("job.yaml:3:1: lr: set a second time in this section (first at line 1)"));
+  message = error_of([] { parse("schedule:\n  warmup_steps: 1\nsteps: 10\nschedule:\n  warmup_steps: 2\n"); });
+  EXPECT_THAT(message, HasSubstr("job.yaml:4:1: schedule: set a second time"));
+  message = error_of([] { parse("schedule: {warmup_steps: 1, warmup_steps: 2}\n"); });
+  EXPECT_THAT(message, HasSubstr("schedule.warmup_steps: set a second time"));
+  message = error_of([] { parse("levels:\n  ring: debug\n  ring: info\n"); });
+  EXPECT_THAT(message, HasSubstr("job.yaml:3:3: levels.ring: set a second time in this section (first at line 2)"));
+}
+
 TEST(Config, WrongTypeSaysWhatWasExpected) {
   EXPECT_THAT(error_of([] { parse("steps: 1.5\n"); }), HasSubstr("expected an integer, got '1.5'"));
   EXPECT_THAT(error_of([] { parse("lr: fast\n"); }), HasSubstr("job.yaml:1:5: lr: expected a number"));
