@@ -97,10 +97,13 @@ void Channel::drain_monitor() {
     if (is_handshake_failure(event->event)) {
       socket_.context()->report_failed_handshake(socket_.endpoint(), socket_.is_bound(),
                                                  event->event, event->value);
+      ++refused_disconnects_due_;
     } else if (event->event == ZMQ_EVENT_ACCEPTED) {
       foreign_connections_.insert(event->value);  // the value is the connection's fd
     } else if (event->event == ZMQ_EVENT_DISCONNECTED) {
-      if (foreign_connections_.erase(event->value) == 0) peer_gone_ = true;
+      const bool refused = refused_disconnects_due_ > 0;
+      if (refused) --refused_disconnects_due_;
+      if (foreign_connections_.erase(event->value) == 0 && !refused) peer_gone_ = true;
     }
   }
 }

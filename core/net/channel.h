@@ -122,6 +122,12 @@ class Channel final : public Link {
   // Connections accepted on socket_ after the channel was set up: never the peer's (it was
   // connected before), so their disconnects are not the peer's either (intruders, scanners).
   std::set<std::uint32_t> foreign_connections_;
+  // Handshake failures whose disconnect has not come yet. libzmq reports a connection that
+  // ends before its handshake completes with a failure and then its disconnect, back to back;
+  // the peer's connection completed its handshake before the channel existed. So a disconnect
+  // that follows a failure belongs to an intruder, also one accepted while the mesh was being
+  // set up (before this channel's monitor, so not among foreign_connections_).
+  int refused_disconnects_due_ = 0;
   int peer_;
   int stream_;
   std::int64_t zero_copy_min_bytes_;

@@ -4,6 +4,9 @@
 // and is counted and logged as refused by the process it tried.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <zmq.h>
 
@@ -15,6 +18,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/io/atomic_file.h"
 #include "core/net/mesh.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
@@ -251,6 +255,49 @@ TEST(SecuredMesh, IntrudersOnAnEstablishedChannelGetNothingThroughNorBreakIt) {
 }
 
 TEST(PlainMesh, IntrudersOnAnEstablishedChannelDoNotBreakIt) { expect_intruders_change_nothing(""); }
+
+// A connection accepted while the mesh is being set up (before the channel watches its socket)
+// that stays silent and closes afterwards ends its handshake then: its disconnect must not be
+// taken for the peer's, or every later wait on the channel fails with "peer disconnected".
+TEST(SecuredMesh, AnIntruderFromTheSetUpLeavingLaterIsNotThePeerLeaving) {
+  LocalExchange exchange(2);
+  std::atomic<bool> intruder_gone{false};
+  run_ranks(2, [&](int rank) {
+    auto context = context_with(kToken);
+    MeshSpec spec = spec_for(rank, 2);
+    spec.streams = 1;
+    MeshListener listener(context, spec);
+    io::FileDescriptor intruder;
+    if (rank == 0) {
+      int peer = 0, stream = 0;
+      std::string endpoint;
+      ASSERT_TRUE(parse_mesh_address(listener.addresses().at(0), peer, stream, endpoint));
+      const auto colon = endpoint.rfind(':');
+      const int port = std::stoi(endpoint.substr(colon + 1));
+      intruder = io::FileDescriptor(::socket(AF_INET, SOCK_STREAM, 0));
+      sockaddr_in target{};
+      target.sin_family = AF_INET;
+      target.sin_port = htons(static_cast<std::uint16_t>(port));
+      target.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ASSERT_EQ(::connect(intruder.get(), reinterpret_cast<sockaddr*>(&target), sizeof target), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // accepted, handshake pending
+    }
+    auto table = exchange.exchange(rank, listener.addresses());
+    Mesh mesh(std::move(listener), table, deadline_after(10));
+    if (rank == 0) {
+      intruder = io::FileDescriptor();  // closed: now its handshake fails and it disconnects
+      intruder_gone = true;
+      // Waits far longer than the grace a peer's disconnect gets (20 ms) until rank 1 sends.
+      Message message = mesh.channel(1).recv(deadline_after(10), "genuine recv");
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(message.bytes().data()), message.size()), "genuine");
+    } else {
+      EXPECT_TRUE(eventually([&] { return intruder_gone.load(); }, 20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const std::string genuine = "genuine";
+      mesh.channel(0).send(std::as_bytes(std::span(genuine)), deadline_after(10), "genuine send");
+    }
+  });
+}
 
 // Plain TCP meshes whose handshakes prove the token (MeshSpec::hello_key), as the dense ring
 // runs with cluster.security.encrypt_ring off.
