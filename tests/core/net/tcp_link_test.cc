@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <latch>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ using aiacc::testing::pattern;
 using aiacc::testing::run_ranks;
 using aiacc::testing::same_bytes;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Two ranks joined by one TCP stream: fn(rank, the link to the other rank).
 void with_one_link(const TcpMeshOptions& options, const std::function<void(int rank, TcpLink& link)>& fn) {
@@ -281,6 +283,54 @@ TEST(TcpMesh, AForeignHelloIsRefusedAndTheMissingPeerNamed) {
     ASSERT_EQ(::send(fd.get(), garbage.data(), garbage.size(), MSG_NOSIGNAL), static_cast<ssize_t>(garbage.size()));
     char byte = 0;
     EXPECT_LE(::recv(fd.get(), &byte, 1, 0), 0) << "the intruder got an answer";
+  });
+}
+
+// Idle connections (a scanner) beyond the table of pending hellos push out the oldest, never
+// a real peer: rank 2 opens 70 silent connections to rank 0's listener before rank 1 connects;
+// rank 0 still gets rank 1's hello and times out waiting for rank 2 alone.
+TEST(TcpMesh, IdleConnectionsCannotShutARealPeerOut) {
+  LocalExchange exchange(3);
+  std::latch flooded(1);
+  run_ranks(3, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 3, 1));
+    if (rank == 2) {
+      std::vector<io::FileDescriptor> idle;
+      try {
+        const Message address = mesh.channel(0, 0).recv(deadline_after(5), "address");
+        std::istringstream in(std::string(reinterpret_cast<const char*>(address.bytes().data()), address.size()));
+        std::string tag, host;
+        int port = 0;
+        ASSERT_TRUE(in >> tag >> host >> port);
+        sockaddr_in target{};
+        target.sin_family = AF_INET;
+        target.sin_port = htons(static_cast<std::uint16_t>(port));
+        ASSERT_EQ(inet_pton(AF_INET, host.c_str(), &target.sin_addr), 1);
+        for (int i = 0; i < 70; ++i) {
+          idle.emplace_back(::socket(AF_INET, SOCK_STREAM, 0));
+          ASSERT_EQ(::connect(idle.back().get(), reinterpret_cast<sockaddr*>(&target), sizeof target), 0);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // all accepted
+      } catch (...) {
+        flooded.count_down();
+        throw;
+      }
+      flooded.count_down();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // idle until the others gave up
+      return;
+    }
+    if (rank == 1) flooded.wait();
+    try {
+      TcpMesh tcp(mesh, {}, deadline_after(1.5));
+      ADD_FAILURE() << "rank " << rank << ": expected TimeoutError";
+    } catch (const TimeoutError& e) {
+      if (rank == 0) {
+        EXPECT_THAT(e.what(), HasSubstr("timed out waiting for connections from: rank 2 stream 0"));
+        EXPECT_THAT(e.what(), Not(HasSubstr("rank 1 stream")));
+      }
+    } catch (const CommError& e) {
+      ADD_FAILURE() << "rank " << rank << ": " << e.what();
+    }
   });
 }
 
