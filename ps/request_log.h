@@ -4,13 +4,16 @@
 // worker, the highest seq below which everything was seen (the floor) plus the seen seqs above
 // it, so its size stays bounded by the requests in flight, not by the job's length. A seq that
 // never arrives (a request the client failed before sending it) would hold the floor below it
-// for good, so at most kMaxTracked seqs are kept above a floor: beyond that the oldest gap is
-// taken as lost (a request that late is far past the client's own deadline).
+// for good, so at most kMaxTracked seqs are kept above a floor: beyond that the floor moves past
+// the oldest gap, whose seqs are remembered (up to kMaxSkipped ranges) so that the request, if
+// it does arrive late (a retry after a lost frame), is still taken as new.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
+#include <utility>
 
 namespace aiacc::ps {
 
@@ -21,10 +24,17 @@ class RequestLog {
   // session of a worker (a restarted client) starts that worker's log afresh.
   bool record(std::uint32_t worker, std::uint64_t session, std::uint64_t seq) {
     Worker& w = workers_[worker];
-    if (w.session != session) w = Worker{session, 0, {}};
-    if (seq <= w.floor || w.above.count(seq) != 0) return false;
+    if (w.session != session) w = Worker{session, 0, {}, {}};
+    if (seq <= w.floor) return take_skipped(w, seq);
+    if (w.above.count(seq) != 0) return false;
     w.above.insert(seq);
-    if (w.above.size() > kMaxTracked) w.floor = *w.above.begin() - 1;  // skip the oldest gap
+    if (w.above.size() > kMaxTracked) {
+      // Skip the oldest gap, remembering its seqs.
+      const std::uint64_t next = *w.above.begin();
+      w.skipped.emplace_back(w.floor + 1, next - 1);
+      if (w.skipped.size() > kMaxSkipped) w.skipped.pop_front();
+      w.floor = next - 1;
+    }
     // Advance the floor over the contiguous prefix.
     while (!w.above.empty() && *w.above.begin() == w.floor + 1) {
       ++w.floor;
@@ -33,6 +43,7 @@ class RequestLog {
     return true;
   }
   static constexpr std::size_t kMaxTracked = 4096;
+  static constexpr std::size_t kMaxSkipped = 1024;
   // Seqs tracked above the floors (for tests: stays small while requests are contiguous).
   std::size_t tracked() const {
     std::size_t n = 0;
@@ -45,7 +56,28 @@ class RequestLog {
     std::uint64_t session = 0;
     std::uint64_t floor = 0;
     std::set<std::uint64_t> above;
+    std::deque<std::pair<std::uint64_t, std::uint64_t>> skipped;  // [first, last] seqs below the floor never seen
   };
+  // A seq below the floor is new only if it lies in a skipped gap; it is taken out of it.
+  static bool take_skipped(Worker& w, std::uint64_t seq) {
+    for (auto it = w.skipped.begin(); it != w.skipped.end(); ++it) {
+      auto& [first, last] = *it;
+      if (seq < first || seq > last) continue;
+      if (first == last) {
+        w.skipped.erase(it);
+      } else if (seq == first) {
+        ++first;
+      } else if (seq == last) {
+        --last;
+      } else {
+        const std::uint64_t tail_first = seq + 1, tail_last = last;
+        last = seq - 1;
+        w.skipped.insert(it + 1, {tail_first, tail_last});
+      }
+      return true;
+    }
+    return false;
+  }
   std::map<std::uint32_t, Worker> workers_;
 };
 

@@ -67,7 +67,18 @@ TEST(RequestLog, RepeatsAreDetectedAndMemoryStaysBounded) {
   for (std::uint64_t s = 10001; s < 10001 + 3 * RequestLog::kMaxTracked; ++s) EXPECT_TRUE(log.record(0, 8, s));
   EXPECT_LE(log.tracked(), RequestLog::kMaxTracked);
   EXPECT_FALSE(log.record(0, 8, 10001 + RequestLog::kMaxTracked));  // repeats are still repeats
-  EXPECT_FALSE(log.record(0, 8, 10000));  // the lost one, far too late: not applied
+  // The skipped one arriving late (a retry after a lost frame) is new once, then a repeat.
+  EXPECT_TRUE(log.record(0, 8, 10000));
+  EXPECT_FALSE(log.record(0, 8, 10000));
+  // A wider gap (20000..20009 never sent) skipped, then its seqs arriving out of order.
+  RequestLog wide;
+  for (std::uint64_t s = 1; s < 20000; ++s) wide.record(0, 1, s);
+  for (std::uint64_t s = 20010; s < 20010 + RequestLog::kMaxTracked + 1; ++s) EXPECT_TRUE(wide.record(0, 1, s));
+  for (std::uint64_t s : {20005u, 20000u, 20009u, 20003u, 20001u, 20002u, 20004u, 20006u, 20008u, 20007u}) {
+    EXPECT_TRUE(wide.record(0, 1, s)) << s;
+    EXPECT_FALSE(wide.record(0, 1, s)) << s;
+  }
+  EXPECT_FALSE(wide.record(0, 1, 19999));
 }
 
 TEST(Protocol, HeadersRoundTripAndForeignBytesAreRejected) {

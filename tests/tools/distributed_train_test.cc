@@ -257,6 +257,7 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
       {"RANK=0 WORLD_SIZE=3", "says the job has 3 processes"},
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=0", "MASTER_PORT='0' is not a TCP port"},
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=70000", "MASTER_PORT='70000' is not a TCP port"},
+      {"RANK=0 WORLD_SIZE=2 MASTER_PORT=http", "MASTER_PORT='http' is not a TCP port"},
       {"OMPI_COMM_WORLD_RANK=5 OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=5 is outside the world of 2"},
   };
   for (const auto& [env, message] : cases) {
@@ -268,11 +269,16 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
 
 // A job resumed with another worker count or batch size continues at the same place of the
 // epoch's order: 10 steps of 2 workers x 32 examples are 20 steps of 1 x 32; a global batch
-// that does not divide the 640 examples read is refused naming both keys.
+// that does not divide the 640 examples read is refused naming both keys (evaluating the
+// checkpoint is not).
 TEST(DistributedTrain, AResumeWithAnotherGlobalBatchContinuesAtTheSameExample) {
   auto yaml = [](int batch, const std::string& cluster) { return wide_deep_job("regrouped", batch, cluster); };
   auto first = train("regrouped", yaml(32, "  workers: 2\n"), "", "", "--set train.max_steps=10");
   ASSERT_EQ(first.status, 0) << first.output;
+  // Evaluating the checkpoint does not use its data position: any batch size will do.
+  const fs::path step10 = scratch() / "regrouped" / "checkpoints" / "step-000000000010";
+  auto eval = train("regrouped", yaml(48, kOneWorker), "", "", "--eval " + step10.string());
+  EXPECT_EQ(eval.status, 0) << eval.output;
   auto bad = train("regrouped", yaml(48, kOneWorker), "", "", "--set train.max_steps=20");
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("640 examples into epoch 1"));

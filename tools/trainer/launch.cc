@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <chrono>
 #include <cstdlib>
@@ -136,8 +137,13 @@ std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) 
     }
     const std::string host = env("MASTER_ADDR").value_or(cluster.master_addr);
     const std::string port = env("MASTER_PORT").value_or(std::to_string(cluster.master_port));
-    if (const int number = env_int("MASTER_PORT", port); number < 1 || number > 65535) {
-      throw ConfigError(fmt::format("environment variable MASTER_PORT='{}' is not a TCP port (1-65535)", port));
+    {
+      char* end = nullptr;
+      errno = 0;
+      const long number = std::strtol(port.c_str(), &end, 10);
+      if (errno != 0 || end == port.c_str() || *end != '\0' || number < 1 || number > 65535) {
+        throw ConfigError(fmt::format("environment variable MASTER_PORT='{}' is not a TCP port (1-65535)", port));
+      }
     }
     role.rendezvous = host + ":" + port;
     role.serves_rendezvous = role.rank == 0;

@@ -383,7 +383,8 @@ struct Trainer::State {
     return checkpoint;
   }
 
-  // Restores everything a checkpoint holds; returns where training continues (epoch, batch).
+  // Restores everything a checkpoint holds; returns the data position it saved (epoch, and the
+  // batch of the job that saved it: resume_batch() maps it to this job's).
   std::pair<std::int64_t, std::int64_t> restore(const Checkpoint& checkpoint, const std::string& where) {
     auto part = [&](const std::string& key) -> const NamedTensors& {
       auto it = checkpoint.files.find(key);
@@ -436,22 +437,28 @@ struct Trainer::State {
       log->warn("{}: the checkpoint was written with a different configuration; continuing with "
                 "the current one", where);
     }
-    const std::int64_t epoch = checkpoint.state.at("epoch").get<std::int64_t>();
-    std::int64_t batch = checkpoint.state.at("batch").get<std::int64_t>();
-    if (checkpoint.state.contains("examples")) {
-      // Step s of the job reads positions [s W B, (s + 1) W B) of the epoch's order whatever W
-      // and B are, so the position carries over when it falls on a step of the new job.
-      const std::int64_t examples = checkpoint.state.at("examples").get<std::int64_t>();
-      const std::int64_t per_step = options.data.batch_size * workers();
-      if (examples % per_step != 0) {
-        throw ConfigError(fmt::format(
-            "{}: the checkpoint stopped {} examples into epoch {}, which is not a whole number of steps of "
-            "cluster.workers {} x data.batch_size {}; resume with a global batch that divides it",
-            where, examples, epoch + 1, workers(), options.data.batch_size));
-      }
-      batch = std::min(examples / per_step, steps_per_epoch);  // past the new epoch's end: it is complete
+    return {checkpoint.state.at("epoch").get<std::int64_t>(),
+            checkpoint.state.at("batch").get<std::int64_t>()};
+  }
+
+  // The batch of `epoch` where this job continues from `checkpoint` (saved at `batch`). Step s
+  // of a job reads positions [s W B, (s + 1) W B) of the epoch's order whatever W (workers) and
+  // B (batch size) are, so the position the checkpoint recorded carries over to this job's W
+  // and B where it falls on one of its steps (checkpoints without it: the saved batch).
+  std::int64_t resume_batch(const Checkpoint& checkpoint, std::int64_t epoch, std::int64_t batch,
+                            const std::string& where) const {
+    if (!checkpoint.state.contains("examples")) return batch;
+    const std::int64_t examples = checkpoint.state.at("examples").get<std::int64_t>();
+    const std::int64_t per_step = options.data.batch_size * workers();
+    // At or past the end of this job's epoch (which drops a different last batch): complete.
+    if (examples >= steps_per_epoch * per_step) return steps_per_epoch;
+    if (examples % per_step != 0) {
+      throw ConfigError(fmt::format(
+          "{}: the checkpoint stopped {} examples into epoch {}, which is not a whole number of steps of "
+          "cluster.workers {} x data.batch_size {}; resume with a global batch that divides it",
+          where, examples, epoch + 1, workers(), options.data.batch_size));
     }
-    return {epoch, batch};
+    return examples / per_step;
   }
 };
 
@@ -783,6 +790,7 @@ TrainResult Trainer::run(const RunControl& control) {
       if (!latest) latest = checkpoints.load(checkpoints.path_for(resume_step));
       const std::string where = checkpoints.path_for(latest->step).string();
       std::tie(first_epoch, first_batch) = s.restore(*latest, where);
+      first_batch = s.resume_batch(*latest, first_epoch, first_batch, where);
       step = latest->step;
       result.resumed_from_step = step;
       s.log->info("resumed from {} (step {}, epoch {}, batch {})", where, step, first_epoch + 1,

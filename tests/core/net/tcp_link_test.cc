@@ -316,12 +316,14 @@ TEST(TcpMesh, IdleConnectionsCannotShutARealPeerOut) {
         throw;
       }
       flooded.count_down();
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // idle until the others gave up
+      std::this_thread::sleep_for(std::chrono::milliseconds(4500));  // idle until the others gave up
       return;
     }
     if (rank == 1) flooded.wait();
     try {
-      TcpMesh tcp(mesh, {}, deadline_after(1.5));
+      // Long enough for rank 1 to connect after the flood on a loaded machine; the flooder
+      // (which never builds its TCP mesh) is missing either way.
+      TcpMesh tcp(mesh, {}, deadline_after(4.0));
       ADD_FAILURE() << "rank " << rank << ": expected TimeoutError";
     } catch (const TimeoutError& e) {
       if (rank == 0) {
