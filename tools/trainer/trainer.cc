@@ -500,10 +500,13 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   }
 
   // Auto placement of sparse tables with parameter servers: measure over a few batches what
-  // each table touches (the same batches on every worker, so all decide alike).
+  // each table touches. The same batches on every worker (the first of the epoch's order, read
+  // as one worker would), so all decide alike: each worker's own shard of them could put a
+  // table near the memory bound on the ring on one worker and on the servers on another.
   std::map<std::string, TableProbe> probes;
   if (s.group && cluster.servers > 0) {
-    probes = probe_tables(options.model, context, options.sparse_optimizer, cluster, probe_loader,
+    data::Loader shared_batches(*s.train_data, loader_options(options, true), /*rank=*/0, /*world_size=*/1);
+    probes = probe_tables(options.model, context, options.sparse_optimizer, cluster, shared_batches,
                           s.total_steps);
   }
 
