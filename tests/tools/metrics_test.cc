@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -123,6 +124,15 @@ TEST(MetricMeterTest, LogLossIsStableAtExtremeLogits) {
   MetricMeter wrong(Task::binary);
   add(wrong, {-1000.0f}, {1});
   EXPECT_DOUBLE_EQ(wrong.log_loss(), 1000.0);
+  // Outputs that overflowed f32 are certain: free where the label agrees (not inf - inf = NaN),
+  // infinite where it does not.
+  const float inf = std::numeric_limits<float>::infinity();
+  MetricMeter certain(Task::binary);
+  add(certain, {inf, -inf, 0.0f}, {1, 0, 1});
+  EXPECT_NEAR(certain.log_loss(), std::log(2.0) / 3.0, 1e-15);
+  MetricMeter certain_wrong(Task::binary);
+  add(certain_wrong, {inf}, {0});
+  EXPECT_EQ(certain_wrong.log_loss(), std::numeric_limits<double>::infinity());
 }
 
 TEST(MetricMeterTest, BinaryAccuracyAndMeanLoss) {

@@ -47,6 +47,9 @@ double element(const Tensor& t, std::int64_t i) {
 // max(x, 0) - x*y + log(1 + exp(-|x|)). Never exponentiates a positive number, so it neither
 // overflows for large |x| nor loses the tail (log1p) for confident predictions.
 double binary_cross_entropy(double logit, double target) {
+  // An infinite logit (an f32 output that overflowed) is certain: no loss where the target
+  // agrees, infinite where it does not (the formula below gives inf - inf there).
+  if (std::isinf(logit)) return (logit > 0 ? 1.0 - target : target) == 0.0 ? 0.0 : INFINITY;
   return std::max(logit, 0.0) - logit * target + std::log1p(std::exp(-std::abs(logit)));
 }
 

@@ -68,7 +68,7 @@ PlacementDecision place_sparse(const ClusterOptions& cluster, const std::string&
   const double remaining = static_cast<double>(std::max<std::int64_t>(0, probe.total_steps - probe.probe_batches));
   const double rows = static_cast<double>(probe.rows_seen) + static_cast<double>(probe.new_rows_last_batch) * remaining;
   const double replica = rows * 4.0 * static_cast<double>(probe.dim + probe.state_floats);
-  d.bytes = static_cast<std::int64_t>(replica);
+  d.bytes = replica < 0x1p62 ? static_cast<std::int64_t>(replica) : -1;  // -1: beyond any bound
   const double n = cluster.workers;
   const double ring_bytes = (n - 1) * probe.unique_rows_per_step * row_bytes;
   const double ps_bytes = 2 * probe.unique_rows_per_step * row_bytes;

@@ -256,7 +256,11 @@ std::vector<std::span<const std::byte>> ProcessGroup::allgather(std::span<const 
     if (own_bytes <= words * 8) std::memcpy(own + 1, mine.data(), mine.size());
     blocks.allreduce->run();
     std::int64_t largest = 0;
-    for (int r = 0; r < n; ++r) largest = std::max(largest, blocks.words[static_cast<std::size_t>((words + 1) * r)]);
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t size = blocks.words[static_cast<std::size_t>((words + 1) * r)];
+      if (size < 0) throw CommError(fmt::format("allgather: rank {} sent a block of {} bytes", r, size));
+      largest = std::max(largest, size);
+    }
     if (largest > words * 8) {
       while (allgather_words_ * 8 < largest) allgather_words_ *= 2;
       continue;
