@@ -89,7 +89,11 @@ std::int64_t Shape::operator[](int axis) const {
 
 std::int64_t Shape::numel() const {
   std::int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  for (int i = 0; i < rank_; ++i) {
+    // A shape from a config or a computation (rows x dim) could overflow: caught here, before
+    // an allocation sized from a wrapped count.
+    if (__builtin_mul_overflow(n, dims_[i], &n)) throw Error(fmt::format("shape {}: too many elements", str()));
+  }
   return n;
 }
 
@@ -166,7 +170,13 @@ Storage::~Storage() {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;
-  t.storage_ = Storage::allocate(static_cast<std::size_t>(shape.numel()) * dtype_size(dtype), device);
+  std::size_t bytes = 0;
+  // Bounded well below SIZE_MAX so the allocator's rounding cannot wrap either.
+  if (__builtin_mul_overflow(static_cast<std::size_t>(shape.numel()), dtype_size(dtype), &bytes) ||
+      bytes > (std::size_t{1} << 60)) {
+    throw Error(fmt::format("tensor {} of {}: too many bytes to allocate", shape.str(), dtype_name(dtype)));
+  }
+  t.storage_ = Storage::allocate(bytes, device);
   t.shape_ = shape;
   t.dtype_ = dtype;
   return t;
@@ -276,8 +286,9 @@ Tensor Tensor::to(DType dtype) const {
     using S = decltype(src_tag);
     dispatch_dtype(dtype, [&](auto dst_tag) {
       using D = decltype(dst_tag);
-      if constexpr (std::is_same_v<S, float> && std::is_same_v<D, float>) {
-        std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+      if constexpr (std::is_same_v<S, D>) {
+        // Exact, where the path through double would round integers above 2^53 (hashed ids).
+        std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(S));
       } else {
         for (std::int64_t i = 0; i < n; ++i) store_from_double<D>(dst, i, load_as_double<S>(src, i));
       }

@@ -35,6 +35,18 @@ TEST(Tensor, ShapeAndViewsShareStorage) {
   EXPECT_THROW(t.rows(3, 5), InternalError);
 }
 
+// Element counts and byte sizes that overflow are refused before anything is allocated (a
+// wrapped size allocated 64 bytes for 2^62 floats); a conversion to the same integer type is
+// exact (through double, 2^53 + 1 became 2^53).
+TEST(Tensor, OverflowingSizesAreRefusedAndSameTypeConversionsAreExact) {
+  EXPECT_THROW(Tensor::zeros(Shape{std::int64_t{1} << 62}, DType::f32), Error);
+  EXPECT_THROW(Tensor::zeros(Shape{std::int64_t{1} << 32, std::int64_t{1} << 32}, DType::f32), Error);
+  EXPECT_THROW((void)Shape({std::int64_t{1} << 40, std::int64_t{1} << 40}).numel(), Error);
+  const std::int64_t big = (std::int64_t{1} << 53) + 1;
+  const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{big, -big, 7}, Shape{3});
+  EXPECT_EQ(ids.to(DType::i64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{big, -big, 7}));
+}
+
 TEST(Tensor, CloneIsDeep) {
   Tensor t = Tensor::full({3}, 1.5);
   Tensor c = t.clone();
