@@ -33,14 +33,19 @@ std::optional<std::string> env(const char* name) {
   return std::string(value);
 }
 
-int env_int(const char* name, const std::string& text) {
+// `text` as a whole decimal number in [low, high], or nullopt.
+std::optional<long> whole_number(const std::string& text, long low, long high) {
   char* end = nullptr;
   errno = 0;
   const long value = std::strtol(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str() || *end != '\0' || value < 0 || value > 1'000'000) {
-    throw ConfigError(fmt::format("environment variable {}='{}' is not a rank or count", name, text));
-  }
-  return static_cast<int>(value);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || value < low || value > high) return std::nullopt;
+  return value;
+}
+
+int env_int(const char* name, const std::string& text) {
+  const auto value = whole_number(text, 0, 1'000'000);
+  if (!value) throw ConfigError(fmt::format("environment variable {}='{}' is not a rank or count", name, text));
+  return static_cast<int>(*value);
 }
 
 // A launcher's (rank, size, local rank) variables, when its rank variable is set.
@@ -137,13 +142,8 @@ std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) 
     }
     const std::string host = env("MASTER_ADDR").value_or(cluster.master_addr);
     const std::string port = env("MASTER_PORT").value_or(std::to_string(cluster.master_port));
-    {
-      char* end = nullptr;
-      errno = 0;
-      const long number = std::strtol(port.c_str(), &end, 10);
-      if (errno != 0 || end == port.c_str() || *end != '\0' || number < 1 || number > 65535) {
-        throw ConfigError(fmt::format("environment variable MASTER_PORT='{}' is not a TCP port (1-65535)", port));
-      }
+    if (!whole_number(port, 1, 65535)) {
+      throw ConfigError(fmt::format("environment variable MASTER_PORT='{}' is not a TCP port (1-65535)", port));
     }
     role.rendezvous = host + ":" + port;
     role.serves_rendezvous = role.rank == 0;
