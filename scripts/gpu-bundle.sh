@@ -7,6 +7,7 @@
 #   gpu-bundle/run.sh [gpu_conv2d_test ...]              # on the GPU machine (default: all)
 #   gpu-bundle/aiacc-train.sh CONFIG --set job.device=cuda   # a training job there
 #   gpu-bundle/bench.sh                                   # ResNet-50 against PyTorch there
+#   gpu-bundle/emulated-hosts.sh 2 CONFIG --set job.device=cuda   # NCCL between 2 ranks on one GPU
 #
 # CUDA's own libraries (cudart, cuBLAS, cuDNN, NCCL) are not packed: cuBLAS alone is over
 # 500 MiB. run.sh puts the GPU machine's on the library path (the NVIDIA Python wheels'
@@ -93,6 +94,36 @@ exec "$python" "$here/tools/bench/compare_pytorch.py" ${PRESETS:-$presets} \
   --device cuda --binary "$here/aiacc-train.sh" --python "$python" --threads "$(nproc)" --repeats "${REPEATS:-2}" "$@"
 EOF
 chmod +x "$out/bench.sh"
+
+cat > "$out/emulated-hosts.sh" <<'EOF'
+#!/usr/bin/env bash
+# N workers on this machine's one GPU as N emulated hosts, so the trainer's NCCL path
+# (cluster.ring.device_collectives: nccl) runs with several ranks where NCCL would refuse two
+# ranks on one GPU: each worker runs in a PID namespace of its own (the ring's host identity,
+# ring/communicator.cc: each is local rank 0, on cuda:0) with its own NCCL_HOSTID (NCCL then
+# takes the peers for other hosts and all-reduces over its socket transport on loopback, as
+# between two nodes without InfiniBand). Needs root (unshare --pid). torchrun-style variables;
+# the job's outputs go to RUN_DIR (default /tmp/emulated-hosts).
+#   emulated-hosts.sh N CONFIG [--set KEY=VALUE ...]
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
+workers=$1; shift
+token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+port=$(( 20000 + RANDOM % 20000 ))
+pids=()
+for (( rank = 0; rank < workers; ++rank )); do
+  RANK=$rank WORLD_SIZE=$workers MASTER_ADDR=127.0.0.1 MASTER_PORT=$port AIACC_JOB_TOKEN=$token \
+    NCCL_HOSTID=emulated-host-$rank NCCL_SOCKET_IFNAME=lo \
+    unshare --pid --fork --kill-child "${AIACC_TRAIN:-$here/train/aiacc-train}" "$@" \
+      --set cluster.launcher=external --set cluster.workers="$workers" --set cluster.servers=0 \
+      --set job.run_dir="${RUN_DIR:-/tmp/emulated-hosts}" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+exit $status
+EOF
+chmod +x "$out/emulated-hosts.sh"
 
 cat > "$out/run.sh" <<'EOF'
 #!/usr/bin/env bash
