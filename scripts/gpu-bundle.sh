@@ -114,7 +114,7 @@ pids=()
 for (( rank = 0; rank < workers; ++rank )); do
   RANK=$rank WORLD_SIZE=$workers MASTER_ADDR=127.0.0.1 MASTER_PORT=$port AIACC_JOB_TOKEN=$token \
     NCCL_HOSTID=emulated-host-$rank NCCL_SOCKET_IFNAME=lo \
-    unshare --pid --fork --kill-child "${AIACC_TRAIN:-$here/train/aiacc-train}" "$@" \
+    unshare --pid --mount-proc --fork --kill-child "${AIACC_TRAIN:-$here/train/aiacc-train}" "$@" \
       --set cluster.launcher=external --set cluster.workers="$workers" --set cluster.servers=0 \
       --set job.run_dir="${RUN_DIR:-/tmp/emulated-hosts}" &
   pids+=($!)
