@@ -15,6 +15,7 @@
 
 #include "core/kernels/batch_norm.h"
 #include "core/kernels/conv2d.h"
+#include "core/kernels/embedding_bag.h"
 #include "core/kernels/linear.h"
 #include "core/kernels/pooling.h"
 #include "core/optim/adam.h"
@@ -115,6 +116,24 @@ class DeviceOps {
   // One wait for all of them (a step checks every gradient this way).
   virtual std::int64_t first_nonfinite(const Device& device,
                                        std::span<const std::pair<const float*, std::int64_t>> tensors) = 0;
+  // Embedding bags (core/kernels/embedding_bag.h) over a batch's unique rows on the device, f32:
+  // bag i's pooled row goes to out + i * out_stride (out_stride >= D, so F fields fill their
+  // columns of one [N, out_stride] input in place). The backward writes grad_unique_rows [U, D]
+  // from grad_out rows at that stride, summing each unique row's bags in the order of the
+  // host-built plan (kernels::make_backward_plan: row_start [U + 1], bag_of [P]): no atomics,
+  // the CPU kernel's sums. indices, offsets and the plan are i64 device memory.
+  virtual void embedding_bag_forward(const Device& device, const kernels::EmbeddingBagGeometry& g,
+                                     kernels::BagMode mode, const float* unique_rows,
+                                     const std::int64_t* indices, const std::int64_t* offsets, float* out,
+                                     std::int64_t out_stride) = 0;
+  virtual void embedding_bag_backward(const Device& device, const kernels::EmbeddingBagGeometry& g,
+                                      kernels::BagMode mode, const float* grad_out, std::int64_t grad_stride,
+                                      const std::int64_t* row_start, const std::int64_t* bag_of,
+                                      const std::int64_t* offsets, float* grad_unique_rows) = 0;
+  // dst[r, 0 .. width) = src[r, 0 .. width) for r < rows, f32 rows at the given strides (>= width),
+  // both in device memory: a block of columns into or out of a wider matrix.
+  virtual void copy_columns(const Device& device, std::int64_t rows, std::int64_t width, const float* src,
+                            std::int64_t src_stride, float* dst, std::int64_t dst_stride) = 0;
   // The CPU rules' updates (core/optim) over n elements; `step` 1-based. sgd's momentum may be
   // null when rule.momentum is 0.
   virtual void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,

@@ -2,9 +2,11 @@
 // of Wide & Deep (see models/wide_deep_model.h), and its registration.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/kernels/concat.h"
 #include "core/util/random.h"
@@ -48,7 +50,9 @@ WideDeep::WideDeep(const Options& options, const ModelContext& context)
       deep_(options.deep),
       hasher_(context.input.sparse_fields,
               parse_cross_features(options.cross_features, context.input.sparse_fields),
-              static_cast<std::uint64_t>(options.hash_buckets)) {
+              static_cast<std::uint64_t>(options.hash_buckets)),
+      bags_on_device_(options.embedding_bags == "device"),
+      bag_mode_(options.pooling == "mean" ? kernels::BagMode::mean : kernels::BagMode::sum) {
   const std::vector<std::string>& fields = context.input.sparse_fields;
   if (context.input.task != Task::binary) {
     throw ConfigError("model wide_deep: needs a binary (CTR) data set, e.g. criteo_tsv or synthetic_ctr");
@@ -62,7 +66,7 @@ WideDeep::WideDeep(const Options& options, const ModelContext& context)
   if (dtype_ != DType::f32 && dtype_ != DType::f64) {
     throw ConfigError(fmt::format("model wide_deep: dtype {} (f32 or f64)", dtype_name(dtype_)));
   }
-  const kernels::BagMode mode = options.pooling == "mean" ? kernels::BagMode::mean : kernels::BagMode::sum;
+  const kernels::BagMode mode = bag_mode_;
 
   if (wide_) {
     for (const std::string& field : fields) {
@@ -161,6 +165,99 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> WideDeep::embeddi
   return out;
 }
 
+Tensor WideDeep::deep_input_on_device(const Tensor& ints) {
+  const std::int64_t n = batch_;
+  const std::int64_t dim = deep_fields_.front()->dim();
+  const auto fields = static_cast<std::int64_t>(deep_fields_.size());
+  const std::int64_t width = fields * dim + num_int_;
+
+  // Pull each field's unique rows and lay out where its arrays go in the two blocks.
+  device_bags_.resize(deep_fields_.size());
+  std::int64_t floats = 0, ids = 0;
+  for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
+    SparseEmbedding& table = *deep_fields_[f];
+    table.pull(ids_[f]);
+    DeviceBag& bag = device_bags_[f];
+    const auto positions = static_cast<std::int64_t>(table.unique_indices().size());
+    bag.geometry = {n, positions, table.num_unique(), dim};
+    bag.rows_at = floats;
+    floats += table.num_unique() * dim;
+    bag.indices_at = ids;
+    bag.offsets_at = bag.indices_at + positions;
+    bag.row_start_at = bag.offsets_at + n + 1;
+    bag.bag_of_at = bag.row_start_at + table.num_unique() + 1;
+    ids = bag.bag_of_at + positions;
+  }
+  const std::int64_t ints_at = floats;
+  Tensor host_floats = Tensor::empty(Shape{floats + n * num_int_}, DType::f32);
+  Tensor host_ids = Tensor::empty(Shape{ids}, DType::i64);
+  float* fp = host_floats.data<float>();
+  std::int64_t* ip = host_ids.data<std::int64_t>();
+  for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
+    SparseEmbedding& table = *deep_fields_[f];
+    const DeviceBag& bag = device_bags_[f];
+    const Tensor& rows = table.parameter().value();
+    std::copy_n(rows.data<float>(), rows.numel(), fp + bag.rows_at);
+    std::copy(table.unique_indices().begin(), table.unique_indices().end(), ip + bag.indices_at);
+    std::copy(table.offsets().begin(), table.offsets().end(), ip + bag.offsets_at);
+    // The backward's plan is made here, on the host, and travels with the forward's arrays.
+    const kernels::EmbeddingBagBackwardPlan plan =
+        kernels::make_backward_plan(bag.geometry, table.unique_indices().data(), table.offsets().data());
+    std::copy(plan.row_start.begin(), plan.row_start.end(), ip + bag.row_start_at);
+    std::copy(plan.bag_of.begin(), plan.bag_of.end(), ip + bag.bag_of_at);
+  }
+  if (num_int_ > 0) std::copy_n(ints.data<float>(), n * num_int_, fp + ints_at);
+
+  // Two copies (through pinned staging; the host goes on while they run), then the bags write
+  // their columns of the MLP's input and the integers fill the last ones.
+  device_floats_ = host_floats.to(device_);
+  device_ids_ = host_ids.to(device_);
+  Tensor input = Tensor::empty(Shape{n, width}, DType::f32, device_);
+  DeviceOps& ops = device_ops(device_);
+  const float* dev_floats = device_floats_.data<float>();
+  const std::int64_t* dev_ids = device_ids_.data<std::int64_t>();
+  float* out = input.data<float>();
+  for (std::size_t f = 0; f < device_bags_.size(); ++f) {
+    const DeviceBag& bag = device_bags_[f];
+    ops.embedding_bag_forward(device_, bag.geometry, bag_mode_, dev_floats + bag.rows_at, dev_ids + bag.indices_at,
+                              dev_ids + bag.offsets_at, out + static_cast<std::int64_t>(f) * dim, width);
+  }
+  if (num_int_ > 0) ops.copy_columns(device_, n, num_int_, dev_floats + ints_at, num_int_, out + fields * dim, width);
+  return input;
+}
+
+Tensor WideDeep::deep_backward_on_device(const Tensor& dinput) {
+  const std::int64_t n = batch_;
+  const std::int64_t dim = deep_fields_.front()->dim();
+  const auto fields = static_cast<std::int64_t>(deep_fields_.size());
+  const std::int64_t width = fields * dim + num_int_;
+  std::int64_t floats = 0;
+  for (const DeviceBag& bag : device_bags_) floats += bag.geometry.num_unique * dim;
+  Tensor grad_rows = Tensor::empty(Shape{floats}, DType::f32, device_);
+  DeviceOps& ops = device_ops(device_);
+  const std::int64_t* dev_ids = device_ids_.data<std::int64_t>();
+  const float* dx = dinput.data<float>();
+  for (std::size_t f = 0; f < device_bags_.size(); ++f) {
+    const DeviceBag& bag = device_bags_[f];
+    ops.embedding_bag_backward(device_, bag.geometry, bag_mode_, dx + static_cast<std::int64_t>(f) * dim, width,
+                               dev_ids + bag.row_start_at, dev_ids + bag.bag_of_at, dev_ids + bag.offsets_at,
+                               grad_rows.data<float>() + bag.rows_at);
+  }
+  // One copy back for every table's rows; each table then hands its rows to the trainer.
+  const Tensor host_rows = grad_rows.to(Device::cpu());
+  for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
+    const DeviceBag& bag = device_bags_[f];
+    Tensor rows = Tensor::empty(Shape{bag.geometry.num_unique, dim}, DType::f32);
+    std::copy_n(host_rows.data<float>() + bag.rows_at, rows.numel(), rows.data<float>());
+    deep_fields_[f]->set_gradient_rows(std::move(rows));
+  }
+  // The integer features' gradient only for gradient checks (compute_input_grad_).
+  if (num_int_ == 0 || !compute_input_grad_) return Tensor();
+  Tensor dints = Tensor::empty(Shape{n, num_int_}, DType::f32, device_);
+  ops.copy_columns(device_, n, num_int_, dx + fields * dim, width, dints.data<float>(), num_int_);
+  return dints.to(Device::cpu());
+}
+
 double WideDeep::forward(const Batch& batch, bool training) {
   const std::int64_t n = batch.size();
   if (n < 1) throw DataError("model wide_deep: empty batch");
@@ -196,7 +293,9 @@ double WideDeep::forward(const Batch& batch, bool training) {
     }
     if (wide_dense_) accumulate(dense(*wide_dense_, ints));
   }
-  if (deep_) {
+  if (deep_ && on_device && bags_on_device_) {
+    accumulate(mlp_->forward(deep_input_on_device(ints), training).to(Device::cpu()));
+  } else if (deep_) {
     std::vector<Tensor> parts;
     parts.reserve(deep_fields_.size() + 1);
     for (std::size_t f = 0; f < deep_fields_.size(); ++f) parts.push_back(deep_fields_[f]->forward(ids_[f]));
@@ -213,7 +312,9 @@ void WideDeep::backward() {
   const bool on_device = !device_.is_cpu();
   const Tensor dlogits_dense = on_device ? dlogits.to(device_) : dlogits;  // for the dense part
   Tensor dints;
-  if (deep_) {
+  if (deep_ && on_device && bags_on_device_) {
+    dints = deep_backward_on_device(mlp_->backward(dlogits_dense, /*need_input_grad=*/true));
+  } else if (deep_) {
     Tensor dx = mlp_->backward(dlogits_dense, /*need_input_grad=*/true);
     if (on_device) dx = dx.to(Device::cpu());  // the rows' gradients, for the tables on the host
     std::vector<std::int64_t> widths(deep_fields_.size(), deep_fields_.front()->dim());

@@ -37,6 +37,7 @@ class WideDeep final : public Model {
     bool wide_dense = true;
     std::string pooling = "sum";
     std::int64_t hash_buckets = 0;
+    std::string embedding_bags = "device";
 
     template <class V>
     void visit(V& v) {
@@ -63,6 +64,12 @@ class WideDeep final : public Model {
       v.field("hash_buckets", hash_buckets,
               "0: 64-bit ids (unbounded tables); > 0: ids folded modulo this many rows per table",
               config::at_least<std::int64_t>(0));
+      v.field("embedding_bags", embedding_bags,
+              "with job.device: cuda, where the deep tables' bags are pooled: device (the batch's unique rows, "
+              "their bags' indices and the integer features go over, pooling and its backward run on the GPU, "
+              "the unique rows' gradients come back) | host (pooled rows [N, fields x dim] go over and their "
+              "gradient comes back)",
+              config::one_of({"device", "host"}));
     }
     // Needs wide or deep.
     void validate(const config::Node& node) const;
@@ -85,9 +92,14 @@ class WideDeep final : public Model {
   void backward() override;
   // On a device the dense part runs there (the deep MLP, the wide part's linear term of the
   // integer features and its bias) while the sparse tables stay in their embedding stores on
-  // the host: each step copies the pooled rows [N, fields x dim + integers] to the device and
-  // their gradient back, the logits' two device terms [N] to the host and dlogits [N] to the
-  // device; the loss runs on the host. f32 activations only; no dropout on a device.
+  // the host. With embedding_bags: device (the default) each step pulls the deep tables' unique
+  // rows on the host and copies them to the device in one block, with the bags' indices and
+  // backward plans in another (pinned staging, asynchronous), pools them there into the MLP's
+  // input, and copies the unique rows' gradient [sum of U, D] back; with host, the pooled rows
+  // [N, fields x dim + integers] go over and their gradient comes back. Either way the logits'
+  // two device terms [N] come to the host and dlogits [N] go to the device; the loss and the
+  // wide tables (one float per row) run on the host. f32 activations only; no dropout on a
+  // device.
   void to(Device device, const ActivationFormat& format = {}) override;
   // The integer features meet the pooled rows on the host, and the loss runs there.
   bool batch_on_device() const override { return false; }
@@ -99,6 +111,18 @@ class WideDeep final : public Model {
 
  private:
   Tensor dense_input(const Batch& batch, std::int64_t n) const;
+  // The deep MLP's input [N, fields x dim + integers] built on the device from the pulled
+  // unique rows (embedding_bags: device), and the deep tables' backward from its gradient.
+  Tensor deep_input_on_device(const Tensor& ints);
+  Tensor deep_backward_on_device(const Tensor& dinput);
+
+  // Where each deep field's arrays sit in the step's two device blocks (embedding_bags: device).
+  struct DeviceBag {
+    kernels::EmbeddingBagGeometry geometry;
+    std::int64_t rows_at = 0;  // first float of its unique rows in device_floats_ (and of
+                               // their gradient in the gradient block)
+    std::int64_t indices_at = 0, offsets_at = 0, row_start_at = 0, bag_of_at = 0;  // in device_ids_
+  };
 
   DType dtype_;
   double dropout_;
@@ -115,6 +139,11 @@ class WideDeep final : public Model {
   std::vector<Parameter*> params_;
   BinaryCrossEntropyWithLogits loss_;
   bool compute_input_grad_ = false;
+  bool bags_on_device_;  // embedding_bags: device (used when device_ is not the CPU)
+  kernels::BagMode bag_mode_;
+  std::vector<DeviceBag> device_bags_;
+  Tensor device_floats_;  // this step's unique rows of every deep field, then the integers
+  Tensor device_ids_;     // this step's indices, offsets and backward plans (i64)
 
   // The last forward's batch size, hashed ids and logits [N].
   std::int64_t batch_ = 0;

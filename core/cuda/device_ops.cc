@@ -18,6 +18,7 @@
 #include "core/cuda/kernels/activation.h"
 #include "core/cuda/kernels/batch_norm_nhwc.h"
 #include "core/cuda/kernels/elementwise.h"
+#include "core/cuda/kernels/embedding_bag.h"
 #include "core/cuda/kernels/layout.h"
 #include "core/cuda/kernels/losses.h"
 #include "core/cuda/cuda_check.h"
@@ -587,6 +588,35 @@ class CudaOps final : public DeviceOps {
     return first_flagged(device, tensors.size(), [&](std::size_t t, int* flag, cudaStream_t stream) {
       launch_check_finite(tensors[t].first, tensors[t].second, flag, stream);
     });
+  }
+  void embedding_bag_forward(const Device& device, const kernels::EmbeddingBagGeometry& g, kernels::BagMode mode,
+                             const float* unique_rows, const std::int64_t* indices, const std::int64_t* offsets,
+                             float* out, std::int64_t out_stride) override {
+    AIACC_CHECK_GE(out_stride, g.dim, "embedding bag: output row stride");
+    DeviceGuard guard(device.index);
+    ProfileScope scope("bag fwd", [&] { return fmt::format("dim {}", g.dim); });  // U varies by batch
+    launch_embedding_bag_forward(g, mode, unique_rows, indices, offsets, out, out_stride, current_stream());
+  }
+  void embedding_bag_backward(const Device& device, const kernels::EmbeddingBagGeometry& g, kernels::BagMode mode,
+                              const float* grad_out, std::int64_t grad_stride, const std::int64_t* row_start,
+                              const std::int64_t* bag_of, const std::int64_t* offsets,
+                              float* grad_unique_rows) override {
+    AIACC_CHECK_GE(grad_stride, g.dim, "embedding bag: gradient row stride");
+    DeviceGuard guard(device.index);
+    ProfileScope scope("bag bwd", [&] { return fmt::format("dim {}", g.dim); });
+    launch_embedding_bag_backward(g, mode, grad_out, grad_stride, row_start, bag_of, offsets, grad_unique_rows,
+                                  current_stream());
+  }
+  void copy_columns(const Device& device, std::int64_t rows, std::int64_t width, const float* src,
+                    std::int64_t src_stride, float* dst, std::int64_t dst_stride) override {
+    AIACC_CHECK(rows >= 0 && width >= 0 && src_stride >= width && dst_stride >= width,
+                "copy_columns: {} rows of {} floats at strides {} and {}", rows, width, src_stride, dst_stride);
+    if (rows == 0 || width == 0) return;
+    DeviceGuard guard(device.index);
+    constexpr auto f = sizeof(float);
+    AIACC_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dst_stride) * f, src,
+                                       static_cast<std::size_t>(src_stride) * f, static_cast<std::size_t>(width) * f,
+                                       static_cast<std::size_t>(rows), cudaMemcpyDeviceToDevice, current_stream()));
   }
   void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,
                    float* exp_avg, float* exp_avg_sq, std::int64_t n, std::int64_t step,

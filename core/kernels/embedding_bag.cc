@@ -47,12 +47,20 @@ void EmbeddingBagGeometry::validate() const {
 template <class T>
 void embedding_bag_forward(const EmbeddingBagGeometry& g, BagMode mode, const T* unique_rows,
                            const std::int64_t* indices, const std::int64_t* offsets, T* out) {
+  embedding_bag_forward(g, mode, unique_rows, indices, offsets, out, g.dim);
+}
+
+template <class T>
+void embedding_bag_forward(const EmbeddingBagGeometry& g, BagMode mode, const T* unique_rows,
+                           const std::int64_t* indices, const std::int64_t* offsets, T* out,
+                           std::int64_t out_stride) {
   validate_bags(g, indices, offsets);
+  AIACC_CHECK_GE(out_stride, g.dim, "embedding bag: output row stride");
   const std::int64_t d = g.dim;
   const bool parallel = (g.num_positions + g.batch) * d >= kMinParallelElements;
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t i = 0; i < g.batch; ++i) {
-    T* o = out + i * d;
+    T* o = out + i * out_stride;
     std::fill(o, o + d, T(0));
     for (std::int64_t p = offsets[i]; p < offsets[i + 1]; ++p) {
       const T* row = unique_rows + indices[p] * d;
@@ -86,8 +94,17 @@ void embedding_bag_backward(const EmbeddingBagGeometry& g, BagMode mode, const T
                             const std::int64_t* indices, const std::int64_t* offsets,
                             T* grad_unique_rows) {
   const EmbeddingBagBackwardPlan plan = make_backward_plan(g, indices, offsets);
-  const std::vector<std::int64_t>& row_start = plan.row_start;
-  const std::vector<std::int64_t>& bag_of = plan.bag_of;
+  embedding_bag_backward_planned(g, mode, grad_out, g.dim, plan.row_start.data(), plan.bag_of.data(), offsets,
+                                 grad_unique_rows);
+}
+
+template <class T>
+void embedding_bag_backward_planned(const EmbeddingBagGeometry& g, BagMode mode, const T* grad_out,
+                                    std::int64_t grad_stride, const std::int64_t* row_start,
+                                    const std::int64_t* bag_of, const std::int64_t* offsets,
+                                    T* grad_unique_rows) {
+  g.validate();
+  AIACC_CHECK_GE(grad_stride, g.dim, "embedding bag: gradient row stride");
   const std::int64_t d = g.dim;
   const std::int64_t u_count = g.num_unique;
   const bool parallel = (g.num_positions + u_count) * d >= kMinParallelElements;
@@ -98,7 +115,7 @@ void embedding_bag_backward(const EmbeddingBagGeometry& g, BagMode mode, const T
     std::fill(grad, grad + d, T(0));
     for (std::int64_t k = row_start[u]; k < row_start[u + 1]; ++k) {
       const std::int64_t i = bag_of[k];
-      const T* go = grad_out + i * d;
+      const T* go = grad_out + i * grad_stride;
       const auto scale = static_cast<T>(bag_scale(mode, offsets[i + 1] - offsets[i]));
       for (std::int64_t j = 0; j < d; ++j) grad[j] += scale * go[j];
     }
@@ -109,7 +126,13 @@ void embedding_bag_backward(const EmbeddingBagGeometry& g, BagMode mode, const T
   template void embedding_bag_forward<T>(const EmbeddingBagGeometry&, BagMode, const T*,  \
                                          const std::int64_t*, const std::int64_t*, T*);   \
   template void embedding_bag_backward<T>(const EmbeddingBagGeometry&, BagMode, const T*, \
-                                          const std::int64_t*, const std::int64_t*, T*);
+                                          const std::int64_t*, const std::int64_t*, T*);  \
+  template void embedding_bag_forward<T>(const EmbeddingBagGeometry&, BagMode, const T*,  \
+                                         const std::int64_t*, const std::int64_t*, T*,    \
+                                         std::int64_t);                                   \
+  template void embedding_bag_backward_planned<T>(                                        \
+      const EmbeddingBagGeometry&, BagMode, const T*, std::int64_t, const std::int64_t*,  \
+      const std::int64_t*, const std::int64_t*, T*);
 AIACC_INSTANTIATE_EMBEDDING_BAG(float)
 AIACC_INSTANTIATE_EMBEDDING_BAG(double)
 #undef AIACC_INSTANTIATE_EMBEDDING_BAG

@@ -40,6 +40,21 @@ void embedding_bag_backward(const EmbeddingBagGeometry& g, BagMode mode, const T
                             const std::int64_t* indices, const std::int64_t* offsets,
                             T* grad_unique_rows);
 
+// The same with bag i's row at out + i * out_stride (out_stride >= D): one field's columns of
+// a wider [N, out_stride] matrix, such as a model's concatenated input.
+template <class T>
+void embedding_bag_forward(const EmbeddingBagGeometry& g, BagMode mode, const T* unique_rows,
+                           const std::int64_t* indices, const std::int64_t* offsets, T* out,
+                           std::int64_t out_stride);
+
+// The backward over a plan made beforehand (make_backward_plan below), with bag i's gradient
+// row at grad_out + i * grad_stride: what the GPU's kernel computes, in the same order.
+template <class T>
+void embedding_bag_backward_planned(const EmbeddingBagGeometry& g, BagMode mode, const T* grad_out,
+                                    std::int64_t grad_stride, const std::int64_t* row_start,
+                                    const std::int64_t* bag_of, const std::int64_t* offsets,
+                                    T* grad_unique_rows);
+
 // The transpose backward needs (row -> bags that use it), built by a counting sort: bags
 // using unique row u are bag_of[row_start[u] .. row_start[u + 1]), in position order, so
 // sums run in an order no thread count changes. Shared by the CPU backward and the GPU one

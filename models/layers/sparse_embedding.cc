@@ -20,7 +20,7 @@ SparseEmbedding::SparseEmbedding(std::shared_ptr<EmbeddingStore> store, kernels:
   AIACC_CHECK_GT(dim_, 0, "{}: embedding dim", param_.name());
 }
 
-Tensor SparseEmbedding::forward(const SparseField& field) {
+void SparseEmbedding::pull(const SparseField& field) {
   const auto num_ids = static_cast<std::int64_t>(field.ids.size());
   const std::string& name = param_.name();
   AIACC_CHECK(!field.offsets.empty() && field.offsets.front() == 0 && field.offsets.back() == num_ids,
@@ -32,11 +32,15 @@ Tensor SparseEmbedding::forward(const SparseField& field) {
 
   // The one pull of this table for the batch: straight into the parameter's value in f32;
   // through a float buffer and a conversion in f64.
-  const auto num_unique = static_cast<std::int64_t>(dedup_.unique_ids.size());
-  Tensor rows = Tensor::empty(Shape{num_unique, dim_}, DType::f32);
+  Tensor rows = Tensor::empty(Shape{num_unique(), dim_}, DType::f32);
   store_->pull(dedup_.unique_ids, rows.data<float>());
   param_.value() = dtype_ == DType::f32 ? rows : rows.to(dtype_);
+}
 
+Tensor SparseEmbedding::forward(const SparseField& field) {
+  pull(field);
+  const auto num_ids = static_cast<std::int64_t>(field.ids.size());
+  const std::int64_t num_unique = this->num_unique();
   const kernels::EmbeddingBagGeometry g{static_cast<std::int64_t>(offsets_.size()) - 1, num_ids,
                                         num_unique, dim_};
   Tensor output = Tensor::empty(Shape{g.batch, dim_}, dtype_);
@@ -59,21 +63,31 @@ void SparseEmbedding::backward(const Tensor& grad_output) {
   AIACC_CHECK(grad_output.shape() == Shape({batch, dim_}) && grad_output.dtype() == dtype_,
               "{}: expected grad_output [{}, {}] {}, got {} {}", name, batch, dim_,
               dtype_name(dtype_), grad_output.shape().str(), dtype_name(grad_output.dtype()));
-  SparseGrad& grad = param_.sparse_grad();
-  const auto num_unique = static_cast<std::int64_t>(dedup_.unique_ids.size());
-  grad.ids = dedup_.unique_ids;
-  grad.rows = Tensor::empty(Shape{num_unique, dim_}, dtype_);
+  Tensor rows = Tensor::empty(Shape{num_unique(), dim_}, dtype_);
   const kernels::EmbeddingBagGeometry g{batch, static_cast<std::int64_t>(dedup_.inverse.size()),
-                                        num_unique, dim_};
+                                        num_unique(), dim_};
   if (dtype_ == DType::f64) {
     kernels::embedding_bag_backward<double>(g, mode_, grad_output.data<double>(),
                                             dedup_.inverse.data(), offsets_.data(),
-                                            grad.rows.data<double>());
+                                            rows.data<double>());
   } else {
     kernels::embedding_bag_backward<float>(g, mode_, grad_output.data<float>(),
                                            dedup_.inverse.data(), offsets_.data(),
-                                           grad.rows.data<float>());
+                                           rows.data<float>());
   }
+  set_gradient_rows(std::move(rows));
+}
+
+void SparseEmbedding::set_gradient_rows(Tensor rows) {
+  const std::string& name = param_.name();
+  AIACC_CHECK(has_forward_, "{}: gradient rows without a pull()", name);
+  AIACC_CHECK(rows.device().is_cpu() && rows.shape() == Shape({num_unique(), dim_}) &&
+                  (rows.dtype() == dtype_ || rows.dtype() == DType::f32),
+              "{}: expected gradient rows [{}, {}] on the host, got {} {} on {}", name, num_unique(), dim_,
+              rows.shape().str(), dtype_name(rows.dtype()), rows.device().str());
+  SparseGrad& grad = param_.sparse_grad();
+  grad.ids = dedup_.unique_ids;
+  grad.rows = rows.dtype() == dtype_ ? std::move(rows) : rows.to(dtype_);
   param_.grad_ready();
 }
 

@@ -37,6 +37,17 @@ class SparseEmbedding {
   // gradient rows [U, D]), OVERWRITTEN; then grad_ready() once. Call once per forward.
   void backward(const Tensor& grad_output);
 
+  // The two halves of forward() and backward() for a model that pools elsewhere (on a device):
+  // pull() de-duplicates and pulls as forward() does, leaving the unique rows in
+  // parameter().value() [U, D], each position's unique row in unique_indices() [P] and the bags
+  // in offsets() [N + 1]; set_gradient_rows() takes the gradient of those rows [U, D] (f32 or
+  // the layer's dtype) as backward() would have computed it, then fires grad_ready() once.
+  void pull(const SparseField& field);
+  const std::vector<std::int64_t>& unique_indices() const { return dedup_.inverse; }
+  const std::vector<std::int64_t>& offsets() const { return offsets_; }
+  std::int64_t num_unique() const { return static_cast<std::int64_t>(dedup_.unique_ids.size()); }
+  void set_gradient_rows(Tensor rows);
+
   Parameter& parameter() { return param_; }
   EmbeddingStore& store() { return *store_; }
   std::int64_t dim() const { return dim_; }

@@ -178,11 +178,33 @@ TEST(GpuKernels, EmbeddingBagMatchesTheCpuKernels) {
     kernels::embedding_bag_backward(g, mode, grad_out.data(), indices.data(), offsets.data(), grad_rows.data());
     DeviceVector<float> d_out(std::vector<float>(out.size(), 7.0f));
     DeviceVector<float> d_grad_rows(std::vector<float>(grad_rows.size(), 7.0f));
-    launch_embedding_bag_forward(g, mode, d_rows.get(), d_indices.get(), d_offsets.get(), d_out.get(), nullptr);
-    launch_embedding_bag_backward(g, mode, d_grad_out.get(), d_row_start.get(), d_bag_of.get(),
+    launch_embedding_bag_forward(g, mode, d_rows.get(), d_indices.get(), d_offsets.get(), d_out.get(), g.dim,
+                                 nullptr);
+    launch_embedding_bag_backward(g, mode, d_grad_out.get(), g.dim, d_row_start.get(), d_bag_of.get(),
                                   d_offsets.get(), d_grad_rows.get(), nullptr);
     expect_close(d_out.to_host(), out, 1e-6f, "bag forward");
     expect_close(d_grad_rows.to_host(), grad_rows, 1e-6f, "bag backward");
+
+    // Strided: the bags fill columns [3, 3 + D) of a [N, D + 8] matrix (one field of a model's
+    // concatenated input), leaving the other columns alone; the backward reads them from there.
+    const std::int64_t stride = g.dim + 8, column = 3;
+    DeviceVector<float> d_wide(std::vector<float>(static_cast<std::size_t>(g.batch * stride), 7.0f));
+    launch_embedding_bag_forward(g, mode, d_rows.get(), d_indices.get(), d_offsets.get(), d_wide.get() + column,
+                                 stride, nullptr);
+    const std::vector<float> wide = d_wide.to_host();
+    std::vector<float> wide_expected(wide.size(), 7.0f), wide_grad(wide.size(), -1.0f);
+    for (std::int64_t i = 0; i < g.batch; ++i) {
+      for (std::int64_t j = 0; j < g.dim; ++j) {
+        wide_expected[static_cast<std::size_t>(i * stride + column + j)] = out[static_cast<std::size_t>(i * g.dim + j)];
+        wide_grad[static_cast<std::size_t>(i * stride + column + j)] = grad_out[static_cast<std::size_t>(i * g.dim + j)];
+      }
+    }
+    expect_close(wide, wide_expected, 1e-6f, "strided bag forward");
+    const DeviceVector<float> d_wide_grad(wide_grad);
+    DeviceVector<float> d_grad_rows_strided(std::vector<float>(grad_rows.size(), 7.0f));
+    launch_embedding_bag_backward(g, mode, d_wide_grad.get() + column, stride, d_row_start.get(), d_bag_of.get(),
+                                  d_offsets.get(), d_grad_rows_strided.get(), nullptr);
+    expect_close(d_grad_rows_strided.to_host(), grad_rows, 1e-6f, "strided bag backward");
   }
 }
 

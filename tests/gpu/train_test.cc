@@ -68,17 +68,30 @@ TEST(GpuTraining, AResNetJobInBf16FollowsTheCpuJob) {
   expect_gpu_follows_cpu("model: {type: resnet, resnet: {depth: 8, width: 8}}\n", "resnet_bf16", 8e-2, "bf16");
 }
 
-// Wide&Deep: tables in host embedding stores, the MLP and the wide linear term on the GPU.
+// Wide&Deep: tables in host embedding stores, the MLP and the wide linear term on the GPU; the
+// deep tables' bags pooled on the GPU from their unique rows (the default) or on the host.
+constexpr const char* kCtrData =
+    "data:\n"
+    "  batch_size: 64\n"
+    "  train: {type: synthetic_ctr, synthetic_ctr: {num_categorical: 6, vocabulary: 200, size: 2560}}\n"
+    "  test: {type: synthetic_ctr, synthetic_ctr: {num_categorical: 6, vocabulary: 200, size: 512}}\n"
+    "optimizer: {type: adam, lr: 0.01}\n";
+
 TEST(GpuTraining, AWideDeepJobWithHostTablesFollowsTheCpuJob) {
   expect_gpu_follows_cpu("model: {type: wide_deep, wide_deep: {embedding_dim: 8, hidden: [32, 16]}}\n",
-                         "wide_deep", 1e-3, "fp32",
-                         "data:\n"
-                         "  batch_size: 64\n"
-                         "  train: {type: synthetic_ctr, synthetic_ctr: {num_categorical: 6, vocabulary: 200, "
-                         "size: 2560}}\n"
-                         "  test: {type: synthetic_ctr, synthetic_ctr: {num_categorical: 6, vocabulary: 200, "
-                         "size: 512}}\n"
-                         "optimizer: {type: adam, lr: 0.01}\n");
+                         "wide_deep", 1e-3, "fp32", kCtrData);
+}
+
+TEST(GpuTraining, AWideDeepJobWithMeanBagsPooledOnTheHostFollowsTheCpuJob) {
+  expect_gpu_follows_cpu("model: {type: wide_deep, wide_deep: {embedding_dim: 8, hidden: [32, 16], "
+                         "pooling: mean, embedding_bags: host}}\n",
+                         "wide_deep_host_bags", 1e-3, "fp32", kCtrData);
+}
+
+TEST(GpuTraining, AWideDeepJobWithMeanBagsPooledOnTheGpuFollowsTheCpuJob) {
+  expect_gpu_follows_cpu("model: {type: wide_deep, wide_deep: {embedding_dim: 8, hidden: [32, 16], "
+                         "pooling: mean}}\n",
+                         "wide_deep_mean", 1e-3, "fp32", kCtrData);
 }
 
 // fp16 with dynamic loss scaling: 10 bits of mantissa, gradients scaled by 2^16 and unscaled.

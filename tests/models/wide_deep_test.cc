@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "models/wide_deep_model.h"
 #include "tests/models/wide_deep_test_util.h"
+#include "tests/testing/fake_device.h"
 #include "tests/testing/gradient_check.h"
 
 namespace aiacc::models {
@@ -170,6 +172,58 @@ TEST(WideDeep, GradReadyOncePerParameterAndNoPushes) {
     auto* recording = dynamic_cast<RecordingStore*>(store.get());
     EXPECT_EQ(recording->pushes, 0) << name;  // the trainer pushes, never the model
     EXPECT_EQ(recording->pulls, 2) << name;   // one pull per table per forward
+  }
+}
+
+// On a device (the fake accelerator: the CPU kernels over "device" memory) the model computes
+// what it computes on the CPU, bit for bit, whether the deep tables' bags are pooled on the
+// device (their unique rows, indices and backward plans copied over, the pooled rows written
+// into the MLP's input in place) or on the host: outputs, the loss, every table's gradient
+// rows, the dense gradients and the integer features' gradient; each parameter's grad_ready
+// fires once a step. Sum and mean pooling, an empty bag and a repeated id included.
+TEST(WideDeep, OnADeviceEitherPlaceOfTheBagsGivesTheCpuResults) {
+  testing::FakeDeviceLog& log = testing::install_fake_device();
+  for (const std::string pooling : {"sum", "mean"}) {
+    const std::string yaml = std::string(kSmallModel) + "pooling: " + pooling + "\n";
+    struct Run {
+      std::vector<double> losses;
+      std::vector<std::vector<float>> outputs, grads, input_grads;
+    };
+    const auto run = [&](const std::string& bags, Device device) {
+      KeepingFactory keep{testing::recording_factory()};
+      ModelContext context{ctr_spec({"C1", "C2", "C3"}, 2), 3, DType::f32, keep.factory(), {}};
+      auto model = build(yaml + "embedding_bags: " + bags + "\n", context);
+      model->to(device);
+      dynamic_cast<WideDeep&>(*model).set_compute_input_grad(true);
+      std::map<std::string, int> fired;
+      for (Parameter* p : model->parameters()) {
+        p->add_grad_ready_hook([&fired](Parameter& param) { ++fired[param.name()]; });
+      }
+      Run out;
+      const Batch batch = small_batch();
+      for (int step = 1; step <= 2; ++step) {
+        out.losses.push_back(model->forward(batch, /*training=*/true));
+        out.outputs.push_back(model->outputs().to_vector<float>());
+        model->backward();
+        for (Parameter* p : model->parameters()) {
+          EXPECT_EQ(fired[p->name()], step) << p->name() << " with bags on the " << bags;
+          const Tensor grad = p->kind() == ParamKind::sparse ? p->sparse_grad().rows : p->grad();
+          out.grads.push_back(grad.to(Device::cpu()).to_vector<float>());
+        }
+        out.input_grads.push_back(dynamic_cast<WideDeep&>(*model).input_grad().to_vector<float>());
+      }
+      return out;
+    };
+    const Run cpu = run("device", Device::cpu());
+    for (const std::string bags : {"device", "host"}) {
+      const int ops_before = log.ops;
+      const Run device = run(bags, Device::cuda(0));
+      EXPECT_GT(log.ops, ops_before);
+      EXPECT_EQ(device.losses, cpu.losses) << pooling << ", bags on the " << bags;
+      EXPECT_EQ(device.outputs, cpu.outputs) << pooling << ", bags on the " << bags;
+      EXPECT_EQ(device.grads, cpu.grads) << pooling << ", bags on the " << bags;
+      EXPECT_EQ(device.input_grads, cpu.input_grads) << pooling << ", bags on the " << bags;
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 #include "core/kernels/batch_norm.h"
 #include "core/kernels/conv2d.h"
 #include "core/kernels/elementwise.h"
+#include "core/kernels/embedding_bag.h"
 #include "core/kernels/linear.h"
 #include "core/kernels/losses.h"
 #include "core/kernels/pooling.h"
@@ -335,6 +336,28 @@ class FakeOps : public DeviceOps {
       }
     }
     return -1;
+  }
+  void embedding_bag_forward(const Device&, const kernels::EmbeddingBagGeometry& g, kernels::BagMode mode,
+                             const float* unique_rows, const std::int64_t* indices, const std::int64_t* offsets,
+                             float* out, std::int64_t out_stride) override {
+    ++log_.ops;
+    kernels::embedding_bag_forward<float>(g, mode, host(unique_rows), host(indices), host(offsets), host(out),
+                                          out_stride);
+  }
+  void embedding_bag_backward(const Device&, const kernels::EmbeddingBagGeometry& g, kernels::BagMode mode,
+                              const float* grad_out, std::int64_t grad_stride, const std::int64_t* row_start,
+                              const std::int64_t* bag_of, const std::int64_t* offsets,
+                              float* grad_unique_rows) override {
+    ++log_.ops;
+    kernels::embedding_bag_backward_planned<float>(g, mode, host(grad_out), grad_stride, host(row_start),
+                                                   host(bag_of), host(offsets), host(grad_unique_rows));
+  }
+  void copy_columns(const Device&, std::int64_t rows, std::int64_t width, const float* src, std::int64_t src_stride,
+                    float* dst, std::int64_t dst_stride) override {
+    ++log_.ops;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::memcpy(host(dst) + r * dst_stride, host(src) + r * src_stride, static_cast<std::size_t>(width) * sizeof(float));
+    }
   }
   void adam_update(const Device&, const optim::AdamRule& rule, float* w, const float* g, float* exp_avg,
                    float* exp_avg_sq, std::int64_t n, std::int64_t step, double lr) override {

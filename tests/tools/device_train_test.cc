@@ -88,22 +88,22 @@ TEST(DeviceTraining, AResNetJobOnTheDeviceEqualsTheCpuJob) {
   expect_device_run_equals_cpu_run("model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "resnet");
 }
 
-// A batch of NaN features at step 3 (the trainer's fault injection): its non-finite gradients
-// are found on the device and the step skipped, as on the CPU.
 // Wide&Deep with its tables in host embedding stores and its dense part (deep MLP, the wide
 // linear term and bias) on the device: the same job as on the CPU, bit for bit, test AUC
-// included.
+// included, with the deep tables' bags pooled on the device (their unique rows copied over)
+// and on the host (pooled rows copied over).
 TEST(DeviceTraining, AWideDeepJobWithHostTablesEqualsTheCpuJob) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_wide_deep";
   std::filesystem::remove_all(base);
-  const auto job = [&](const std::filesystem::path& dir, const std::string& device) {
+  const auto job = [&](const std::filesystem::path& dir, const std::string& device, const std::string& bags) {
     std::filesystem::create_directories(dir);
     auto path = dir / "job.yaml";
     std::ofstream(path) << "job: {name: device, run_dir: " << dir.string() << ", threads: 1, device: " << device
                         << "}\n"
                            "model: {type: wide_deep, wide_deep: {embedding_dim: 4, hidden: [16, 8], "
-                           "cross_features: [C1_x_C2]}}\n"
+                           "cross_features: [C1_x_C2], embedding_bags: "
+                        << bags << "}}\n"
                            "data:\n"
                            "  batch_size: 32\n"
                            "  train: {type: synthetic_ctr, synthetic_ctr: {num_integer: 3, num_categorical: 4, "
@@ -114,9 +114,14 @@ TEST(DeviceTraining, AWideDeepJobWithHostTablesEqualsTheCpuJob) {
                            "train: {epochs: 2, log_every_steps: 5, checkpoint: {every_steps: 10}}\n";
     return load_job(path.string(), {});
   };
-  Trainer on_cpu(job(base / "cpu", "cpu"));
+  Trainer on_cpu(job(base / "cpu", "cpu", "device"));
   const TrainResult cpu = on_cpu.run();
-  Trainer on_device(job(base / "device", "cuda"));
+  // The deep tables' bags pooled on the host (pooled rows go over) give the same job too.
+  Trainer host_bags(job(base / "host_bags", "cuda", "host"));
+  const TrainResult host_bags_result = host_bags.run();
+  EXPECT_EQ(host_bags_result.last_train_loss, cpu.last_train_loss);
+  expect_bitwise(host_bags.model_tensors(), on_cpu.model_tensors());
+  Trainer on_device(job(base / "device", "cuda", "device"));  // the default: bags on the device
   const TrainResult device = on_device.run();
   EXPECT_EQ(device.first_train_loss, cpu.first_train_loss);
   EXPECT_EQ(device.last_train_loss, cpu.last_train_loss);
@@ -132,6 +137,8 @@ TEST(DeviceTraining, AWideDeepJobWithHostTablesEqualsTheCpuJob) {
   std::filesystem::remove_all(base);
 }
 
+// A batch of NaN features at step 3 (the trainer's fault injection): its non-finite gradients
+// are found on the device and the step skipped, as on the CPU.
 TEST(DeviceTraining, ANonFiniteStepIsFoundOnTheDeviceAndSkipped) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_nan";

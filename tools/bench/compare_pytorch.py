@@ -83,6 +83,11 @@ PRESETS = {
                   "--threads", "{threads}", "--steps", "{steps}"],
     },
 }
+# Wide&Deep on a GPU with the deep tables' bags pooled on the host (pooled rows copied over)
+# instead of on the GPU (model.wide_deep.embedding_bags: device, the default): ours only.
+PRESETS["wide_deep_flights_host_bags"] = dict(PRESETS["wide_deep_flights"], torch=None,
+                                              overrides=PRESETS["wide_deep_flights"]["overrides"]
+                                              + ["model.wide_deep.embedding_bags=host"])
 # The same on a GPU in fp32 on both sides (TF32 convolutions, PyTorch's default), NCHW.
 PRESETS["resnet50_synthetic_fp32"] = {key: value for key, value in PRESETS["resnet50_synthetic"].items()
                                       if key not in ("torch_gpu", "gpu_overrides")}

@@ -15,7 +15,8 @@ __device__ float bag_scale(bool mean, std::int64_t bag_size) {
 __global__ void forward_kernel(std::int64_t batch, std::int64_t dim, bool mean,
                                const float* __restrict__ unique_rows,
                                const std::int64_t* __restrict__ indices,
-                               const std::int64_t* __restrict__ offsets, float* __restrict__ out) {
+                               const std::int64_t* __restrict__ offsets, float* __restrict__ out,
+                               std::int64_t out_stride) {
   const std::int64_t total = batch * dim;
   for (std::int64_t e = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; e < total;
        e += std::int64_t{blockDim.x} * gridDim.x) {
@@ -24,12 +25,12 @@ __global__ void forward_kernel(std::int64_t batch, std::int64_t dim, bool mean,
     float sum = 0.0f;
     for (std::int64_t p = offsets[i]; p < offsets[i + 1]; ++p) sum += unique_rows[indices[p] * dim + j];
     const float scale = bag_scale(mean, offsets[i + 1] - offsets[i]);
-    out[e] = scale != 1.0f ? sum * scale : sum;
+    out[i * out_stride + j] = scale != 1.0f ? sum * scale : sum;
   }
 }
 
 __global__ void backward_kernel(std::int64_t num_unique, std::int64_t dim, bool mean,
-                                const float* __restrict__ grad_out,
+                                const float* __restrict__ grad_out, std::int64_t grad_stride,
                                 const std::int64_t* __restrict__ row_start,
                                 const std::int64_t* __restrict__ bag_of,
                                 const std::int64_t* __restrict__ offsets,
@@ -42,7 +43,7 @@ __global__ void backward_kernel(std::int64_t num_unique, std::int64_t dim, bool 
     float sum = 0.0f;
     for (std::int64_t k = row_start[u]; k < row_start[u + 1]; ++k) {
       const std::int64_t i = bag_of[k];
-      sum += bag_scale(mean, offsets[i + 1] - offsets[i]) * grad_out[i * dim + j];
+      sum += bag_scale(mean, offsets[i + 1] - offsets[i]) * grad_out[i * grad_stride + j];
     }
     grad_unique_rows[e] = sum;
   }
@@ -52,24 +53,25 @@ __global__ void backward_kernel(std::int64_t num_unique, std::int64_t dim, bool 
 
 void launch_embedding_bag_forward(const kernels::EmbeddingBagGeometry& g, kernels::BagMode mode,
                                   const float* unique_rows, const std::int64_t* indices,
-                                  const std::int64_t* offsets, float* out, cudaStream_t stream) {
+                                  const std::int64_t* offsets, float* out, std::int64_t out_stride,
+                                  cudaStream_t stream) {
   g.validate();
   const std::int64_t total = g.batch * g.dim;
   if (total == 0) return;
   forward_kernel<<<detail::blocks_for(total), detail::kThreads, 0, stream>>>(
-      g.batch, g.dim, mode == kernels::BagMode::mean, unique_rows, indices, offsets, out);
+      g.batch, g.dim, mode == kernels::BagMode::mean, unique_rows, indices, offsets, out, out_stride);
   AIACC_CHECK_LAUNCH();
 }
 
 void launch_embedding_bag_backward(const kernels::EmbeddingBagGeometry& g, kernels::BagMode mode,
-                                   const float* grad_out, const std::int64_t* row_start,
-                                   const std::int64_t* bag_of, const std::int64_t* offsets,
-                                   float* grad_unique_rows, cudaStream_t stream) {
+                                   const float* grad_out, std::int64_t grad_stride,
+                                   const std::int64_t* row_start, const std::int64_t* bag_of,
+                                   const std::int64_t* offsets, float* grad_unique_rows, cudaStream_t stream) {
   g.validate();
   const std::int64_t total = g.num_unique * g.dim;
   if (total == 0) return;
   backward_kernel<<<detail::blocks_for(total), detail::kThreads, 0, stream>>>(
-      g.num_unique, g.dim, mode == kernels::BagMode::mean, grad_out, row_start, bag_of, offsets,
+      g.num_unique, g.dim, mode == kernels::BagMode::mean, grad_out, grad_stride, row_start, bag_of, offsets,
       grad_unique_rows);
   AIACC_CHECK_LAUNCH();
 }
