@@ -174,7 +174,7 @@ def main():
         theirs = summary(torch) if torch else None
         ratio = ours["median"] / theirs["median"] if theirs else None
         fmt = lambda s: f"{s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]" if s else "n/a"
-        print(f"{name:<24} {fmt(ours):>22} {fmt(theirs):>22} {ratio if ratio is None else f'{ratio:.2f}x':>7}")
+        print(f"{name:<24} {fmt(ours):>22} {fmt(theirs):>22} {'n/a' if ratio is None else f'{ratio:.2f}x':>7}")
         if a.json:
             with open(a.json, "a") as f:
                 f.write(json.dumps({"preset": name, "device": a.device, "threads": a.threads, "steps": steps,
