@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/check.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/kernels/concat.h"
@@ -165,13 +166,18 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> WideDeep::embeddi
   return out;
 }
 
-Tensor WideDeep::deep_input_on_device(const Tensor& ints) {
-  const std::int64_t n = batch_;
+WideDeep::DeepInputShape WideDeep::deep_input_shape() const {
   const std::int64_t dim = deep_fields_.front()->dim();
   const auto fields = static_cast<std::int64_t>(deep_fields_.size());
-  const std::int64_t width = fields * dim + num_int_;
+  return {batch_, dim, fields, fields * dim + num_int_};
+}
 
-  // Pull each field's unique rows and lay out where its arrays go in the two blocks.
+Tensor WideDeep::deep_input_on_device(const Tensor& ints, bool training) {
+  const DeepInputShape shape = deep_input_shape();
+  const std::int64_t n = shape.batch, dim = shape.dim;
+
+  // Pull each field's unique rows and lay out where its arrays go in the two blocks (the
+  // backward's plans only for a training step).
   device_bags_.resize(deep_fields_.size());
   std::int64_t floats = 0, ids = 0;
   for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
@@ -185,9 +191,10 @@ Tensor WideDeep::deep_input_on_device(const Tensor& ints) {
     bag.indices_at = ids;
     bag.offsets_at = bag.indices_at + positions;
     bag.row_start_at = bag.offsets_at + n + 1;
-    bag.bag_of_at = bag.row_start_at + table.num_unique() + 1;
-    ids = bag.bag_of_at + positions;
+    bag.bag_of_at = bag.row_start_at + (training ? table.num_unique() + 1 : 0);
+    ids = bag.bag_of_at + (training ? positions : 0);
   }
+  device_bags_trainable_ = training;
   const std::int64_t ints_at = floats;
   Tensor host_floats = Tensor::empty(Shape{floats + n * num_int_}, DType::f32);
   Tensor host_ids = Tensor::empty(Shape{ids}, DType::i64);
@@ -200,6 +207,7 @@ Tensor WideDeep::deep_input_on_device(const Tensor& ints) {
     std::copy_n(rows.data<float>(), rows.numel(), fp + bag.rows_at);
     std::copy(table.unique_indices().begin(), table.unique_indices().end(), ip + bag.indices_at);
     std::copy(table.offsets().begin(), table.offsets().end(), ip + bag.offsets_at);
+    if (!training) continue;
     // The backward's plan is made here, on the host, and travels with the forward's arrays.
     const kernels::EmbeddingBagBackwardPlan plan =
         kernels::make_backward_plan(bag.geometry, table.unique_indices().data(), table.offsets().data());
@@ -209,28 +217,31 @@ Tensor WideDeep::deep_input_on_device(const Tensor& ints) {
   if (num_int_ > 0) std::copy_n(ints.data<float>(), n * num_int_, fp + ints_at);
 
   // Two copies (through pinned staging; the host goes on while they run), then the bags write
-  // their columns of the MLP's input and the integers fill the last ones.
-  device_floats_ = host_floats.to(device_);
+  // their columns of the MLP's input and the integers fill the last ones. The rows' block may
+  // go when this returns (the device allocator reuses it only after the queued kernels); the
+  // ids' block stays for the backward.
+  const Tensor device_floats = host_floats.to(device_);
   device_ids_ = host_ids.to(device_);
-  Tensor input = Tensor::empty(Shape{n, width}, DType::f32, device_);
+  Tensor input = Tensor::empty(Shape{n, shape.width}, DType::f32, device_);
   DeviceOps& ops = device_ops(device_);
-  const float* dev_floats = device_floats_.data<float>();
+  const float* dev_floats = device_floats.data<float>();
   const std::int64_t* dev_ids = device_ids_.data<std::int64_t>();
   float* out = input.data<float>();
   for (std::size_t f = 0; f < device_bags_.size(); ++f) {
     const DeviceBag& bag = device_bags_[f];
     ops.embedding_bag_forward(device_, bag.geometry, bag_mode_, dev_floats + bag.rows_at, dev_ids + bag.indices_at,
-                              dev_ids + bag.offsets_at, out + static_cast<std::int64_t>(f) * dim, width);
+                              dev_ids + bag.offsets_at, out + static_cast<std::int64_t>(f) * dim, shape.width);
   }
-  if (num_int_ > 0) ops.copy_columns(device_, n, num_int_, dev_floats + ints_at, num_int_, out + fields * dim, width);
+  if (num_int_ > 0) {
+    ops.copy_columns(device_, n, num_int_, dev_floats + ints_at, num_int_, out + shape.fields * dim, shape.width);
+  }
   return input;
 }
 
 Tensor WideDeep::deep_backward_on_device(const Tensor& dinput) {
-  const std::int64_t n = batch_;
-  const std::int64_t dim = deep_fields_.front()->dim();
-  const auto fields = static_cast<std::int64_t>(deep_fields_.size());
-  const std::int64_t width = fields * dim + num_int_;
+  AIACC_CHECK(device_bags_trainable_, "model wide_deep: backward() after an evaluation forward()");
+  const DeepInputShape shape = deep_input_shape();
+  const std::int64_t n = shape.batch, dim = shape.dim;
   std::int64_t floats = 0;
   for (const DeviceBag& bag : device_bags_) floats += bag.geometry.num_unique * dim;
   Tensor grad_rows = Tensor::empty(Shape{floats}, DType::f32, device_);
@@ -239,9 +250,9 @@ Tensor WideDeep::deep_backward_on_device(const Tensor& dinput) {
   const float* dx = dinput.data<float>();
   for (std::size_t f = 0; f < device_bags_.size(); ++f) {
     const DeviceBag& bag = device_bags_[f];
-    ops.embedding_bag_backward(device_, bag.geometry, bag_mode_, dx + static_cast<std::int64_t>(f) * dim, width,
-                               dev_ids + bag.row_start_at, dev_ids + bag.bag_of_at, dev_ids + bag.offsets_at,
-                               grad_rows.data<float>() + bag.rows_at);
+    ops.embedding_bag_backward(device_, bag.geometry, bag_mode_, dx + static_cast<std::int64_t>(f) * dim,
+                               shape.width, dev_ids + bag.row_start_at, dev_ids + bag.bag_of_at,
+                               dev_ids + bag.offsets_at, grad_rows.data<float>() + bag.rows_at);
   }
   // One copy back for every table's rows; each table then hands its rows to the trainer.
   const Tensor host_rows = grad_rows.to(Device::cpu());
@@ -254,7 +265,7 @@ Tensor WideDeep::deep_backward_on_device(const Tensor& dinput) {
   // The integer features' gradient only for gradient checks (compute_input_grad_).
   if (num_int_ == 0 || !compute_input_grad_) return Tensor();
   Tensor dints = Tensor::empty(Shape{n, num_int_}, DType::f32, device_);
-  ops.copy_columns(device_, n, num_int_, dx + fields * dim, width, dints.data<float>(), num_int_);
+  ops.copy_columns(device_, n, num_int_, dx + shape.fields * dim, shape.width, dints.data<float>(), num_int_);
   return dints.to(Device::cpu());
 }
 
@@ -294,7 +305,7 @@ double WideDeep::forward(const Batch& batch, bool training) {
     if (wide_dense_) accumulate(dense(*wide_dense_, ints));
   }
   if (deep_ && on_device && bags_on_device_) {
-    accumulate(mlp_->forward(deep_input_on_device(ints), training).to(Device::cpu()));
+    accumulate(mlp_->forward(deep_input_on_device(ints, training), training).to(Device::cpu()));
   } else if (deep_) {
     std::vector<Tensor> parts;
     parts.reserve(deep_fields_.size() + 1);

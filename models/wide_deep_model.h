@@ -113,13 +113,17 @@ class WideDeep final : public Model {
   Tensor dense_input(const Batch& batch, std::int64_t n) const;
   // The deep MLP's input [N, fields x dim + integers] built on the device from the pulled
   // unique rows (embedding_bags: device), and the deep tables' backward from its gradient.
-  Tensor deep_input_on_device(const Tensor& ints);
+  Tensor deep_input_on_device(const Tensor& ints, bool training);
   Tensor deep_backward_on_device(const Tensor& dinput);
+  struct DeepInputShape {
+    std::int64_t batch, dim, fields, width;  // width = fields x dim + integers
+  };
+  DeepInputShape deep_input_shape() const;
 
   // Where each deep field's arrays sit in the step's two device blocks (embedding_bags: device).
   struct DeviceBag {
     kernels::EmbeddingBagGeometry geometry;
-    std::int64_t rows_at = 0;  // first float of its unique rows in device_floats_ (and of
+    std::int64_t rows_at = 0;  // first float of its unique rows in the rows' block (and of
                                // their gradient in the gradient block)
     std::int64_t indices_at = 0, offsets_at = 0, row_start_at = 0, bag_of_at = 0;  // in device_ids_
   };
@@ -142,8 +146,8 @@ class WideDeep final : public Model {
   bool bags_on_device_;  // embedding_bags: device (used when device_ is not the CPU)
   kernels::BagMode bag_mode_;
   std::vector<DeviceBag> device_bags_;
-  Tensor device_floats_;  // this step's unique rows of every deep field, then the integers
-  Tensor device_ids_;     // this step's indices, offsets and backward plans (i64)
+  Tensor device_ids_;  // this step's indices, offsets and (training) backward plans, i64
+  bool device_bags_trainable_ = false;  // the last forward was a training one (plans sent)
 
   // The last forward's batch size, hashed ids and logits [N].
   std::int64_t batch_ = 0;

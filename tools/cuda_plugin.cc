@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device.h"
@@ -22,7 +23,9 @@ extern "C" __attribute__((visibility("default"))) int aiacc_cuda_plugin_register
   try {
     const int devices = aiacc::cuda::device_count();
     if (device >= devices) {
-      std::snprintf(error, error_size, "this machine has %d CUDA device(s)", devices);
+      const std::string why = devices == 0 ? aiacc::cuda::device_count_error() : std::string();
+      std::snprintf(error, error_size, "this machine has %d CUDA device(s)%s%s%s", devices,
+                    why.empty() ? "" : " (", why.c_str(), why.empty() ? "" : ")");
       return 1;
     }
     // The worker's GPU becomes the current device of this thread (the one that trains): the

@@ -15,6 +15,14 @@ int device_count() {
   return count;
 }
 
+std::string device_count_error() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess || status == cudaErrorNoDevice) return {};
+  (void)cudaGetLastError();
+  return fmt::format("cudaGetDeviceCount: {} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
+}
+
 std::string describe_device(int index) {
   cudaDeviceProp properties{};
   AIACC_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));

@@ -359,4 +359,35 @@ void NcclCommunicator::synchronize(double timeout_s) {
   }
 }
 
+void NcclCommunicator::wait_for_stream(cudaStream_t stream, double timeout_s) {
+  require_usable("wait_for_stream");
+  cuda::DeviceGuard guard(cuda_device_);
+  const cuda::CudaEvent done = cuda::CudaEvent::create_for_ordering();
+  AIACC_CUDA_CHECK(cudaEventRecord(done.get(), stream));
+  const auto start = net::Clock::now();
+  const net::Deadline deadline = net::deadline_after(timeout_s);
+  const std::string ops = pending_ops();
+  detail::PollBackoff backoff;
+  for (;;) {
+    const cudaError_t status = cudaEventQuery(done.get());
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) {
+      const std::string message = fmt::format("{}: the compute stream failed while NCCL {} ran: {} ({})",
+                                              comms_->where(), ops, cudaGetErrorString(status),
+                                              cudaGetErrorName(status));
+      comms_->abort(message);
+      throw CudaError(message);
+    }
+    comms_->poll(ops);  // throws CommError (after aborting) on a communicator's asynchronous error
+    if (net::Clock::now() >= deadline) {
+      comms_->fail(ops,
+                   fmt::format("the compute stream was not done after {:.2f} s (limit {} s) while NCCL "
+                               "ran; is a peer missing?",
+                               net::seconds_since(start), timeout_s),
+                   /*timeout=*/true);
+    }
+    backoff.wait();
+  }
+}
+
 }  // namespace aiacc::ring

@@ -114,6 +114,12 @@ class NcclCommunicator {
   // synchronize(); after `timeout_s` seconds: aborts and throws TimeoutError. Does not wait for
   // other work on the callers' streams.
   void synchronize(double timeout_s);
+  // Waits for the work queued on `stream` so far (the caller's compute) while polling the
+  // communicators as synchronize() does. A compute stream can end up behind NCCL's kernels
+  // (a kernel loaded lazily on first launch waits for the device's running kernels), so a
+  // plain cudaStreamSynchronize would hang with a dead peer: here that peer's error is a
+  // CommError, and `timeout_s` without progress a TimeoutError, both naming the rank and op.
+  void wait_for_stream(cudaStream_t stream, double timeout_s);
 
   // Aborts every communicator now (kernels in flight stop); later calls throw CommError. For
   // shutting down after a peer failed. Idempotent, never throws.

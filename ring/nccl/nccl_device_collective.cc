@@ -22,6 +22,8 @@ class NcclDeviceCollective : public DeviceCollective {
               std::min(spec.streams, NcclCommunicator::kMaxStreams), spec.name,
               net::deadline_after(spec.timeout_s)) {
     comm_.set_timing(true);
+    // The first allreduce connects to the peers: it too waits no longer than the job says.
+    comm_.set_launch_timeout(spec.timeout_s);
   }
 
   // The caller's stream does not wait for the collective: it goes on with the rest of backward
@@ -29,10 +31,7 @@ class NcclDeviceCollective : public DeviceCollective {
   void allreduce(float* device_data, std::int64_t count, ReduceOp op) override {
     comm_.allreduce(device_data, count, DType::f32, op, cuda::current_stream(), /*caller_waits=*/false);
   }
-  void wait_for_compute() override {
-    cuda::DeviceGuard guard(comm_.cuda_device());
-    AIACC_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));
-  }
+  void wait_for_compute() override { comm_.wait_for_stream(cuda::current_stream(), timeout_s_); }
   void synchronize() override {
     comm_.join(cuda::current_stream());
     comm_.synchronize(timeout_s_);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/check.h"
 #include "core/device_ops.h"
 #include "core/kernels/activation.h"
 #include "core/kernels/batch_norm.h"
@@ -47,6 +48,7 @@ struct FakeDeviceLog {
   int allocations = 0, releases = 0, zeros = 0;
   int to_device = 0, to_host = 0, on_device = 0;  // copies
   int ops = 0;                                    // DeviceOps calls
+  int bag_ops = 0;  // of which embedding-bag forwards and backwards and column copies
 };
 
 class FakeBackend : public DeviceBackend {
@@ -149,6 +151,12 @@ inline std::vector<float> rounded_weight(const ActivationFormat& format, const k
 }
 
 class FakeOps : public DeviceOps {
+  template <class... P>
+  static void expect_device(const P*... pointers) {
+    const bool tagged = ((reinterpret_cast<std::uintptr_t>(pointers) & fake_detail::kTag) && ...);
+    AIACC_CHECK(tagged, "fake device: a DeviceOps call got a host pointer");
+  }
+
  public:
   explicit FakeOps(FakeDeviceLog& log) : log_(log) {}
   void linear_forward(const Device&, const kernels::LinearGeometry& g, const float* x, const float* w,
@@ -337,10 +345,15 @@ class FakeOps : public DeviceOps {
     }
     return -1;
   }
+  // Like CudaOps these check the strides; the pointers must be device (tagged) memory, so a
+  // host buffer handed to them fails here as it would on a GPU.
   void embedding_bag_forward(const Device&, const kernels::EmbeddingBagGeometry& g, kernels::BagMode mode,
                              const float* unique_rows, const std::int64_t* indices, const std::int64_t* offsets,
                              float* out, std::int64_t out_stride) override {
     ++log_.ops;
+    ++log_.bag_ops;
+    AIACC_CHECK_GE(out_stride, g.dim, "embedding bag: output row stride");
+    expect_device(unique_rows, indices, offsets, out);
     kernels::embedding_bag_forward<float>(g, mode, host(unique_rows), host(indices), host(offsets), host(out),
                                           out_stride);
   }
@@ -349,12 +362,19 @@ class FakeOps : public DeviceOps {
                               const std::int64_t* bag_of, const std::int64_t* offsets,
                               float* grad_unique_rows) override {
     ++log_.ops;
+    ++log_.bag_ops;
+    AIACC_CHECK_GE(grad_stride, g.dim, "embedding bag: gradient row stride");
+    expect_device(grad_out, row_start, bag_of, offsets, grad_unique_rows);
     kernels::embedding_bag_backward_planned<float>(g, mode, host(grad_out), grad_stride, host(row_start),
                                                    host(bag_of), host(offsets), host(grad_unique_rows));
   }
   void copy_columns(const Device&, std::int64_t rows, std::int64_t width, const float* src, std::int64_t src_stride,
                     float* dst, std::int64_t dst_stride) override {
     ++log_.ops;
+    ++log_.bag_ops;
+    AIACC_CHECK(rows >= 0 && width >= 0 && src_stride >= width && dst_stride >= width,
+                "copy_columns: {} rows of {} floats at strides {} and {}", rows, width, src_stride, dst_stride);
+    expect_device(src, dst);
     for (std::int64_t r = 0; r < rows; ++r) {
       std::memcpy(host(dst) + r * dst_stride, host(src) + r * src_stride, static_cast<std::size_t>(width) * sizeof(float));
     }
