@@ -115,6 +115,9 @@ workers=$1; shift
 token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 port=$(( 20000 + RANDOM % 20000 ))
 pids=()
+# The ranks go with this script (Ctrl-C, a failed rank): background jobs ignore SIGINT, and a
+# rank left alone would wait in the rendezvous until its start timeout.
+trap 'kill -- "${pids[@]}" 2>/dev/null' EXIT INT TERM
 for (( rank = 0; rank < workers; ++rank )); do
   RANK=$rank WORLD_SIZE=$workers MASTER_ADDR=127.0.0.1 MASTER_PORT=$port AIACC_JOB_TOKEN=$token \
     NCCL_HOSTID=emulated-host-$rank NCCL_SOCKET_IFNAME=lo \
@@ -124,7 +127,10 @@ for (( rank = 0; rank < workers; ++rank )); do
   pids+=($!)
 done
 status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+for (( left = workers; left > 0; --left )); do
+  wait -n || { status=1; break; }  # the next rank to end (only ranks run in the background);
+                                  # the first failure ends the others (trap)
+done
 exit $status
 EOF
 chmod +x "$out/emulated-hosts.sh"

@@ -44,10 +44,13 @@ EOF
   small_run() {  # MODEL NAME MODE STEPS [--set ...]
     local model=$1 name=$2 mode=$3 steps=$4; shift 4
     echo "--- small $model, $name: $mode, $steps steps"
+    rm -rf "/tmp/emu/$model-$name"  # a rerun must not resume the last session's checkpoint
     NVIDIA_TF32_OVERRIDE=0 RUN_DIR=/tmp/emu/$model-$name timeout 120 "$bundle/emulated-hosts.sh" 2 "$small" \
       --set model.type="$model" --set job.device=cuda --set cluster.ring.device_collectives="$mode" \
       --set train.max_steps="$steps" "$@" 2>&1 | grep -E 'dense gradients|step [0-9]+/[0-9]+ loss|summary|rror'
-    echo "rc=${PIPESTATUS[0]}"
+    local rc=${PIPESTATUS[0]}
+    echo "rc=$rc"
+    [[ $rc -eq 0 ]] || echo "MISMATCH: the $model $name run failed"
   }
   {
     for model in mlp resnet; do
@@ -58,7 +61,7 @@ EOF
       small_run $model nccl20 nccl 20
       small_run $model host20 host 20
     done
-    python3 - <<'EOF'
+    python3 - <<'EOF' || echo "MISMATCH: the comparison failed (a missing checkpoint?)"
 import glob, json, struct, numpy as np
 def last(name):  # the newest checkpoint's tensors (safetensors: u64 header size, JSON header, data)
     path = sorted(glob.glob(f"/tmp/emu/{name}/small/checkpoints/step-*/model.safetensors"))[-1]
@@ -103,6 +106,7 @@ if want nccl-speed; then
   {
     for mode in nccl host; do
       echo "--- resnet50 bf16, batch 128 per worker, $mode"
+      rm -rf /tmp/emu50-$mode
       RUN_DIR=/tmp/emu50-$mode timeout 240 "$bundle/emulated-hosts.sh" 2 "$bundle/configs/resnet50_synthetic.yaml" \
         --set job.device=cuda --set job.precision=bf16 --set data.batch_size=128 --set train.max_steps=40 \
         --set train.log_every_steps=10 --set optimizer.schedule.warmup_steps=0 \
@@ -112,6 +116,7 @@ if want nccl-speed; then
     done
     for mode in nccl host; do
       echo "--- wide_deep_flights, 2 workers x 256, $mode"
+      rm -rf /tmp/emuwd-$mode
       (cd "$bundle" && RUN_DIR=/tmp/emuwd-$mode timeout 120 ./emulated-hosts.sh 2 configs/wide_deep_flights.yaml \
         --set job.device=cuda --set train.max_steps=300 --set train.log_every_steps=100 \
         --set train.eval_each_epoch=false --set cluster.ring.device_collectives=$mode 2>&1) \
@@ -119,13 +124,16 @@ if want nccl-speed; then
       echo "rc=${PIPESTATUS[0]}"
     done
   } 2>&1 | tee "$out/nccl-speed.log"
+  grep -q '^rc=[1-9]' "$out/nccl-speed.log" && status=1
 fi
 
 if want profile; then
   echo "### Wide&Deep on flights, per-op GPU times (AIACC_PROFILE_OPS), bags on the device"
+  rm -rf /tmp/profile
   (cd "$bundle" && AIACC_PROFILE_OPS=1 ./aiacc-train.sh configs/wide_deep_flights.yaml --set job.device=cuda \
     --set cluster.workers=1 --set data.batch_size=512 --set train.max_steps=200 --set train.log_every_steps=100 \
     --set train.eval_each_epoch=false --set job.run_dir=/tmp/profile 2>&1) | tee "$out/profile.log" | tail -30
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
 if want bench; then

@@ -85,7 +85,7 @@ PRESETS = {
 }
 # Wide&Deep on a GPU with the deep tables' bags pooled on the host (pooled rows copied over)
 # instead of on the GPU (model.wide_deep.embedding_bags: device, the default): ours only.
-PRESETS["wide_deep_flights_host_bags"] = dict(PRESETS["wide_deep_flights"], torch=None,
+PRESETS["wide_deep_flights_host_bags"] = dict(PRESETS["wide_deep_flights"], torch=None, gpu_only=True,
                                               overrides=PRESETS["wide_deep_flights"]["overrides"]
                                               + ["model.wide_deep.embedding_bags=host"])
 # The same on a GPU in fp32 on both sides (TF32 convolutions, PyTorch's default), NCHW.
@@ -156,12 +156,15 @@ def main():
 
     print(f"machine: {os.cpu_count()} cores; threads per side: {a.threads}; repeats: {a.repeats}; "
           f"device: {a.device}")
-    print(f"{'preset':<24} {'aiacc samples/s':>22} {'pytorch samples/s':>22} {'ratio':>7}")
+    print(f"{'preset':<28} {'aiacc samples/s':>22} {'pytorch samples/s':>22} {'ratio':>7}")
     for name in a.presets:
         preset = PRESETS[name]
         missing = [n for n in preset["needs"] if not os.path.exists(os.path.join(ROOT, n))]
         if missing:
-            print(f"{name:<24} skipped: missing {missing[0]} ({preset.get('hint', '')})")
+            print(f"{name:<28} skipped: missing {missing[0]} ({preset.get('hint', '')})")
+            continue
+        if preset.get("gpu_only") and a.device == "cpu":
+            print(f"{name:<28} skipped: a GPU preset (--device cuda)")
             continue
         steps = a.steps or preset["steps"]
         with tempfile.TemporaryDirectory() as workdir:
@@ -174,7 +177,7 @@ def main():
         theirs = summary(torch) if torch else None
         ratio = ours["median"] / theirs["median"] if theirs else None
         fmt = lambda s: f"{s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]" if s else "n/a"
-        print(f"{name:<24} {fmt(ours):>22} {fmt(theirs):>22} {'n/a' if ratio is None else f'{ratio:.2f}x':>7}")
+        print(f"{name:<28} {fmt(ours):>22} {fmt(theirs):>22} {'n/a' if ratio is None else f'{ratio:.2f}x':>7}")
         if a.json:
             with open(a.json, "a") as f:
                 f.write(json.dumps({"preset": name, "device": a.device, "threads": a.threads, "steps": steps,
