@@ -67,7 +67,9 @@ struct TapRange {
 };
 TapRange tap_range(const Conv2dGeometry& g, std::int64_t ki, std::int64_t kj) {
   const std::int64_t dh = ki - g.pad_h, dw = kj - g.pad_w;
-  const std::int64_t row_lo = std::max<std::int64_t>(0, -dh);
+  // Both bounds capped to the image: padding can exceed it (pad_h > H), and an uncapped row_lo
+  // would clear rows beyond the tap's block.
+  const std::int64_t row_lo = std::min(g.height, std::max<std::int64_t>(0, -dh));
   const std::int64_t row_hi = std::max(row_lo, std::min(g.height, g.height - dh));
   const std::int64_t lo = std::min(g.width, std::max<std::int64_t>(0, -dw));
   const std::int64_t hi = std::max(lo, std::min(g.width, g.width - dw));

@@ -49,6 +49,10 @@ const Conv2dGeometry kGeometries[] = {
     geometry(2, 3, 5, 4, 2, 2, 2, 3, 3, 0, 1),  // stride larger than the kernel
     geometry(3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0),  // scalar images
     geometry(2, 1, 3, 3, 2, 3, 3, 1, 1, 0, 0),  // kernel covers the whole image
+    // "Same" padding wider than the image (a 1-D signal stored as 1 x W or H x 1): rows, then
+    // columns, of padding beyond the input (the im2col row bound once ran past its block).
+    geometry(1, 1, 1, 6, 2, 5, 5, 1, 1, 2, 2),
+    geometry(2, 2, 2, 1, 3, 7, 7, 1, 1, 3, 3),
     // Large enough for the batch-parallel plan (see kMinParallelMacs in conv2d.cc):
     geometry(6, 8, 12, 10, 16, 3, 3, 1, 1, 1, 1),
     geometry(5, 8, 17, 15, 12, 3, 3, 2, 2, 1, 1),
