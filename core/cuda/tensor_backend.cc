@@ -46,8 +46,17 @@ class CudaTensorBackend final : public DeviceBackend {
       DeviceGuard guard(dst_device.index);
       AIACC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
     } else {
+      // A copy between two GPUs of one process (rare: the trainer gives each process one) is
+      // not ordered with the source device's streams: wait for the source's queued work, and
+      // for the copy before returning, so that neither device's stream-ordered reuse of a
+      // freed block can meet it half done.
+      {
+        DeviceGuard source(src_device.index);
+        AIACC_CUDA_CHECK(cudaDeviceSynchronize());
+      }
       DeviceGuard guard(dst_device.index);
       AIACC_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, stream));
+      AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
     }
   }
 
