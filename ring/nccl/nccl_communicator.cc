@@ -323,40 +323,23 @@ void NcclCommunicator::synchronize(double timeout_s) {
                                   comms_->where(), timeout_s));
   }
   cuda::DeviceGuard guard(cuda_device_);
-  const auto start = net::Clock::now();
-  const net::Deadline deadline = net::deadline_after(timeout_s);
-  const std::string ops = pending_ops();
-  detail::PollBackoff backoff;
-  for (;;) {
-    bool idle = true;
-    for (std::size_t k = 0; k < streams_.size(); ++k) {
-      const cudaError_t status = cudaStreamQuery(streams_[k].get());
-      if (status == cudaErrorNotReady) {
-        idle = false;
-      } else if (status != cudaSuccess) {
-        const std::string message =
-            fmt::format("{}: CUDA stream {} failed during NCCL {}: {} ({})", comms_->where(), k,
-                        ops, cudaGetErrorString(status), cudaGetErrorName(status));
-        comms_->abort(message);
-        throw CudaError(message);
-      }
-    }
-    // Throws CommError (after aborting) when a communicator reports an asynchronous error,
-    // e.g. a peer process died or a network link failed.
-    const bool enqueued = comms_->poll(ops);
-    if (idle && enqueued) {
-      pending_ops_.clear();
-      return;
-    }
-    if (net::Clock::now() >= deadline) {
-      comms_->fail(ops,
-                   fmt::format("not complete after {:.2f} s in synchronize() (limit {} s); is a "
-                               "peer missing, or did ranks issue collectives in different orders?",
-                               net::seconds_since(start), timeout_s),
-                   /*timeout=*/true);
-    }
-    backoff.wait();
-  }
+  poll_until(timeout_s, "in synchronize()", "is a peer missing, or did ranks issue collectives in different orders?",
+             [&](const std::string& ops) {
+               bool idle = true;
+               for (std::size_t k = 0; k < streams_.size(); ++k) {
+                 const cudaError_t status = cudaStreamQuery(streams_[k].get());
+                 if (status == cudaErrorNotReady) {
+                   idle = false;
+                 } else if (status != cudaSuccess) {
+                   fail_on_cuda(status, fmt::format("CUDA stream {} failed during NCCL {}", k, ops));
+                 }
+               }
+               // Throws CommError (after aborting) when a communicator reports an asynchronous
+               // error, e.g. a peer process died or a network link failed.
+               const bool enqueued = comms_->poll(ops);
+               return idle && enqueued;
+             });
+  pending_ops_.clear();
 }
 
 void NcclCommunicator::wait_for_stream(cudaStream_t stream, double timeout_s) {
@@ -364,30 +347,38 @@ void NcclCommunicator::wait_for_stream(cudaStream_t stream, double timeout_s) {
   cuda::DeviceGuard guard(cuda_device_);
   const cuda::CudaEvent done = cuda::CudaEvent::create_for_ordering();
   AIACC_CUDA_CHECK(cudaEventRecord(done.get(), stream));
+  poll_until(timeout_s, "for the compute stream", "is a peer missing?", [&](const std::string& ops) {
+    const cudaError_t status = cudaEventQuery(done.get());
+    if (status != cudaSuccess && status != cudaErrorNotReady) {
+      fail_on_cuda(status, fmt::format("the compute stream failed while NCCL {} ran", ops));
+    }
+    comms_->poll(ops);  // throws CommError (after aborting) on a communicator's asynchronous error
+    return status == cudaSuccess;
+  });
+}
+
+void NcclCommunicator::poll_until(double timeout_s, std::string_view waiting, std::string_view hint,
+                                  const std::function<bool(const std::string& ops)>& done) {
   const auto start = net::Clock::now();
   const net::Deadline deadline = net::deadline_after(timeout_s);
   const std::string ops = pending_ops();
   detail::PollBackoff backoff;
-  for (;;) {
-    const cudaError_t status = cudaEventQuery(done.get());
-    if (status == cudaSuccess) return;
-    if (status != cudaErrorNotReady) {
-      const std::string message = fmt::format("{}: the compute stream failed while NCCL {} ran: {} ({})",
-                                              comms_->where(), ops, cudaGetErrorString(status),
-                                              cudaGetErrorName(status));
-      comms_->abort(message);
-      throw CudaError(message);
-    }
-    comms_->poll(ops);  // throws CommError (after aborting) on a communicator's asynchronous error
+  while (!done(ops)) {
     if (net::Clock::now() >= deadline) {
       comms_->fail(ops,
-                   fmt::format("the compute stream was not done after {:.2f} s (limit {} s) while NCCL "
-                               "ran; is a peer missing?",
-                               net::seconds_since(start), timeout_s),
+                   fmt::format("not complete after {:.2f} s {} (limit {} s); {}", net::seconds_since(start), waiting,
+                               timeout_s, hint),
                    /*timeout=*/true);
     }
     backoff.wait();
   }
+}
+
+void NcclCommunicator::fail_on_cuda(cudaError_t status, std::string_view what) {
+  const std::string message =
+      fmt::format("{}: {}: {} ({})", comms_->where(), what, cudaGetErrorString(status), cudaGetErrorName(status));
+  comms_->abort(message);
+  throw CudaError(message);
 }
 
 }  // namespace aiacc::ring

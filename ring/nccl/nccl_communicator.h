@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -138,6 +139,13 @@ class NcclCommunicator {
 
  private:
   void require_usable(std::string_view op) const;
+  // The wait loop of synchronize() and wait_for_stream(): calls `done` (given the pending ops'
+  // names) until it returns true, backing off between calls; TimeoutError (after aborting)
+  // "not complete after S s <waiting> (limit L s); <hint>" once timeout_s has passed.
+  void poll_until(double timeout_s, std::string_view waiting, std::string_view hint,
+                  const std::function<bool(const std::string& ops)>& done);
+  // Aborts the communicators and throws CudaError "<where>: <what>: <CUDA's text> (<name>)".
+  [[noreturn]] void fail_on_cuda(cudaError_t status, std::string_view what);
   void check_device_pointer(const void* pointer, std::string_view op, std::string_view what) const;
   // Waits for NCCL to finish enqueueing on the communicators just used (non-blocking NCCL may
   // return ncclInProgress before the work is on the stream), then, with `caller_waits`, orders
