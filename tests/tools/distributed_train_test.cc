@@ -270,7 +270,7 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
 // A job resumed with another worker count or batch size continues at the same place of the
 // epoch's order: 10 steps of 2 workers x 32 examples are 20 steps of 1 x 32; a global batch
 // that does not divide the 640 examples read is refused naming both keys (evaluating the
-// checkpoint is not).
+// checkpoint is not), and so is a larger one.
 TEST(DistributedTrain, AResumeWithAnotherGlobalBatchContinuesAtTheSameExample) {
   auto yaml = [](int batch, const std::string& cluster) { return wide_deep_job("regrouped", batch, cluster); };
   auto first = train("regrouped", yaml(32, "  workers: 2\n"), "", "", "--set train.max_steps=10");
@@ -283,9 +283,15 @@ TEST(DistributedTrain, AResumeWithAnotherGlobalBatchContinuesAtTheSameExample) {
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("640 examples into epoch 1"));
   EXPECT_THAT(bad.output, HasSubstr("cluster.workers 1 x data.batch_size 48"));
-  auto resumed = train("regrouped", yaml(32, kOneWorker), "", "", "--set train.max_steps=20");
+  // The step follows: batch 20 of one worker is its step 20, and max_steps counts from there.
+  auto resumed = train("regrouped", yaml(32, kOneWorker), "", "", "--set train.max_steps=24");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
-  EXPECT_THAT(resumed.output, HasSubstr("(step 10, epoch 1, batch 20)"));
+  EXPECT_THAT(resumed.output, HasSubstr("(step 20, epoch 1, batch 20)"));
+  EXPECT_THAT(resumed.output, HasSubstr("done: 4 steps"));
+  // A larger global batch would number its checkpoints below step 24's: refused.
+  auto larger = train("regrouped", yaml(32, "  workers: 2\n"), "", "", "--set train.max_steps=30");
+  EXPECT_EQ(larger.status, 2) << larger.output;
+  EXPECT_THAT(larger.output, HasSubstr("step 24 of the checkpoint's job is step 12 of this one"));
 }
 
 // Without drop_last the workers' shards can differ by a batch, and a worker's extra step would

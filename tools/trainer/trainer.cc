@@ -794,7 +794,19 @@ TrainResult Trainer::run(const RunControl& control) {
       const std::string where = checkpoints.path_for(latest->step).string();
       std::tie(first_epoch, first_batch) = s.restore(*latest, where);
       first_batch = s.resume_batch(*latest, first_epoch, first_batch, where);
-      step = latest->step;
+      // Steps count this job's global batches: where another global batch resumes, the step
+      // is where this job's own steps would be (the schedule, max_steps and the epochs' end
+      // follow it). Fewer steps than the checkpoint's would number the coming checkpoints
+      // below the ones in the folder, which resume: auto would then take for newer.
+      step = first_epoch * s.steps_per_epoch + first_batch;
+      if (step < latest->step) {
+        throw ConfigError(fmt::format(
+            "{}: step {} of the checkpoint's job is step {} of this one (cluster.workers {} x data.batch_size {} "
+            "is a larger global batch); its checkpoints would be numbered below the ones already in {}: "
+            "resume with a global batch no larger than the checkpoint's",
+            where, latest->step, step, s.workers(), o.data.batch_size, s.run_path.string()));
+      }
+      if (step != latest->step) s.log->info("step {} of the checkpoint's job is step {} of this one", latest->step, step);
       result.resumed_from_step = step;
       s.log->info("resumed from {} (step {}, epoch {}, batch {})", where, step, first_epoch + 1,
                   first_batch);
