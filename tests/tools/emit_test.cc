@@ -1,6 +1,6 @@
 // --emit slurm|kubernetes: the Kubernetes manifest is read back with yaml-cpp and checked object
 // by object (its ConfigMap must hold a config that loads as the same job); the sbatch script is
-// parsed by bash and run with stand-ins for srun, scontrol and aiacc-train, which record the
+// parsed by bash and run with stand-ins for srun, hostname and aiacc-train, which record the
 // arguments and environment each rank would get.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -157,7 +157,7 @@ TEST_F(EmitTest, SlurmScriptRunsOneRankPerTask) {
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --ntasks=5\n"));
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --job-name=Emit_Test.Job\n"));
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --output=/shared/runs/Emit_Test.Job/slurm-%j.out\n"));
-  EXPECT_THAT(script, HasSubstr("scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1"));
+  EXPECT_THAT(script, HasSubstr("\nMASTER_ADDR=$(hostname -I | cut -d' ' -f1)\n"));
   EXPECT_THAT(script, HasSubstr("\nexport MASTER_PORT=29511\n"));
   EXPECT_THAT(script, HasSubstr("\nsrun --kill-on-bad-exit=1 "));
   EXPECT_THAT(script, HasSubstr("cluster.launcher=external"));
@@ -173,8 +173,9 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
   const auto parsed = testing::run_command("bash -n " + script_path + " 2>&1");
   ASSERT_EQ(parsed.status, 0) << parsed.output;
 
-  // Stand-ins: srun runs its command once (as one task would), scontrol names two nodes,
-  // hostname -I gives two addresses, aiacc-train records what it was given.
+  // Stand-ins: srun runs its command once (as one task would), scontrol names two nodes (not
+  // used: the store's address is rank 0's), hostname -I gives two addresses, aiacc-train
+  // records what it was given.
   const fs::path bin = folder_ / "bin";
   fs::create_directories(bin);
   const std::string args_file = (folder_ / "args.txt").string();
@@ -197,7 +198,8 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
   std::ifstream in(args_file);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  EXPECT_THAT(lines, ElementsAre("MASTER_ADDR=node-a", "MASTER_PORT=29511", "TOKEN_LENGTH=64", config_path_, "--set",
+  // Rank 0's store is reached at the address it binds on, not at the node's name.
+  EXPECT_THAT(lines, ElementsAre("MASTER_ADDR=10.1.2.3", "MASTER_PORT=29511", "TOKEN_LENGTH=64", config_path_, "--set",
                                  "cluster.launcher=external", "--set",
                                  "cluster.ring.interface=10.1.2.3", "--set", "optimizer.lr=0.05",
                                  "--set", tricky));

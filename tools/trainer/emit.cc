@@ -198,8 +198,10 @@ std::string emit_slurm(const JobOptions& job, const std::string& config_path,
 ##SBATCH --ntasks-per-node=1
 
 set -eu
-# Task 0 (rank 0) runs on the first node of the allocation.
-MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+# This script and task 0 (rank 0) run on the allocation's first node, and rank 0 binds its
+# store on the node's first address (hostname -I): the others reach it there. (The node's
+# name may resolve to another address, e.g. Debian's 127.0.1.1.)
+MASTER_ADDR=$(hostname -I | cut -d' ' -f1)
 export MASTER_ADDR
 export MASTER_PORT={port}
 
