@@ -835,7 +835,20 @@ TrainResult Trainer::run(const RunControl& control) {
   // leader's save has written the shards' snapshot, or pushes of the next step land in it and
   // a job resumed from it applies them twice.
   const bool shards_apply_at_once = o.cluster.ps.consistency != "sync" && !s.remote.empty();
+  double checkpoint_seconds = 0;
   auto save = [&](std::int64_t epoch, std::int64_t batch) {
+    // Checkpoints, like evaluation, are not training time: the progress lines' samples/s and
+    // the summary leave them out.
+    const auto save_start = Clock::now();
+    struct Paused {
+      Clock::time_point begin;
+      Clock::time_point& interval_start;
+      double& total;
+      ~Paused() {
+        interval_start += Clock::now() - begin;
+        total += seconds_since(begin);
+      }
+    } paused{save_start, interval_start, checkpoint_seconds};
     // Every worker has finished the step, and the buffers agree.
     if (s.multi_worker()) s.group->barrier();
     s.average_buffers();
@@ -1085,7 +1098,7 @@ TrainResult Trainer::run(const RunControl& control) {
     s.log->info("fp16 loss scale {} at the end; {} steps skipped for overflow", result.loss_scale,
                 result.overflow_steps);
   }
-  result.seconds = seconds_since(start) - eval_seconds;
+  result.seconds = seconds_since(start) - eval_seconds - checkpoint_seconds;
   result.samples_per_second = static_cast<double>((step - start_step) * o.data.batch_size * s.workers()) /
                               std::max(result.seconds, 1e-9);
   if (s.leader() && !s.stores.empty()) {
