@@ -22,6 +22,9 @@ void FtrlRule::update(std::span<float> w, std::span<const float> g, std::span<fl
   AIACC_CHECK_EQ(g.size(), count, "ftrl: gradient vs weights");
   AIACC_CHECK_EQ(z.size(), count, "ftrl: z vs weights");
   AIACC_CHECK_EQ(n.size(), count, "ftrl: n vs weights");
+  // A rate of 0 (a warm-up's first step, a decay down to min_lr 0) is no step, as in the other
+  // rules: sigma = g^2 / (... x 0) would make z infinite and the weight inf / inf = NaN.
+  if (!(alpha > 0.0)) return;
   const float alpha_f = static_cast<float>(alpha);
   for (std::size_t i = 0; i < count; ++i) {
     const float grad = g[i];

@@ -67,6 +67,19 @@ TEST(Ftrl, WeightsStayZeroWhileZWithinL1) {
   EXPECT_NEAR(w[0], -0.0125f, 1e-6);
 }
 
+// A learning rate of 0 (the default warm-up's first step, a decay to min_lr 0) leaves weights
+// and state alone; it made them NaN (sigma = g^2 / 0).
+TEST(Ftrl, ARateOfZeroIsNoStep) {
+  const FtrlRule rule{1.0, 0.0, 0.0};
+  std::vector<float> w = {0.0f, 0.25f}, z = {0.0f, -0.5f}, n = {0.0f, 4.0f};
+  rule.update(w, std::vector<float>{0.3f, -0.2f}, z, n, 0.0);
+  EXPECT_EQ(w, (std::vector<float>{0.0f, 0.25f}));
+  EXPECT_EQ(z, (std::vector<float>{0.0f, -0.5f}));
+  EXPECT_EQ(n, (std::vector<float>{0.0f, 4.0f}));
+  rule.update(w, std::vector<float>{0.3f, -0.2f}, z, n, 0.1);  // then steps as usual
+  for (float v : w) EXPECT_TRUE(std::isfinite(v));
+}
+
 TEST(Ftrl, WeightFollowsClosedFormFromState) {
   const FtrlRule rule{2.0, 0.5, 0.25};
   // -(z - sign(z) l1) / ((beta + sqrt(n))/alpha + l2) with z = -3, n = 4, alpha = 0.5:
