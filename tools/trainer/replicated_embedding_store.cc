@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -140,19 +141,23 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
   replica_.push(merged_ids_, merged_.data(), lr);
 }
 
-void ReplicatedEmbeddingStore::synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables,
-                                           ProcessGroup& group) {
-  if (tables.empty()) return;
+double ReplicatedEmbeddingStore::synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables,
+                                             ProcessGroup& group) {
+  if (tables.empty()) return 0.0;
   std::vector<std::byte> message;
   for (auto* table : tables) table->take_pending(message);
   std::vector<std::span<const std::byte>> messages;  // read in place: valid until the next allgather
+  const auto gather_start = std::chrono::steady_clock::now();
   {
     trace::Span span("allgather", "replicated rows", {{"bytes", message.size()}});
     messages = group.allgather(message);
   }
+  const double gather_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();
   trace::Span span("compute", "apply replicated rows");
   std::vector<std::size_t> offsets(messages.size(), 0);
   for (auto* table : tables) table->apply(messages, offsets);
+  return gather_seconds;
 }
 
 }  // namespace aiacc::trainer

@@ -27,7 +27,8 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   void push(std::span<const std::int64_t> ids, const float* grads, double lr) override;
   // Collective over workers: merges every worker's pushed rows of each of `tables` (the same
   // tables in the same order on every worker) and applies them. One all-gather for all tables.
-  static void synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables, ProcessGroup& group);
+  // Returns the seconds spent in the all-gather (the communication; the rest is applying rows).
+  static double synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables, ProcessGroup& group);
   std::int64_t num_rows() const override { return replica_.num_rows(); }
   std::vector<std::pair<std::string, Tensor>> save_rows() const override { return replica_.save_rows(); }
   void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override { replica_.load_rows(rows); }

@@ -952,9 +952,8 @@ TrainResult Trainer::run(const RunControl& control) {
       if (!s.replicated.empty()) {
         phase = "exchanging replicated table rows";
         trace::Span span("wait", "replicated tables");
-        const auto sync_start = Clock::now();
-        ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
-        s.comm_wait_seconds += seconds_since(sync_start);
+        // Only the exchange is communication: applying the rows is the sparse optimiser's work.
+        s.comm_wait_seconds += ReplicatedEmbeddingStore::synchronize(s.replicated, *s.group);
       }
       // Non-finite gradients: the reduced dense gradients are identical on every worker, so
       // every worker takes the same decision.
