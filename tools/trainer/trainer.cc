@@ -835,8 +835,13 @@ TrainResult Trainer::run(const RunControl& control) {
   // leader's save has written the shards' snapshot, or pushes of the next step land in it and
   // a job resumed from it applies them twice.
   const bool shards_apply_at_once = o.cluster.ps.consistency != "sync" && !s.remote.empty();
+  // What this worker was doing, for errors from collectives and parameter servers, and
+  // whether that was after `step` (metrics, checkpoint, evaluation) or during step + 1.
+  const char* phase = "starting";
+  bool after_step = false;
   double checkpoint_seconds = 0;
   auto save = [&](std::int64_t epoch, std::int64_t batch) {
+    phase = "saving a checkpoint";
     // Checkpoints, like evaluation, are not training time: the progress lines' samples/s and
     // the summary leave them out.
     const auto save_start = Clock::now();
@@ -865,14 +870,13 @@ TrainResult Trainer::run(const RunControl& control) {
   const char* nan_env = std::getenv("AIACC_TEST_NAN_AT");
   const std::int64_t nan_at = nan_env ? std::atoll(nan_env) : -1;
   bool stopped = false;
-  // What this worker was doing, for errors from collectives and parameter servers.
-  const char* phase = "starting";
   try {
   for (std::int64_t epoch = first_epoch; epoch < epochs && step < s.total_steps && !stopped; ++epoch) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
     loader.start_epoch(epoch, batch_index);
     std::optional<Batch> prefetched;  // the next batch, read early to prefetch its rows
     while (step < s.total_steps) {
+      after_step = false;
       trace::Span step_span("step", fmt::format("step {}", step + 1));
       std::optional<Batch> batch;
       if (prefetched) {
@@ -993,6 +997,8 @@ TrainResult Trainer::run(const RunControl& control) {
       if (bad_tensor.empty() && !overflowed) interval.add(loss, s.model->outputs().to(Device::cpu()), labels);
       ++step;
       ++batch_index;
+      after_step = true;
+      phase = "summing the progress metrics";
       if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
         const double elapsed = seconds_since(interval_start);
         const bool binary = task == Task::binary;
@@ -1086,9 +1092,11 @@ TrainResult Trainer::run(const RunControl& control) {
     }
   }
   } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format("worker {} at step {}, {}: {}", s.rank(), step + 1, phase, e.what()));
+    throw TimeoutError(fmt::format("worker {} {} step {}, {}: {}", s.rank(), after_step ? "after" : "at",
+                                   after_step ? step : step + 1, phase, e.what()));
   } catch (const CommError& e) {
-    throw CommError(fmt::format("worker {} at step {}, {}: {}", s.rank(), step + 1, phase, e.what()));
+    throw CommError(fmt::format("worker {} {} step {}, {}: {}", s.rank(), after_step ? "after" : "at",
+                                after_step ? step : step + 1, phase, e.what()));
   }
   result.steps = step;
   if (s.loss_scaler) {
