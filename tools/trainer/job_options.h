@@ -87,7 +87,8 @@ struct TrainOptions {
             "each parameter-server request) to <run_dir>/<name>/trace.json");
     v.field("non_finite", non_finite,
             "a NaN or Inf loss or gradient: stop (the job fails naming the tensor and step) or "
-            "skip (that step changes nothing, a warning names the tensor)",
+            "skip (the step's dense update is skipped on every worker and a warning names the tensor; "
+            "sparse rows pushed during backward still apply, a NaN worker's own rows zeroed)",
             config::one_of({"stop", "skip"}));
     v.field("baseline_samples_per_s", baseline_samples_per_s,
             "throughput of this job on one worker, when known: the summary then reports scaling "
