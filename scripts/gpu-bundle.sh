@@ -115,9 +115,12 @@ workers=$1; shift
 token=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 port=$(( 20000 + RANDOM % 20000 ))
 pids=()
-# The ranks go with this script (Ctrl-C, a failed rank): background jobs ignore SIGINT, and a
-# rank left alone would wait in the rendezvous until its start timeout.
-trap 'kill -- "${pids[@]}" 2>/dev/null' EXIT INT TERM
+# The ranks go with this script (Ctrl-C, timeout, a failed rank): background jobs ignore
+# SIGINT, and a rank left alone would wait in the rendezvous until its start timeout, or train
+# on. unshare blocks SIGTERM while it waits for its child, and a namespace's first process
+# ignores signals it has no handler for, so it takes SIGKILL: unshare dies, and --kill-child
+# sends its child the same.
+trap 'kill -KILL -- "${pids[@]}" 2>/dev/null' EXIT INT TERM
 for (( rank = 0; rank < workers; ++rank )); do
   RANK=$rank WORLD_SIZE=$workers MASTER_ADDR=127.0.0.1 MASTER_PORT=$port AIACC_JOB_TOKEN=$token \
     NCCL_HOSTID=emulated-host-$rank NCCL_SOCKET_IFNAME=lo \
