@@ -242,9 +242,9 @@ Tensor WideDeep::deep_backward_on_device(const Tensor& dinput) {
   AIACC_CHECK(device_bags_trainable_, "model wide_deep: backward() after an evaluation forward()");
   const DeepInputShape shape = deep_input_shape();
   const std::int64_t n = shape.batch, dim = shape.dim;
-  std::int64_t floats = 0;
-  for (const DeviceBag& bag : device_bags_) floats += bag.geometry.num_unique * dim;
-  Tensor grad_rows = Tensor::empty(Shape{floats}, DType::f32, device_);
+  std::int64_t unique_rows = 0;
+  for (const DeviceBag& bag : device_bags_) unique_rows += bag.geometry.num_unique;
+  Tensor grad_rows = Tensor::empty(Shape{unique_rows, dim}, DType::f32, device_);
   DeviceOps& ops = device_ops(device_);
   const std::int64_t* dev_ids = device_ids_.data<std::int64_t>();
   const float* dx = dinput.data<float>();
@@ -254,13 +254,13 @@ Tensor WideDeep::deep_backward_on_device(const Tensor& dinput) {
                                shape.width, dev_ids + bag.row_start_at, dev_ids + bag.bag_of_at,
                                dev_ids + bag.offsets_at, grad_rows.data<float>() + bag.rows_at);
   }
-  // One copy back for every table's rows; each table then hands its rows to the trainer.
+  // One copy back for every table's rows; each table then hands its rows (a view of them) to
+  // the trainer.
   const Tensor host_rows = grad_rows.to(Device::cpu());
   for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
     const DeviceBag& bag = device_bags_[f];
-    Tensor rows = Tensor::empty(Shape{bag.geometry.num_unique, dim}, DType::f32);
-    std::copy_n(host_rows.data<float>() + bag.rows_at, rows.numel(), rows.data<float>());
-    deep_fields_[f]->set_gradient_rows(std::move(rows));
+    const std::int64_t first = bag.rows_at / dim;
+    deep_fields_[f]->set_gradient_rows(host_rows.rows(first, first + bag.geometry.num_unique));
   }
   // The integer features' gradient only for gradient checks (compute_input_grad_).
   if (num_int_ == 0 || !compute_input_grad_) return Tensor();
