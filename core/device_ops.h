@@ -134,6 +134,11 @@ class DeviceOps {
   // both in device memory: a block of columns into or out of a wider matrix.
   virtual void copy_columns(const Device& device, std::int64_t rows, std::int64_t width, const float* src,
                             std::int64_t src_stride, float* dst, std::int64_t dst_stride) = 0;
+  // table[slots[j], 0 .. dim) = rows[j, 0 .. dim) for j < count: f32 rows, i64 slots (distinct),
+  // all in device memory. Rows fetched into a device mirror of a hot-row cache
+  // (EmbeddingStore::take_cache_slots).
+  virtual void scatter_rows(const Device& device, std::int64_t count, std::int64_t dim, const float* rows,
+                            const std::int64_t* slots, float* table) = 0;
   // The CPU rules' updates (core/optim) over n elements; `step` 1-based. sgd's momentum may be
   // null when rule.momentum is 0.
   virtual void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,

@@ -10,6 +10,7 @@
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/kernels/concat.h"
+#include "core/log.h"
 #include "core/util/random.h"
 #include "models/layers/activation.h"
 #include "models/layers/dropout.h"
@@ -53,7 +54,8 @@ WideDeep::WideDeep(const Options& options, const ModelContext& context)
               parse_cross_features(options.cross_features, context.input.sparse_fields),
               static_cast<std::uint64_t>(options.hash_buckets)),
       bags_on_device_(options.embedding_bags == "device"),
-      bag_mode_(options.pooling == "mean" ? kernels::BagMode::mean : kernels::BagMode::sum) {
+      bag_mode_(options.pooling == "mean" ? kernels::BagMode::mean : kernels::BagMode::sum),
+      device_row_cache_(options.device_row_cache) {
   const std::vector<std::string>& fields = context.input.sparse_fields;
   if (context.input.task != Task::binary) {
     throw ConfigError("model wide_deep: needs a binary (CTR) data set, e.g. criteo_tsv or synthetic_ctr");
@@ -116,6 +118,15 @@ WideDeep::WideDeep(const Options& options, const ModelContext& context)
   }
 }
 
+WideDeep::~WideDeep() {
+  if (device_slots_.defined() && device_rows_.pulled > 0) {
+    log::get("model")->info("wide_deep: device row cache of {} rows: {} of the {} deep-table rows the steps "
+                            "pulled were copied to the device ({:.1f}%)",
+                            device_slots_.dim(0), device_rows_.copied, device_rows_.pulled,
+                            100.0 * static_cast<double>(device_rows_.copied) / static_cast<double>(device_rows_.pulled));
+  }
+}
+
 void WideDeep::to(Device device, const ActivationFormat& format) {
   if (!format.is_default()) {
     throw ConfigError(fmt::format("job.precision: wide_deep trains in f32 only (activations {} asked; mixed "
@@ -131,6 +142,8 @@ void WideDeep::to(Device device, const ActivationFormat& format) {
   if (wide_dense_) wide_dense_->to(device);
   if (wide_bias_) wide_bias_->to(device);
   device_ = device;
+  device_row_cache_planned_ = false;
+  device_slots_ = Tensor();
 }
 
 Tensor WideDeep::dense_input(const Batch& batch, std::int64_t n) const {
@@ -172,54 +185,101 @@ WideDeep::DeepInputShape WideDeep::deep_input_shape() const {
   return {batch_, dim, fields, fields * dim + num_int_};
 }
 
+void WideDeep::plan_device_row_cache() {
+  device_row_cache_planned_ = true;
+  if (!device_row_cache_) return;
+  std::int64_t slots = 0;
+  for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
+    DeviceBag& bag = device_bags_[f];
+    const std::int64_t table_slots = deep_fields_[f]->store().cache_slots();
+    bag.slot_base = table_slots > 0 ? slots : -1;
+    slots += table_slots;
+  }
+  // The mirror starts empty: each store lists every slot it wrote since it was made (or emptied
+  // its cache), so the first take fills whatever the first pulls read.
+  if (slots > 0) device_slots_ = Tensor::zeros(Shape{slots, deep_input_shape().dim}, DType::f32, device_);
+}
+
 Tensor WideDeep::deep_input_on_device(const Tensor& ints, bool training) {
   const DeepInputShape shape = deep_input_shape();
   const std::int64_t n = shape.batch, dim = shape.dim;
+  device_bags_.resize(deep_fields_.size());
+  if (!device_row_cache_planned_) plan_device_row_cache();
 
   // Pull each field's unique rows and lay out where its arrays go in the two blocks (the
-  // backward's plans only for a training step).
-  device_bags_.resize(deep_fields_.size());
-  std::int64_t floats = 0, ids = 0;
+  // backward's plans only for a training step). A mirrored table sends the rows its cache
+  // received instead of its unique rows, and its forward reads the mirror's slots.
+  written_slots_.clear();
+  written_rows_.clear();
+  std::int64_t floats = 0, ids = 0, grads = 0;
   for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
     SparseEmbedding& table = *deep_fields_[f];
     table.pull(ids_[f]);
     DeviceBag& bag = device_bags_[f];
     const auto positions = static_cast<std::int64_t>(table.unique_indices().size());
-    bag.geometry = {n, positions, table.num_unique(), dim};
-    bag.rows_at = floats;
-    floats += table.num_unique() * dim;
+    const std::int64_t unique = table.num_unique();
+    bag.geometry = {n, positions, unique, dim};
+    bag.grad_at = grads;
+    grads += unique * dim;
+    device_rows_.pulled += unique;
+    if (bag.slot_base >= 0) {
+      written_scratch_.clear();
+      const bool cached = table.store().take_cache_slots(bag.slot_of, written_scratch_, written_rows_);
+      AIACC_CHECK(cached && static_cast<std::int64_t>(bag.slot_of.size()) == unique,
+                  "model wide_deep: table {} gave {} cache slots for {} pulled rows", table.parameter().name(),
+                  bag.slot_of.size(), unique);
+      for (const std::int32_t slot : written_scratch_) written_slots_.push_back(bag.slot_base + slot);
+    } else {
+      bag.rows_at = floats;
+      floats += unique * dim;
+      device_rows_.copied += unique;
+    }
     bag.indices_at = ids;
     bag.offsets_at = bag.indices_at + positions;
     bag.row_start_at = bag.offsets_at + n + 1;
-    bag.bag_of_at = bag.row_start_at + (training ? table.num_unique() + 1 : 0);
+    bag.bag_of_at = bag.row_start_at + (training ? unique + 1 : 0);
     ids = bag.bag_of_at + (training ? positions : 0);
   }
   device_bags_trainable_ = training;
-  const std::int64_t ints_at = floats;
-  Tensor host_floats = Tensor::empty(Shape{floats + n * num_int_}, DType::f32);
-  Tensor host_ids = Tensor::empty(Shape{ids}, DType::i64);
+  const auto written = static_cast<std::int64_t>(written_slots_.size());
+  device_rows_.copied += written;
+  const std::int64_t written_rows_at = floats;
+  const std::int64_t ints_at = written_rows_at + written * dim;
+  const std::int64_t written_slots_at = ids;
+  Tensor host_floats = Tensor::empty(Shape{ints_at + n * num_int_}, DType::f32);
+  Tensor host_ids = Tensor::empty(Shape{written_slots_at + written}, DType::i64);
   float* fp = host_floats.data<float>();
   std::int64_t* ip = host_ids.data<std::int64_t>();
   for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
     SparseEmbedding& table = *deep_fields_[f];
     const DeviceBag& bag = device_bags_[f];
-    const Tensor& rows = table.parameter().value();
-    std::copy_n(rows.data<float>(), rows.numel(), fp + bag.rows_at);
-    std::copy(table.unique_indices().begin(), table.unique_indices().end(), ip + bag.indices_at);
+    const std::vector<std::int64_t>& unique_indices = table.unique_indices();
+    if (bag.slot_base >= 0) {
+      std::int64_t* indices = ip + bag.indices_at;
+      for (std::size_t p = 0; p < unique_indices.size(); ++p) {
+        indices[p] = bag.slot_base + bag.slot_of[static_cast<std::size_t>(unique_indices[p])];
+      }
+    } else {
+      const Tensor& rows = table.parameter().value();
+      std::copy_n(rows.data<float>(), rows.numel(), fp + bag.rows_at);
+      std::copy(unique_indices.begin(), unique_indices.end(), ip + bag.indices_at);
+    }
     std::copy(table.offsets().begin(), table.offsets().end(), ip + bag.offsets_at);
     if (!training) continue;
     // The backward's plan is made here, on the host, and travels with the forward's arrays.
     const kernels::EmbeddingBagBackwardPlan plan =
-        kernels::make_backward_plan(bag.geometry, table.unique_indices().data(), table.offsets().data());
+        kernels::make_backward_plan(bag.geometry, unique_indices.data(), table.offsets().data());
     std::copy(plan.row_start.begin(), plan.row_start.end(), ip + bag.row_start_at);
     std::copy(plan.bag_of.begin(), plan.bag_of.end(), ip + bag.bag_of_at);
   }
+  std::copy(written_rows_.begin(), written_rows_.end(), fp + written_rows_at);
+  std::copy(written_slots_.begin(), written_slots_.end(), ip + written_slots_at);
   if (num_int_ > 0) std::copy_n(ints.data<float>(), n * num_int_, fp + ints_at);
 
-  // Two copies (through pinned staging; the host goes on while they run), then the bags write
-  // their columns of the MLP's input and the integers fill the last ones. The rows' block may
-  // go when this returns (the device allocator reuses it only after the queued kernels); the
-  // ids' block stays for the backward.
+  // Two copies (through pinned staging; the host goes on while they run), then the written
+  // rows go into their slots, the bags write their columns of the MLP's input and the integers
+  // fill the last ones. The rows' block may go when this returns (the device allocator reuses
+  // it only after the queued kernels); the ids' block stays for the backward.
   const Tensor device_floats = host_floats.to(device_);
   device_ids_ = host_ids.to(device_);
   Tensor input = Tensor::empty(Shape{n, shape.width}, DType::f32, device_);
@@ -227,10 +287,20 @@ Tensor WideDeep::deep_input_on_device(const Tensor& ints, bool training) {
   const float* dev_floats = device_floats.data<float>();
   const std::int64_t* dev_ids = device_ids_.data<std::int64_t>();
   float* out = input.data<float>();
+  if (written > 0) {
+    ops.scatter_rows(device_, written, dim, dev_floats + written_rows_at, dev_ids + written_slots_at,
+                     device_slots_.data<float>());
+  }
   for (std::size_t f = 0; f < device_bags_.size(); ++f) {
     const DeviceBag& bag = device_bags_[f];
-    ops.embedding_bag_forward(device_, bag.geometry, bag_mode_, dev_floats + bag.rows_at, dev_ids + bag.indices_at,
-                              dev_ids + bag.offsets_at, out + static_cast<std::int64_t>(f) * dim, shape.width);
+    kernels::EmbeddingBagGeometry geometry = bag.geometry;
+    const float* rows = dev_floats + bag.rows_at;
+    if (bag.slot_base >= 0) {  // the indices point into all of the mirror's rows
+      geometry.num_unique = device_slots_.dim(0);
+      rows = device_slots_.data<float>();
+    }
+    ops.embedding_bag_forward(device_, geometry, bag_mode_, rows, dev_ids + bag.indices_at, dev_ids + bag.offsets_at,
+                              out + static_cast<std::int64_t>(f) * dim, shape.width);
   }
   if (num_int_ > 0) {
     ops.copy_columns(device_, n, num_int_, dev_floats + ints_at, num_int_, out + shape.fields * dim, shape.width);
@@ -252,14 +322,14 @@ Tensor WideDeep::deep_backward_on_device(const Tensor& dinput) {
     const DeviceBag& bag = device_bags_[f];
     ops.embedding_bag_backward(device_, bag.geometry, bag_mode_, dx + static_cast<std::int64_t>(f) * dim,
                                shape.width, dev_ids + bag.row_start_at, dev_ids + bag.bag_of_at,
-                               dev_ids + bag.offsets_at, grad_rows.data<float>() + bag.rows_at);
+                               dev_ids + bag.offsets_at, grad_rows.data<float>() + bag.grad_at);
   }
   // One copy back for every table's rows; each table then hands its rows (a view of them) to
   // the trainer.
   const Tensor host_rows = grad_rows.to(Device::cpu());
   for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
     const DeviceBag& bag = device_bags_[f];
-    const std::int64_t first = bag.rows_at / dim;
+    const std::int64_t first = bag.grad_at / dim;
     deep_fields_[f]->set_gradient_rows(host_rows.rows(first, first + bag.geometry.num_unique));
   }
   // The integer features' gradient only for gradient checks (compute_input_grad_).

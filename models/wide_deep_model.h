@@ -38,6 +38,7 @@ class WideDeep final : public Model {
     std::string pooling = "sum";
     std::int64_t hash_buckets = 0;
     std::string embedding_bags = "device";
+    bool device_row_cache = true;
 
     template <class V>
     void visit(V& v) {
@@ -70,6 +71,11 @@ class WideDeep final : public Model {
               "the unique rows' gradients come back) | host (pooled rows [N, fields x dim] go over and their "
               "gradient comes back)",
               config::one_of({"device", "host"}));
+      v.field("device_row_cache", device_row_cache,
+              "with embedding_bags: device and a worker-side hot-row cache (cluster.ps.cache_rows > 0), the "
+              "cached rows are kept on the device too, and a step copies over only the rows fetched into the "
+              "cache since the last one, not all its unique rows (device memory: cache_rows x embedding_dim "
+              "floats per deep table)");
     }
     // Needs wide or deep.
     void validate(const config::Node& node) const;
@@ -78,6 +84,8 @@ class WideDeep final : public Model {
   // Throws ConfigError for a non-binary task, a missing embedding store factory, no categorical
   // fields, unknown cross fields, or neither wide nor deep.
   WideDeep(const Options& options, const ModelContext& context);
+  // Logs what the device row cache saved, when one was used.
+  ~WideDeep() override;
 
   std::vector<Parameter*> parameters() override { return params_; }
   // The deep MLP's buffers (dropout step counters), so checkpoints resume masks exactly.
@@ -109,6 +117,13 @@ class WideDeep final : public Model {
   const Tensor& input_grad() const { return input_grad_; }
   const FeatureHasher& hasher() const { return hasher_; }
 
+  // Rows of the deep tables the device steps pulled, and rows they copied to the device: with
+  // the device row cache the second counts the cache's written slots, not the pulled rows.
+  struct DeviceRowCounts {
+    std::int64_t pulled = 0, copied = 0;
+  };
+  DeviceRowCounts device_row_counts() const { return device_rows_; }
+
  private:
   Tensor dense_input(const Batch& batch, std::int64_t n) const;
   // The deep MLP's input [N, fields x dim + integers] built on the device from the pulled
@@ -123,10 +138,16 @@ class WideDeep final : public Model {
   // Where each deep field's arrays sit in the step's two device blocks (embedding_bags: device).
   struct DeviceBag {
     kernels::EmbeddingBagGeometry geometry;
-    std::int64_t rows_at = 0;  // first float of its unique rows in the rows' block (and of
-                               // their gradient in the gradient block)
+    std::int64_t rows_at = 0;  // first float of its unique rows in the rows' block (not mirrored)
+    std::int64_t grad_at = 0;  // first float of their gradient in the gradient block
     std::int64_t indices_at = 0, offsets_at = 0, row_start_at = 0, bag_of_at = 0;  // in device_ids_
+    // Device row cache: the table's first row in device_slots_ (-1: not mirrored), and the slot
+    // of each unique row this step. The forward's indices then point into device_slots_.
+    std::int64_t slot_base = -1;
+    std::vector<std::int32_t> slot_of;
   };
+  // At the first device step: which deep tables' caches are mirrored, and their slots.
+  void plan_device_row_cache();
 
   DType dtype_;
   double dropout_;
@@ -148,6 +169,13 @@ class WideDeep final : public Model {
   std::vector<DeviceBag> device_bags_;
   Tensor device_ids_;  // this step's indices, offsets and (training) backward plans, i64
   bool device_bags_trainable_ = false;  // the last forward was a training one (plans sent)
+  bool device_row_cache_;               // options.device_row_cache
+  bool device_row_cache_planned_ = false;
+  Tensor device_slots_;  // [mirrored tables' cache slots, D] f32 on the device
+  std::vector<std::int32_t> written_scratch_;    // one table's written slots, from its store
+  std::vector<std::int64_t> written_slots_;      // this step's, as rows of device_slots_
+  std::vector<float> written_rows_;              // [written, D]
+  DeviceRowCounts device_rows_;
 
   // The last forward's batch size, hashed ids and logits [N].
   std::int64_t batch_ = 0;

@@ -59,6 +59,10 @@ void RemoteEmbeddingStore::reset_cache() {
   if (o.cache_rows <= 0) return;
   cache_ = std::make_unique<embedding::HotRowCache>(o.cache_rows, o.cache_staleness);
   cached_rows_.assign(static_cast<std::size_t>(o.cache_rows) * static_cast<std::size_t>(config_.spec.dim), 0.0f);
+  // Every slot a later pull reads is fetched anew into the new cache, and so listed again.
+  last_slot_of_.clear();
+  written_slots_.clear();
+  slot_written_.assign(static_cast<std::size_t>(o.cache_rows), 0);
 }
 
 embedding::RowCachePlan RemoteEmbeddingStore::plan_batch(std::span<const std::int64_t> ids) {
@@ -90,8 +94,9 @@ void RemoteEmbeddingStore::settle(Prefetch& p) {
   if (!cache_) return;
   const auto d = static_cast<std::size_t>(config_.spec.dim);
   for (std::size_t j = 0; j < p.plan.fetch_slots.size(); ++j) {
-    kernels::copy_row(cached_rows_.data() + static_cast<std::size_t>(p.plan.fetch_slots[j]) * d,
-                      p.rows.data() + j * d, d);
+    const std::int32_t slot = p.plan.fetch_slots[j];
+    kernels::copy_row(cached_rows_.data() + static_cast<std::size_t>(slot) * d, p.rows.data() + j * d, d);
+    if (!std::exchange(slot_written_[static_cast<std::size_t>(slot)], 1)) written_slots_.push_back(slot);
   }
 }
 
@@ -116,6 +121,7 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
     if (p->step == step_ && std::equal(ids.begin(), ids.end(), p->ids.begin(), p->ids.end())) {
       if (cache_) {
         copy_from_slots(p->plan, rows);
+        last_slot_of_ = std::move(p->plan.slot_of);
       } else if (!p->rows.empty()) {
         std::memcpy(rows, p->rows.data(), p->rows.size() * sizeof(float));
       }
@@ -132,6 +138,7 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
   fetch.ticket = start_pull(fetch.plan.fetch_ids, fetch.rows.data());
   settle(fetch);
   copy_from_slots(fetch.plan, rows);
+  last_slot_of_ = std::move(fetch.plan.slot_of);
 }
 
 void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
@@ -206,6 +213,24 @@ void RemoteEmbeddingStore::load_rows(const std::vector<std::pair<std::string, Te
 embedding::HotRowCacheStats RemoteEmbeddingStore::cache_stats() const {
   std::lock_guard lock(mutex_);
   return cache_ ? cache_->stats() : embedding::HotRowCacheStats{};
+}
+
+bool RemoteEmbeddingStore::take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
+                                            std::vector<float>& rows) {
+  std::lock_guard lock(mutex_);
+  if (!cache_) return false;
+  slot_of = last_slot_of_;
+  const auto d = static_cast<std::size_t>(config_.spec.dim);
+  const std::size_t first = rows.size();
+  rows.resize(first + written_slots_.size() * d);
+  for (std::size_t j = 0; j < written_slots_.size(); ++j) {
+    const auto slot = static_cast<std::size_t>(written_slots_[j]);
+    kernels::copy_row(rows.data() + first + j * d, cached_rows_.data() + slot * d, d);
+    slot_written_[slot] = 0;
+  }
+  written.insert(written.end(), written_slots_.begin(), written_slots_.end());
+  written_slots_.clear();
+  return true;
 }
 
 std::uint64_t RemoteEmbeddingStore::step() const {

@@ -11,6 +11,7 @@
 // Hot-row cache (TableOptions::cache_rows > 0): pull() and prefetch() plan each batch over an
 // embedding::HotRowCache and ask the shards only for the rows it does not hold fresh enough;
 // kept rows live in a host table of cache_rows x dim floats, from which pull() copies the batch.
+// A device may mirror that table (take_cache_slots(): Wide&Deep's bags on a GPU do).
 #pragma once
 
 #include <cstdint>
@@ -63,6 +64,10 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
 
   // The hot-row cache's counts (all zero without a cache).
   embedding::HotRowCacheStats cache_stats() const;
+  // Its slots, for a device mirror (EmbeddingStore's contract).
+  std::int64_t cache_slots() const override { return config_.options.cache_rows > 0 ? config_.options.cache_rows : 0; }
+  bool take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
+                        std::vector<float>& rows) override;
 
   std::uint64_t step() const;
   // Tells the store where a resumed worker is (steps completed), before its first push.
@@ -97,6 +102,10 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
   Ticket pending_push_;  // push_async() not yet waited for
   std::unique_ptr<embedding::HotRowCache> cache_;  // null without cache_rows
   std::vector<float> cached_rows_;                 // [cache_rows, dim]: the slots' rows
+  // For take_cache_slots(): the last pull's slots, and the slots written since the last take.
+  std::vector<std::int32_t> last_slot_of_;
+  std::vector<std::int32_t> written_slots_;
+  std::vector<std::uint8_t> slot_written_;  // [cache_rows]: listed in written_slots_
 };
 
 // A factory serving every table from the parameter servers behind `client`, with the sparse

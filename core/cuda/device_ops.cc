@@ -25,6 +25,7 @@
 #include "core/cuda/device_memory.h"
 #include "core/cuda/kernels/optimizer_update.h"
 #include "core/cuda/kernels/precision.h"
+#include "core/cuda/kernels/row_cache.h"
 #include "core/cuda/library_handle.h"
 #include "core/cuda/linear.h"
 #include "core/cuda/stream.h"
@@ -617,6 +618,14 @@ class CudaOps final : public DeviceOps {
     AIACC_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(dst_stride) * f, src,
                                        static_cast<std::size_t>(src_stride) * f, static_cast<std::size_t>(width) * f,
                                        static_cast<std::size_t>(rows), cudaMemcpyDeviceToDevice, current_stream()));
+  }
+  void scatter_rows(const Device& device, std::int64_t count, std::int64_t dim, const float* rows,
+                    const std::int64_t* slots, float* table) override {
+    AIACC_CHECK(count >= 0 && dim >= 0, "scatter_rows: {} rows of {} floats", count, dim);
+    if (count == 0 || dim == 0) return;
+    DeviceGuard guard(device.index);
+    ProfileScope scope("row scatter", [&] { return fmt::format("dim {}", dim); });
+    launch_scatter_to_slots(rows, slots, count, dim, table, current_stream());
   }
   void adam_update(const Device& device, const optim::AdamRule& rule, float* w, const float* g,
                    float* exp_avg, float* exp_avg_sq, std::int64_t n, std::int64_t step,

@@ -42,6 +42,24 @@ class EmbeddingStore {
   // Rows currently held (for logs and tests).
   virtual std::int64_t num_rows() const = 0;
 
+  // A worker-side cache of hot rows in numbered slots (ps::RemoteEmbeddingStore with
+  // cache_rows) that a device may mirror: keeping a copy of every slot there, a step copies over
+  // only the rows its slots received since the last step, not every row it pulled. Stores
+  // without such a cache keep these defaults. One mirror per store: taking the written slots
+  // forgets them.
+  // Slots of the cache (0: none).
+  virtual std::int64_t cache_slots() const { return 0; }
+  // With a cache: `slot_of` = the slot of each id of the last pull(), in its order, and every
+  // slot written since the previous call (each once; the first call: since the store was made
+  // or its cache emptied) appended to `written` with its row now appended to `rows`
+  // ([written, dim]); a slot the last pull() reads was written in this call or an earlier one.
+  // Returns false, touching nothing, without a cache.
+  virtual bool take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
+                                std::vector<float>& rows) {
+    (void)slot_of, (void)written, (void)rows;
+    return false;
+  }
+
   // Checkpointing: every row held, as named tensors "<table>.ids" (i64 [R]), "<table>.values"
   // (f32 [R, dim]) and "<table>.state" (f32 [R, S], the optimiser's per-row state), and the
   // inverse, which replaces the store's contents. Throws DataError on inconsistent input.

@@ -3,6 +3,8 @@
 // loss, the outputs and every table's gradient rows and every dense gradient agree with the
 // same model on the CPU within fp32 GEMM rounding, and once the first steps have warmed the
 // caching allocator no step asks CUDA for memory, although each step's blocks differ in size.
+// The same with every table on parameter-server shards behind a worker-side hot-row cache that
+// the GPU mirrors (device_row_cache).
 // Skipped (exit 77) without a GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,7 +20,9 @@
 #include "core/cuda/device_ops.h"
 #include "core/cuda/tensor_backend.h"
 #include "models/wide_deep_model.h"
+#include "ps/remote_embedding_store.h"
 #include "tests/models/wide_deep_test_util.h"
+#include "tests/ps/ps_fixture.h"
 
 namespace aiacc::models {
 namespace {
@@ -66,6 +70,51 @@ double max_relative_difference(const std::vector<float>& a, const std::vector<fl
   return worst;
 }
 
+// Trains `on_cpu` and `on_gpu` side by side on the same random batches for `steps` steps; both
+// stores of a table are pushed the CPU model's gradient rows, so the next batches pull equal
+// rows. Returns the worst relative differences and the CUDA allocations after `warm_up` steps
+// and at the end.
+struct SideBySide {
+  double worst_grad = 0.0, worst_output = 0.0;
+  std::int64_t warm_allocations = 0, allocations = 0;
+};
+SideBySide train_side_by_side(Model& on_cpu, Model& on_gpu, KeepingFactory& cpu_stores, KeepingFactory& gpu_stores,
+                              std::int64_t fields, std::int64_t num_int, std::int64_t batch_size, std::int64_t steps,
+                              std::int64_t warm_up) {
+  std::mt19937_64 rng(3);
+  SideBySide out;
+  for (std::int64_t step = 1; step <= steps; ++step) {
+    const Batch batch = random_batch(rng, batch_size, fields, num_int);
+    const double cpu_loss = on_cpu.forward(batch, /*training=*/true);
+    const double gpu_loss = on_gpu.forward(batch, /*training=*/true);
+    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * (1 + std::abs(cpu_loss))) << "step " << step;
+    out.worst_output = std::max(out.worst_output, max_relative_difference(on_gpu.outputs().to_vector<float>(),
+                                                                          on_cpu.outputs().to_vector<float>()));
+    on_cpu.backward();
+    on_gpu.backward();
+    const std::vector<Parameter*> cpu_params = on_cpu.parameters(), gpu_params = on_gpu.parameters();
+    EXPECT_EQ(cpu_params.size(), gpu_params.size());
+    for (std::size_t k = 0; k < std::min(cpu_params.size(), gpu_params.size()); ++k) {
+      Parameter& c = *cpu_params[k];
+      Parameter& g = *gpu_params[k];
+      if (c.kind() == ParamKind::sparse) {
+        EXPECT_EQ(g.sparse_grad().ids, c.sparse_grad().ids) << c.name();
+        out.worst_grad = std::max(out.worst_grad, max_relative_difference(g.sparse_grad().rows.to_vector<float>(),
+                                                                          c.sparse_grad().rows.to_vector<float>()));
+        // Both stores move their rows the same way, so the next batches pull equal rows.
+        cpu_stores.stores.at(c.name())->push(c.sparse_grad().ids, c.sparse_grad().rows.data<float>(), 0.5);
+        gpu_stores.stores.at(g.name())->push(c.sparse_grad().ids, c.sparse_grad().rows.data<float>(), 0.5);
+      } else {
+        out.worst_grad = std::max(out.worst_grad, max_relative_difference(g.grad().to(Device::cpu()).to_vector<float>(),
+                                                                          c.grad().to_vector<float>()));
+      }
+    }
+    if (step == warm_up) out.warm_allocations = cuda::device_allocator(0).stats().source_allocations;
+  }
+  out.allocations = cuda::device_allocator(0).stats().source_allocations;
+  return out;
+}
+
 class GpuWideDeep : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuWideDeep, FollowsTheCpuModelAndStopsAllocatingAfterWarmUp) {
@@ -78,47 +127,54 @@ TEST_P(GpuWideDeep, FollowsTheCpuModelAndStopsAllocatingAfterWarmUp) {
   auto on_cpu = build(GetParam(), cpu_context);
   auto on_gpu = build(GetParam(), gpu_context);
   on_gpu->to(Device::cuda(0));
-
-  std::mt19937_64 rng(3);
-  std::int64_t warm_allocations = 0;
-  double worst_grad = 0.0, worst_output = 0.0;
-  for (std::int64_t step = 1; step <= kSteps; ++step) {
-    const Batch batch = random_batch(rng, kBatch, kFields, kInts);
-    const double cpu_loss = on_cpu->forward(batch, /*training=*/true);
-    const double gpu_loss = on_gpu->forward(batch, /*training=*/true);
-    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * (1 + std::abs(cpu_loss))) << "step " << step;
-    worst_output = std::max(worst_output, max_relative_difference(on_gpu->outputs().to_vector<float>(),
-                                                                  on_cpu->outputs().to_vector<float>()));
-    on_cpu->backward();
-    on_gpu->backward();
-    const std::vector<Parameter*> cpu_params = on_cpu->parameters(), gpu_params = on_gpu->parameters();
-    ASSERT_EQ(cpu_params.size(), gpu_params.size());
-    for (std::size_t k = 0; k < cpu_params.size(); ++k) {
-      Parameter& c = *cpu_params[k];
-      Parameter& g = *gpu_params[k];
-      if (c.kind() == ParamKind::sparse) {
-        ASSERT_EQ(g.sparse_grad().ids, c.sparse_grad().ids) << c.name();
-        worst_grad = std::max(worst_grad, max_relative_difference(g.sparse_grad().rows.to_vector<float>(),
-                                                                  c.sparse_grad().rows.to_vector<float>()));
-        // Both stores move their rows the same way, so the next batches pull equal rows.
-        cpu_stores.stores.at(c.name())->push(c.sparse_grad().ids, c.sparse_grad().rows.data<float>(), 0.5);
-        gpu_stores.stores.at(g.name())->push(c.sparse_grad().ids, c.sparse_grad().rows.data<float>(), 0.5);
-      } else {
-        worst_grad = std::max(worst_grad, max_relative_difference(g.grad().to(Device::cpu()).to_vector<float>(),
-                                                                  c.grad().to_vector<float>()));
-      }
-    }
-    if (step == kWarmUp) warm_allocations = cuda::device_allocator(0).stats().source_allocations;
-  }
-  const std::int64_t allocations = cuda::device_allocator(0).stats().source_allocations;
+  const SideBySide r = train_side_by_side(*on_cpu, *on_gpu, cpu_stores, gpu_stores, kFields, kInts, kBatch, kSteps,
+                                          kWarmUp);
   std::printf("[ gpu      ] bags on the %s: worst relative difference %.2e (gradients), %.2e (outputs); "
               "%lld CUDA allocations by step %lld, %lld by step %lld\n",
-              GetParam().c_str(), worst_grad, worst_output, static_cast<long long>(warm_allocations),
-              static_cast<long long>(kWarmUp), static_cast<long long>(allocations),
+              GetParam().c_str(), r.worst_grad, r.worst_output, static_cast<long long>(r.warm_allocations),
+              static_cast<long long>(kWarmUp), static_cast<long long>(r.allocations),
               static_cast<long long>(kSteps));
-  EXPECT_LT(worst_grad, 1e-4);
-  EXPECT_LT(worst_output, 1e-4);
-  EXPECT_EQ(allocations, warm_allocations) << "steps after the warm-up asked CUDA for memory";
+  EXPECT_LT(r.worst_grad, 1e-4);
+  EXPECT_LT(r.worst_output, 1e-4);
+  EXPECT_EQ(r.allocations, r.warm_allocations) << "steps after the warm-up asked CUDA for memory";
+}
+
+// Every table on two in-process parameter-server shards per model, async, with a worker-side
+// hot-row cache (1024 rows, staleness 3): the GPU model keeps its deep tables' cached rows on
+// the GPU (device_row_cache) and copies over only the rows fetched into the cache; the CPU
+// model reads the same cache on the host. They follow each other within fp32 rounding, fewer
+// rows travel than the steps pulled, and the mirror allocates nothing after the warm-up.
+TEST(GpuWideDeepRowCache, AMirroredWorkerCacheFollowsTheCpuModel) {
+  cuda::register_tensor_backend();
+  cuda::register_device_ops();
+  constexpr std::int64_t kFields = 4, kInts = 3, kBatch = 256, kSteps = 40, kWarmUp = 5;
+  ps::TableOptions options;
+  options.consistency = "async";
+  options.cache_rows = 1024;
+  options.cache_staleness = 3;
+  optim::OptimizerOptions sparse;
+  sparse.type = "adagrad";
+  sparse.lr = 0.1;
+  ps::testing::Cluster cpu_cluster(2), gpu_cluster(2);
+  KeepingFactory cpu_stores{ps::ps_embedding_store_factory(cpu_cluster.client(), sparse, options)};
+  KeepingFactory gpu_stores{ps::ps_embedding_store_factory(gpu_cluster.client(), sparse, options)};
+  ModelContext cpu_context{ctr_spec(kFields, kInts), 7, DType::f32, cpu_stores.factory(), {}};
+  ModelContext gpu_context{ctr_spec(kFields, kInts), 7, DType::f32, gpu_stores.factory(), {}};
+  auto on_cpu = build("device", cpu_context);
+  auto on_gpu = build("device", gpu_context);
+  on_gpu->to(Device::cuda(0));
+  const SideBySide r = train_side_by_side(*on_cpu, *on_gpu, cpu_stores, gpu_stores, kFields, kInts, kBatch, kSteps,
+                                          kWarmUp);
+  const WideDeep::DeviceRowCounts rows = dynamic_cast<WideDeep&>(*on_gpu).device_row_counts();
+  std::printf("[ gpu      ] mirrored row cache: worst relative difference %.2e (gradients), %.2e (outputs); "
+              "%lld of %lld pulled rows copied; %lld CUDA allocations by step %lld, %lld by step %lld\n",
+              r.worst_grad, r.worst_output, static_cast<long long>(rows.copied), static_cast<long long>(rows.pulled),
+              static_cast<long long>(r.warm_allocations), static_cast<long long>(kWarmUp),
+              static_cast<long long>(r.allocations), static_cast<long long>(kSteps));
+  EXPECT_LT(r.worst_grad, 1e-4);
+  EXPECT_LT(r.worst_output, 1e-4);
+  EXPECT_LT(rows.copied, rows.pulled);
+  EXPECT_EQ(r.allocations, r.warm_allocations) << "steps after the warm-up asked CUDA for memory";
 }
 
 INSTANTIATE_TEST_SUITE_P(Bags, GpuWideDeep, ::testing::Values("device", "host"),

@@ -1,5 +1,7 @@
 // Wide&Deep trained through the parameter servers equals local training:
 //   - one worker over 2 shards (any consistency) reproduces the local run bit for bit;
+//   - on a device with a worker-side hot-row cache, the device's mirror of the cache trains as
+//     the host cache does, bit for bit, and copies fewer rows;
 //   - two workers over 2 shards in synchronous mode, each on half of every batch, with their
 //     dense gradients averaged (what the ring does) reproduce one local worker on the whole
 //     batch, up to float rounding (sums over half batches are added in another order).
@@ -17,6 +19,8 @@
 #include "ps/remote_embedding_store.h"
 #include "tests/models/wide_deep_test_util.h"
 #include "tests/ps/ps_fixture.h"
+#include "models/wide_deep_model.h"
+#include "tests/testing/fake_device.h"
 #include "tests/testing/run_ranks.h"
 
 namespace aiacc::ps {
@@ -48,6 +52,16 @@ Data make_data(int count, std::uint64_t seed) {
   return d;
 }
 
+// Ids as a CTR feature's values are spread: half of them from 8 hot values, the rest from 300.
+Data make_skewed_data(int count, std::uint64_t seed) {
+  Data d = make_data(count, seed);
+  Rng rng(seed, 7);
+  for (auto& row : d.raw) {
+    for (auto& v : row) v = static_cast<std::int64_t>(rng.uniform() < 0.5 ? rng.below(8) : 8 + rng.below(300));
+  }
+  return d;
+}
+
 Batch batch_of(const Data& data, int begin, int end) {
   std::vector<std::vector<std::vector<std::int64_t>>> fields(kFields);
   for (int i = begin; i < end; ++i) {
@@ -74,14 +88,17 @@ struct Replica {
   std::unique_ptr<optim::Optimizer> optimizer;
   optim::OptimizerOptions dense_options;
 
-  explicit Replica(EmbeddingStoreFactory factory) : keep(std::move(factory)) {
+  explicit Replica(EmbeddingStoreFactory factory, const std::string& yaml = kModelYaml,
+                   Device device = Device::cpu())
+      : keep(std::move(factory)) {
     InputSpec input;
     input.task = Task::binary;
     input.example_shape = Shape{kInts};
     for (int f = 1; f <= kFields; ++f) input.sparse_fields.push_back(fmt::format("C{}", f));
     const models::ModelContext context{input, 5, DType::f32, keep.factory(), {}};
     model = models::model_registry().create(
-        "wide_deep", config::Document::from_string(kModelYaml, "m.yaml").root(), context);
+        "wide_deep", config::Document::from_string(yaml, "m.yaml").root(), context);
+    model->to(device);
     for (Parameter* p : model->parameters()) {
       if (p->kind() == ParamKind::dense) {
         dense.push_back(p);
@@ -181,6 +198,70 @@ TEST(PsWideDeep, TwoSyncWorkersOverTwoShardsEqualLocalTraining) {
   }
   std::printf("[ sync     ] max |logit(2 workers, 2 shards) - logit(local)| = %.3g\n", worst);
   EXPECT_LT(worst, 1e-4);
+}
+
+// With the deep tables' bags on a device and a worker-side hot-row cache (async, 64 rows,
+// staleness 3), the device keeps a mirror of the cache's slots and a step copies over only the
+// rows fetched into it since the last step (model.wide_deep.device_row_cache). Through
+// evictions, refreshes and prefetches (every other step, as the trainer's), training with the
+// mirror equals training without it and on the CPU bit for bit: the losses of every step and
+// the test logits. It copies fewer rows, exactly those it scattered into the mirror.
+TEST(PsWideDeep, DeviceRowCacheTrainsAsTheHostCacheBitForBit) {
+  aiacc::testing::FakeDeviceLog& log = aiacc::testing::install_fake_device();
+  constexpr int kCacheSteps = 16;
+  const Data train = make_skewed_data((kCacheSteps + 1) * kBatch, 3);
+  const Data test = make_skewed_data(kBatch, 4);  // one batch: at most cache_rows ids
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> predictions;
+    models::WideDeep::DeviceRowCounts rows;
+    std::int64_t scattered = 0;
+    embedding::HotRowCacheStats cache;
+  };
+  const auto run = [&](Device device, bool mirror) {
+    testing::Cluster cluster(2);
+    TableOptions options;
+    options.consistency = "async";
+    options.cache_rows = 64;
+    options.cache_staleness = 3;
+    Replica r(ps_embedding_store_factory(cluster.client(), sparse_optimizer(), options),
+              std::string(kModelYaml) + "device_row_cache: " + (mirror ? "true" : "false") + "\n", device);
+    const std::int64_t scattered_before = log.scattered_rows;
+    Run out;
+    for (int step = 0; step < kCacheSteps; ++step) {
+      out.losses.push_back(r.model->forward(batch_of(train, step * kBatch, (step + 1) * kBatch), true));
+      r.model->backward();
+      r.optimizer->step(r.dense_options.lr);
+      if (step % 2 == 1) continue;
+      const Batch next = batch_of(train, (step + 1) * kBatch, (step + 2) * kBatch);
+      for (const auto& [name, ids] : r.model->embedding_ids(next)) {
+        std::dynamic_pointer_cast<RemoteEmbeddingStore>(r.keep.stores.at(name))->prefetch(ids);
+      }
+    }
+    out.predictions = r.predict(test);
+    out.rows = dynamic_cast<models::WideDeep&>(*r.model).device_row_counts();
+    out.scattered = log.scattered_rows - scattered_before;
+    out.cache = std::dynamic_pointer_cast<RemoteEmbeddingStore>(r.keep.stores.at("deep.C1"))->cache_stats();
+    return out;
+  };
+  const Run cpu = run(Device::cpu(), true);
+  const Run copied = run(Device::cuda(0), false);
+  const Run mirrored = run(Device::cuda(0), true);
+  // The cache did evict and refresh rows, and served some from its slots.
+  EXPECT_GT(mirrored.cache.evictions, 0);
+  EXPECT_GT(mirrored.cache.refreshes, 0);
+  EXPECT_GT(mirrored.cache.hits, 0);
+  EXPECT_EQ(copied.losses, cpu.losses);
+  EXPECT_EQ(mirrored.losses, cpu.losses);
+  EXPECT_EQ(copied.predictions, cpu.predictions);
+  EXPECT_EQ(mirrored.predictions, cpu.predictions);
+  EXPECT_EQ(copied.rows.copied, copied.rows.pulled);
+  EXPECT_EQ(copied.scattered, 0);
+  EXPECT_EQ(mirrored.rows.pulled, copied.rows.pulled);
+  EXPECT_EQ(mirrored.rows.copied, mirrored.scattered);
+  EXPECT_LT(mirrored.rows.copied, mirrored.rows.pulled);
+  std::printf("[ mirror   ] %lld of %lld pulled deep-table rows copied to the device\n",
+              static_cast<long long>(mirrored.rows.copied), static_cast<long long>(mirrored.rows.pulled));
 }
 
 }  // namespace

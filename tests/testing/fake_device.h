@@ -48,7 +48,9 @@ struct FakeDeviceLog {
   int allocations = 0, releases = 0, zeros = 0;
   int to_device = 0, to_host = 0, on_device = 0;  // copies
   int ops = 0;                                    // DeviceOps calls
-  int bag_ops = 0;  // of which embedding-bag forwards and backwards and column copies
+  int bag_ops = 0;  // of which embedding-bag forwards and backwards, column copies and row scatters
+  std::int64_t scattered_rows = 0;  // rows scatter_rows() put into slots
+  std::size_t bytes_to_device = 0;  // of the copies to the device
 };
 
 class FakeBackend : public DeviceBackend {
@@ -64,6 +66,7 @@ class FakeBackend : public DeviceBackend {
   }
   void copy(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) override {
     ++(src_device.is_cpu() ? log_.to_device : dst_device.is_cpu() ? log_.to_host : log_.on_device);
+    if (src_device.is_cpu()) log_.bytes_to_device += bytes;
     std::memcpy(host(dst), host(src), bytes);
   }
   void zero(void* dst, int, std::size_t bytes) override {
@@ -377,6 +380,17 @@ class FakeOps : public DeviceOps {
     expect_device(src, dst);
     for (std::int64_t r = 0; r < rows; ++r) {
       std::memcpy(host(dst) + r * dst_stride, host(src) + r * src_stride, static_cast<std::size_t>(width) * sizeof(float));
+    }
+  }
+  void scatter_rows(const Device&, std::int64_t count, std::int64_t dim, const float* rows, const std::int64_t* slots,
+                    float* table) override {
+    ++log_.ops;
+    ++log_.bag_ops;
+    log_.scattered_rows += count;
+    AIACC_CHECK(count >= 0 && dim >= 0, "scatter_rows: {} rows of {} floats", count, dim);
+    expect_device(rows, slots, table);
+    for (std::int64_t j = 0; j < count; ++j) {
+      std::memcpy(host(table) + host(slots)[j] * dim, host(rows) + j * dim, static_cast<std::size_t>(dim) * sizeof(float));
     }
   }
   void adam_update(const Device&, const optim::AdamRule& rule, float* w, const float* g, float* exp_avg,

@@ -750,6 +750,29 @@ TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
                                         "job.device: cuda:3"));
 }
 
+// A worker's hot-row cache of parameter-server rows (async tables, cache_rows 64, staleness 2)
+// with the deep tables' bags on a device: the device mirrors the cache's slots and each step
+// copies over only the rows fetched into them (model.wide_deep.device_row_cache, the default).
+// The job ends exactly where the same job on the CPU ends, with the mirror and without it.
+TEST(DistributedTrain, AWorkerRowCacheMirroredOnTheDeviceTrainsAsOnTheCpu) {
+  if (g_fake_cuda_plugin.empty()) GTEST_SKIP() << "no fake CUDA plugin given (argv[2])";
+  const std::string plugin = "AIACC_CUDA_PLUGIN=" + g_fake_cuda_plugin;
+  const std::string cluster =
+      "  workers: 1\n  servers: 2\n  placement: [{match: '*', place: ps}]\n"
+      "  ps: {consistency: async, cache_rows: 64, cache_staleness: 2}\n";
+  auto cpu = train("wd_cache_cpu", wide_deep_job("wd_cache_cpu", 32, cluster));
+  ASSERT_EQ(cpu.status, 0) << cpu.output;
+  auto mirrored = train("wd_cache_dev", wide_deep_job("wd_cache_dev", 32, cluster), plugin, "", "--set job.device=cuda");
+  ASSERT_EQ(mirrored.status, 0) << mirrored.output;
+  EXPECT_THAT(mirrored.output, HasSubstr("wide_deep: device row cache of 1664 rows"));  // 26 tables x 64
+  expect_same_state("wd_cache_cpu", "wd_cache_dev", 0.0);
+  auto copied = train("wd_cache_copy", wide_deep_job("wd_cache_copy", 32, cluster), plugin, "",
+                      "--set job.device=cuda --set model.wide_deep.device_row_cache=false");
+  ASSERT_EQ(copied.status, 0) << copied.output;
+  EXPECT_THAT(copied.output, Not(HasSubstr("device row cache")));
+  expect_same_state("wd_cache_cpu", "wd_cache_copy", 0.0);
+}
+
 TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {
   if (aiacc::testing::run_command("command -v mpirun >/dev/null 2>&1").status != 0) {
     GTEST_SKIP() << "mpirun (OpenMPI) is not installed";

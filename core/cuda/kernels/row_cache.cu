@@ -7,8 +7,8 @@ namespace aiacc::cuda {
 namespace {
 
 // dst[dst_row(i), j] = src[src_row(i), j] over count x dim elements.
-template <bool kGather>
-__global__ void move_rows_kernel(const float* __restrict__ src, const std::int32_t* __restrict__ slots,
+template <bool kGather, class Index>
+__global__ void move_rows_kernel(const float* __restrict__ src, const Index* __restrict__ slots,
                                  std::int64_t count, std::int64_t dim, float* __restrict__ dst) {
   const std::int64_t total = count * dim;
   for (std::int64_t e = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; e < total;
@@ -29,17 +29,32 @@ __global__ void move_rows_kernel(const float* __restrict__ src, const std::int32
 void launch_gather_slots(const float* table, const std::int32_t* slot_of, std::int64_t count, std::int64_t dim,
                          float* out, cudaStream_t stream) {
   if (count * dim <= 0) return;
-  move_rows_kernel<true><<<detail::blocks_for(count * dim), detail::kThreads, 0, stream>>>(table, slot_of, count,
-                                                                                           dim, out);
+  move_rows_kernel<true, std::int32_t>
+      <<<detail::blocks_for(count * dim), detail::kThreads, 0, stream>>>(table, slot_of, count, dim, out);
   AIACC_CHECK_LAUNCH();
 }
 
+namespace {
+
+template <class Index>
+void scatter(const float* rows, const Index* slots, std::int64_t count, std::int64_t dim, float* table,
+             cudaStream_t stream) {
+  if (count * dim <= 0) return;
+  move_rows_kernel<false, Index>
+      <<<detail::blocks_for(count * dim), detail::kThreads, 0, stream>>>(rows, slots, count, dim, table);
+  AIACC_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void launch_scatter_to_slots(const float* rows, const std::int32_t* slots, std::int64_t count, std::int64_t dim,
                              float* table, cudaStream_t stream) {
-  if (count * dim <= 0) return;
-  move_rows_kernel<false><<<detail::blocks_for(count * dim), detail::kThreads, 0, stream>>>(rows, slots, count,
-                                                                                            dim, table);
-  AIACC_CHECK_LAUNCH();
+  scatter(rows, slots, count, dim, table, stream);
+}
+
+void launch_scatter_to_slots(const float* rows, const std::int64_t* slots, std::int64_t count, std::int64_t dim,
+                             float* table, cudaStream_t stream) {
+  scatter(rows, slots, count, dim, table, stream);
 }
 
 }  // namespace aiacc::cuda

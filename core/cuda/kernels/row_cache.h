@@ -19,8 +19,11 @@ namespace aiacc::cuda {
 void launch_gather_slots(const float* table, const std::int32_t* slot_of, std::int64_t count, std::int64_t dim,
                          float* out, cudaStream_t stream);
 
-// table[slots[j], :] = rows[j, :] for j < count (slots distinct).
+// table[slots[j], :] = rows[j, :] for j < count (slots distinct). The i64 form takes the slots
+// as the device ops' index arrays are (DeviceOps::scatter_rows).
 void launch_scatter_to_slots(const float* rows, const std::int32_t* slots, std::int64_t count, std::int64_t dim,
+                             float* table, cudaStream_t stream);
+void launch_scatter_to_slots(const float* rows, const std::int64_t* slots, std::int64_t count, std::int64_t dim,
                              float* table, cudaStream_t stream);
 
 }  // namespace aiacc::cuda
