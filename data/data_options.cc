@@ -1,7 +1,16 @@
 // Builders from the `data:` section.
 #include "data/data_options.h"
 
+#include <fmt/format.h>
+
 namespace aiacc::data {
+
+void DataOptions::validate(const config::Node& node) const {
+  if (node.child("test").present() || train.type == test.type) return;
+  node.fail(fmt::format("data.train reads {} but no data.test is given, so evaluation would read the default "
+                        "data set ({}): add a data.test block (e.g. test: {{type: {}}})",
+                        train.type, test.type, train.type));
+}
 
 std::unique_ptr<Dataset> make_dataset(const DatasetOptions& options, const DatasetContext& context) {
   return dataset_registry().create(options.type, options.options.block(options.type), context);

@@ -58,6 +58,9 @@ struct DataOptions {
     v.field("test", test, "the evaluation split's dataset");
     v.field("augment", augment, "augmentation of training image batches (never applied to test)");
   }
+  // A train split of another type than the default needs its test split given: it would
+  // otherwise be evaluated on the default data set (Fashion-MNIST's test images).
+  void validate(const config::Node& node) const;
 };
 
 // Builds the dataset `options` selects for `context` (split and seed). Throws ConfigError for

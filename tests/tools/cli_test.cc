@@ -97,6 +97,27 @@ TEST(Cli, DryRunPrintsResolvedConfigAndPlan) {
   EXPECT_THAT(o.output, HasSubstr("steps per epoch"));
 }
 
+// A train split of a non-default type without a test split would be evaluated on the default
+// data set (Fashion-MNIST's test images, with the same example shape as synthetic images); a
+// test split of another kind of example than the train split's is refused naming both.
+TEST(Cli, ATestSplitThatCannotMatchTheTrainSplitIsAConfigError) {
+  std::string job = write_temp("aiacc_cli_notest.yaml",
+                               "data:\n  train: {type: synthetic_images, synthetic_images: {size: 64}}\n");
+  aiacc::testing::CommandResult o = run(job + " --dry-run");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("aiacc_cli_notest.yaml:2:3: data: data.train reads synthetic_images but no "
+                                  "data.test is given"));
+  std::string ctr_test = write_temp(
+      "aiacc_cli_ctrtest.yaml",
+      "model: {type: mlp}\n"
+      "data:\n  train: {type: synthetic_images, synthetic_images: {size: 64}}\n"
+      "  test: {type: synthetic_ctr, synthetic_ctr: {size: 64}}\n");
+  o = run(ctr_test + " --dry-run");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("data.test (type synthetic_ctr) gives binary labels"));
+  EXPECT_THAT(o.output, HasSubstr("but data.train (type synthetic_images) gives 10 classes, examples [1, 28, 28]"));
+}
+
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {
   std::string job = write_temp("aiacc_cli_data.yaml",
                                "data:\n  train: {type: idx_images, idx_images: {directory: /nonexistent}}\n");

@@ -544,6 +544,40 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   EXPECT_THAT(r.output, HasSubstr("optimizer.lr: worker 0 has 'lr: 0.05', it has 'lr: 0.07'"));
 }
 
+// The same config whose relative data path resolves to files of different sizes on the two
+// workers (started in different folders): the start-up check names the data sizes, where the
+// workers used to train different step counts and fail later waiting for each other.
+TEST(DistributedTrain, StartUpCheckNamesWorkersReadingDataOfDifferentSizes) {
+  for (int w = 0; w < 2; ++w) {
+    fs::create_directories(scratch() / fmt::format("datasize{}", w) / "d");
+    std::ofstream train(scratch() / fmt::format("datasize{}", w) / "d" / "train.tsv");
+    std::ofstream test(scratch() / fmt::format("datasize{}", w) / "d" / "test.tsv");
+    for (int i = 0; i < (w == 0 ? 200 : 100); ++i) train << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
+    for (int i = 0; i < 40; ++i) test << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
+  }
+  const fs::path config = scratch() / "datasize.yaml";
+  std::ofstream(config) << fmt::format(R"(job: {{name: datasize, run_dir: {}}}
+model: {{type: wide_deep, wide_deep: {{embedding_dim: 4, hidden: [8]}}}}
+data:
+  batch_size: 16
+  train: {{type: criteo_tsv, criteo_tsv: {{train_file: d/train.tsv, num_integer: 3, num_categorical: 2}}}}
+  test: {{type: criteo_tsv, criteo_tsv: {{test_file: d/test.tsv, num_integer: 3, num_categorical: 2}}}}
+train: {{epochs: 1}}
+cluster: {{workers: 2, launcher: external}}
+)",
+                                       scratch().string());
+  const std::string env = external_env(2, 37);
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(cd {dir}1 && RANK=1 {env} {prog} {cfg} > {out}.1 2>&1 &); "
+      "cd {dir}0 && RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
+      fmt::arg("dir", (scratch() / "datasize").string()), fmt::arg("env", env), fmt::arg("prog", g_program),
+      fmt::arg("cfg", config.string()), fmt::arg("out", (scratch() / "datasize.out").string())));
+  EXPECT_THAT(r.output, HasSubstr("status 2"));
+  EXPECT_THAT(r.output, HasSubstr("the data size (data.train, data.test) of worker 1 differs from worker 0's"));
+  EXPECT_THAT(r.output, HasSubstr("worker 0 has 'train: 200 examples, 6 steps per epoch', it has 'train: 100 "
+                                  "examples, 3 steps per epoch'"));
+}
+
 TEST(DistributedTrain, WithoutASupervisorAWorkerDeathEndsEveryProcessIncludingTheShards) {
   // torchrun-style: worker 1 dies after step 5. Worker 0 fails naming it; the shard (rank 2),
   // which only the workers would have stopped, sees a worker's connection gone for

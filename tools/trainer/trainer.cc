@@ -181,6 +181,25 @@ void move_batch(Batch& batch, Device device, const models::Model& model) {
   batch.labels = batch.labels.to(device);
 }
 
+// What a split's examples look like, for comparing the two splits in an error message.
+std::string describe_examples(const InputSpec& spec) {
+  std::string out = spec.task == Task::binary ? "binary labels" : fmt::format("{} classes", spec.num_classes);
+  out += fmt::format(", examples {}", spec.example_shape.str());
+  if (!spec.sparse_fields.empty()) out += fmt::format(", categorical fields [{}]", fmt::join(spec.sparse_fields, ", "));
+  return out;
+}
+
+// The test split must give what the model is built for from the train split: a job without a
+// data.test block otherwise evaluated on the default data set (Fashion-MNIST's test images).
+void check_splits_agree(const data::DataOptions& data, const InputSpec& train, const InputSpec& test) {
+  const std::string train_examples = describe_examples(train), test_examples = describe_examples(test);
+  if (train_examples == test_examples) return;
+  throw ConfigError(fmt::format("data.test (type {}) gives {}, but data.train (type {}) gives {}: the test split "
+                                "must match the train split (a job without a data.test block gets the default, {})",
+                                data.test.type, test_examples, data.train.type, train_examples,
+                                data::DatasetOptions{}.type));
+}
+
 
 
 
@@ -472,6 +491,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
 
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
+  check_splits_agree(options.data, s.train_data->spec(), s.test_data->spec());
 
   if (!options.data.drop_last && s.workers() > 1) {
     // Without it the workers' shards can differ by one batch, and so their step counts: the
@@ -483,6 +503,14 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   }
   data::Loader probe_loader(*s.train_data, loader_options(options, true), s.rank(), s.workers());
   s.steps_per_epoch = probe_loader.batches_per_epoch();
+  if (s.group && s.multi_worker()) {
+    // Workers that read different files (a relative path resolved elsewhere, a stale copy)
+    // would shard different orders, or train different step counts and wait for each other.
+    s.group->check_worker_agreement(
+        "data size (data.train, data.test)",
+        fmt::format("train: {} examples, {} steps per epoch\ntest: {} examples\n", s.train_data->size(),
+                    s.steps_per_epoch, s.test_data->size()));
+  }
   s.total_steps = options.train.epochs * s.steps_per_epoch;
   if (options.train.max_steps > 0) s.total_steps = std::min(s.total_steps, options.train.max_steps);
   if (s.total_steps == 0) {
