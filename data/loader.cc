@@ -46,18 +46,27 @@ Loader::Loader(Dataset& dataset, const LoaderOptions& options, int rank, int wor
 Loader::~Loader() { stop_producer(); }
 
 void Loader::stop_producer() noexcept {
+  if (!producer_.joinable()) return;
+  bool done = false;
   {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
+    std::lock_guard lock(shared_->mutex);
+    shared_->stop = true;
+    done = shared_->done;
   }
-  not_full_.notify_all();
-  if (producer_.joinable()) {
-    try {
+  shared_->not_full.notify_all();
+  try {
+    if (timed_out_ && !done) {
+      // Its read has not returned since next() gave up on it: joining could wait forever and
+      // keep the timeout from its caller. It owns copies of what it needs after the read.
+      log::get("data")->error("data loader: leaving the reading thread behind, stuck in the dataset's read");
+      producer_.detach();
+    } else {
       producer_.join();
-    } catch (const std::exception& e) {
-      log::get("data")->error("data loader: cannot join the reading thread: {}", e.what());
     }
+  } catch (const std::exception& e) {
+    log::get("data")->error("data loader: cannot join the reading thread: {}", e.what());
   }
+  timed_out_ = false;
 }
 
 void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
@@ -71,9 +80,6 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   stop_producer();
   {
     std::lock_guard lock(mutex_);
-    queue_.clear();
-    stop_ = false;
-    done_ = false;
     error_ = nullptr;
     started_ = true;
     position_ = {epoch, first_batch};
@@ -82,51 +88,56 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
     epoch_indices_ = std::move(indices);
     return;
   }
-  producer_ = std::thread([this, epoch, first_batch] { produce(epoch, first_batch); });
+  // A fresh shared state each epoch: a thread left behind keeps its own.
+  shared_ = std::make_shared<Shared>();
+  producer_ = std::thread([shared = shared_, &dataset = dataset_, sampler = sampler_, options = options_, epoch,
+                           first_batch] { produce(shared, dataset, sampler, options, epoch, first_batch); });
 }
 
-Batch Loader::read_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch,
-                         std::int64_t b) {
+Batch Loader::read_batch(Dataset& dataset, const LoaderOptions& options, const std::vector<std::int64_t>& indices,
+                         std::int64_t epoch, std::int64_t b) {
   const auto count = static_cast<std::int64_t>(indices.size());
-  const std::int64_t begin = b * options_.batch_size;
-  const std::int64_t end = std::min(begin + options_.batch_size, count);
+  const std::int64_t begin = b * options.batch_size;
+  const std::int64_t end = std::min(begin + options.batch_size, count);
   std::span<const std::int64_t> ids(indices.data() + begin, static_cast<std::size_t>(end - begin));
   Batch batch;
-  dataset_.read(ids, batch);
+  dataset.read(ids, batch);
   AIACC_CHECK_EQ(batch.size(), end - begin, "examples returned by Dataset::read");
-  augment_batch(batch.inputs, ids, options_.augment, options_.seed, epoch);
+  augment_batch(batch.inputs, ids, options.augment, options.seed, epoch);
   return batch;
 }
 
-void Loader::produce(std::int64_t epoch, std::int64_t first_batch) {
+void Loader::produce(const std::shared_ptr<Shared>& shared, Dataset& dataset, const ShardSampler& sampler,
+                     const LoaderOptions& options, std::int64_t epoch, std::int64_t first_batch) {
+  Shared& s = *shared;
   try {
-    const std::vector<std::int64_t> indices = sampler_.epoch_indices(epoch);
-    for (std::int64_t b = first_batch; b < batches_per_epoch(); ++b) {
+    const std::vector<std::int64_t> indices = sampler.epoch_indices(epoch);
+    for (std::int64_t b = first_batch; b < sampler.batches_per_epoch(); ++b) {
       {
-        std::lock_guard lock(mutex_);
-        if (stop_) return;
+        std::lock_guard lock(s.mutex);
+        if (s.stop) return;
       }
       // Read outside the lock so the consumer keeps taking batches meanwhile.
-      Batch batch = read_batch(indices, epoch, b);
+      Batch batch = read_batch(dataset, options, indices, epoch, b);
 
-      std::unique_lock lock(mutex_);
-      not_full_.wait(lock, [&] {
-        return stop_ || static_cast<std::int64_t>(queue_.size()) < options_.prefetch_batches;
+      std::unique_lock lock(s.mutex);
+      s.not_full.wait(lock, [&] {
+        return s.stop || static_cast<std::int64_t>(s.queue.size()) < options.prefetch_batches;
       });
-      if (stop_) return;
-      queue_.push_back(std::move(batch));
+      if (s.stop) return;
+      s.queue.push_back(std::move(batch));
       lock.unlock();
-      not_empty_.notify_one();
+      s.not_empty.notify_one();
     }
   } catch (...) {
-    std::lock_guard lock(mutex_);
-    error_ = std::current_exception();
+    std::lock_guard lock(s.mutex);
+    s.error = std::current_exception();
   }
   {
-    std::lock_guard lock(mutex_);
-    done_ = true;
+    std::lock_guard lock(s.mutex);
+    s.done = true;
   }
-  not_empty_.notify_all();
+  s.not_empty.notify_all();
 }
 
 std::optional<Batch> Loader::next() {
@@ -139,7 +150,7 @@ std::optional<Batch> Loader::next() {
     if (at.batch >= batches_per_epoch()) return std::nullopt;
     lock.unlock();
     try {
-      Batch batch = read_batch(epoch_indices_, at.epoch, at.batch);
+      Batch batch = read_batch(dataset_, options_, epoch_indices_, at.epoch, at.batch);
       lock.lock();
       ++position_.batch;
       return batch;
@@ -149,21 +160,26 @@ std::optional<Batch> Loader::next() {
       throw;
     }
   }
+  const LoaderPosition at = position_;
+  lock.unlock();
+  Shared& s = *shared_;
+  std::unique_lock queue_lock(s.mutex);
   const auto timeout = std::chrono::duration<double>(options_.timeout_s);
-  if (!not_empty_.wait_for(lock, timeout, [&] { return !queue_.empty() || done_; })) {
+  if (!s.not_empty.wait_for(queue_lock, timeout, [&] { return !s.queue.empty() || s.done; })) {
+    timed_out_ = true;
     throw TimeoutError(fmt::format("data loader: no batch within {} s (epoch {}, batch {}); is the "
-                                   "dataset's storage stalled?", options_.timeout_s, position_.epoch,
-                                   position_.batch));
+                                   "dataset's storage stalled?", options_.timeout_s, at.epoch, at.batch));
   }
-  if (!queue_.empty()) {
-    Batch batch = std::move(queue_.front());
-    queue_.pop_front();
+  if (!s.queue.empty()) {
+    Batch batch = std::move(s.queue.front());
+    s.queue.pop_front();
+    queue_lock.unlock();
+    s.not_full.notify_one();
+    std::lock_guard position_lock(mutex_);
     ++position_.batch;
-    lock.unlock();
-    not_full_.notify_one();
     return batch;
   }
-  if (error_) std::rethrow_exception(error_);
+  if (s.error) std::rethrow_exception(s.error);
   return std::nullopt;
 }
 

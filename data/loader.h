@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -50,7 +51,10 @@ class Loader {
   Loader(Dataset& dataset, const LoaderOptions& options, int rank, int world_size);
 
   // Stops the background thread and joins it. Never throws; waits at most for the one
-  // Dataset::read() in flight.
+  // Dataset::read() in flight, except after next() timed out: then a reading thread still
+  // stuck in Dataset::read() is left behind (detached, logged), so the timeout reaches the
+  // caller instead of hanging here. It touches nothing of the loader's when the read returns;
+  // the dataset must then stay valid until that read returns or the process exits.
   ~Loader();
 
   Loader(const Loader&) = delete;
@@ -78,26 +82,36 @@ class Loader {
   LoaderPosition position() const;
 
  private:
-  void produce(std::int64_t epoch, std::int64_t first_batch);
+  // What the reading thread of one epoch shares with the loader: held by both, so that a loader
+  // can leave a thread stuck in Dataset::read() behind.
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable not_empty;  // the consumer waits: a batch, the end, or an error
+    std::condition_variable not_full;   // the producer waits: room in the queue, or stop
+    std::deque<Batch> queue;
+    bool stop = false;                  // asks the producer to return
+    bool done = false;                  // the producer has finished the epoch (or failed)
+    std::exception_ptr error;
+  };
+  static void produce(const std::shared_ptr<Shared>& shared, Dataset& dataset, const ShardSampler& sampler,
+                      const LoaderOptions& options, std::int64_t epoch, std::int64_t first_batch);
   // Batch `b` of an epoch whose example order is `indices`, read and augmented.
-  Batch read_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch, std::int64_t b);
+  static Batch read_batch(Dataset& dataset, const LoaderOptions& options, const std::vector<std::int64_t>& indices,
+                          std::int64_t epoch, std::int64_t b);
   void stop_producer() noexcept;
 
   Dataset& dataset_;
   LoaderOptions options_;
   ShardSampler sampler_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable not_empty_;  // the consumer waits: a batch, the end, or an error
-  std::condition_variable not_full_;   // the producer waits: room in the queue, or stop
-  std::deque<Batch> queue_;
-  bool stop_ = false;                  // asks the producer to return
-  bool done_ = false;                  // the producer has finished the epoch (or failed)
-  std::exception_ptr error_;
+  mutable std::mutex mutex_;  // started_, position_, error_ (the consumer's side)
   bool started_ = false;
   LoaderPosition position_;
-  std::thread producer_;
+  std::exception_ptr error_;  // prefetch_batches == 0: the read that failed
   std::vector<std::int64_t> epoch_indices_;  // prefetch_batches == 0: the current epoch's order
+  std::shared_ptr<Shared> shared_;  // the current epoch's reading thread's (prefetch_batches > 0)
+  std::thread producer_;
+  bool timed_out_ = false;  // next() gave up waiting for producer_
 };
 
 }  // namespace aiacc::data

@@ -36,6 +36,10 @@ class IndexDataset : public Dataset {
   std::int64_t size() const override { return size_; }
   void read(std::span<const std::int64_t> indices, Batch& batch) override {
     ++reads;
+    struct CountReturn {
+      std::atomic<int>& count;
+      ~CountReturn() { ++count; }
+    } count_return{returned};
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     {
       std::unique_lock lock(gate_mutex);
@@ -62,6 +66,7 @@ class IndexDataset : public Dataset {
   }
 
   std::atomic<int> reads{0};
+  std::atomic<int> returned{0};  // reads that have returned (or thrown)
   std::int64_t fail_at = -1;
   std::chrono::milliseconds delay{0};
   std::mutex gate_mutex;
@@ -317,6 +322,37 @@ TEST(Loader, NextTimesOutWhenTheDatasetStalls) {
     EXPECT_THAT(e.what(), HasSubstr("no batch within 0.05 s (epoch 0, batch 0)"));
   }
   dataset.open_gate();  // lets the stuck read finish so the destructor can join
+}
+
+// A loader destroyed after next() timed out, its reading thread still stuck in the dataset's
+// read, returns at once (the timeout then reaches the trainer's caller instead of hanging in
+// the unwinding); the thread it left behind finishes when the read returns, touching nothing of
+// the loader's. The next epoch of another loader on the same dataset reads normally.
+TEST(Loader, ALoaderThatTimedOutLeavesAStuckReadBehind) {
+  IndexDataset dataset(10);
+  dataset.gate_open = false;
+  auto o = options(2, true);
+  o.timeout_s = 0.05;
+  std::chrono::steady_clock::duration destroy_took{};
+  {
+    auto loader = std::make_unique<Loader>(dataset, o, 0, 1);
+    loader->start_epoch(0);
+    EXPECT_THROW(loader->next(), TimeoutError);
+    const auto start = std::chrono::steady_clock::now();
+    loader.reset();
+    destroy_took = std::chrono::steady_clock::now() - start;
+  }
+  EXPECT_LT(destroy_took, std::chrono::milliseconds(500));
+  EXPECT_EQ(dataset.returned.load(), 0) << "the read was still stuck";
+  dataset.open_gate();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (dataset.returned.load() < dataset.reads.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(dataset.returned.load(), dataset.reads.load());
+  Loader again(dataset, options(2, true, /*shuffle=*/false), 0, 1);
+  again.start_epoch(0);
+  EXPECT_EQ(drain(again).size(), 5u);
 }
 
 TEST(Loader, MisuseIsReported) {
