@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -64,6 +65,14 @@ std::string host_identity() {
     return n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : std::string();
   };
   return fmt::format("{}/{}/{}", name, namespace_of("/proc/self/ns/net"), namespace_of("/proc/self/ns/pid"));
+}
+
+std::int64_t Communicator::chunk_elements_for_run(std::int64_t configured, std::int64_t run_elements) const {
+  configured = std::max<std::int64_t>(configured, 1);
+  if (std::string_view(transport()) != "zmq") return configured;
+  const std::int64_t max_messages =
+      std::max<std::int64_t>(1, (std::int64_t{options_.channel.send_hwm} + options_.channel.recv_hwm) / 2);
+  return std::max(configured, (run_elements + max_messages - 1) / max_messages);
 }
 
 void Communicator::set_hosts(std::vector<int> host_of_rank) {

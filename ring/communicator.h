@@ -89,6 +89,15 @@ class Communicator {
   // "tcp" or "zmq": the transport the links use (a world of one has none, but says its choice).
   const char* transport() const { return options_.transport == "zmq" ? "zmq" : "tcp"; }
 
+  // Chunk size in elements for an algorithm that posts a run of up to `run_elements` elements
+  // to a peer, in chunks, before it receives from that peer (a ring's first segment, a
+  // halving-doubling half): `configured`, or larger where a ZeroMQ link would otherwise hold
+  // more unreceived messages than its high-water marks (send_hwm + recv_hwm, halved for the
+  // next run that follows while the peer catches up) let queue; ranks that all block posting
+  // would wait for each other until the timeout. TCP links queue any number. Equal on every
+  // rank for equal runs.
+  std::int64_t chunk_elements_for_run(std::int64_t configured, std::int64_t run_elements) const;
+
   // Which host each rank runs on (equal ids share memory; ids are 0, 1, ... by first rank).
   // connect() finds them from the hostname and network namespace; otherwise one host per rank
   // until set_hosts() (tests emulate hosts this way). Must be identical on every rank. Also

@@ -39,9 +39,11 @@ void HalvingDoublingAllreduce::run_stream(int stream, Range slice, net::Deadline
   };
   // The chunks of a half: partners split the same span at the same element, so the chunks one
   // posts are exactly the ones the other receives.
-  auto chunks = [&](Range r) { return (r.size() + chunk_elements_ - 1) / chunk_elements_; };
+  // Each round posts a whole half before receiving: its chunks must fit the links' queues.
+  const std::int64_t chunk_elements = comm_->chunk_elements_for_run(chunk_elements_, (slice.size() + 1) / 2);
+  auto chunks = [&](Range r) { return (r.size() + chunk_elements - 1) / chunk_elements; };
   auto chunk = [&](Range r, std::int64_t c) {
-    return Range{r.begin + c * chunk_elements_, std::min(r.end, r.begin + (c + 1) * chunk_elements_)};
+    return Range{r.begin + c * chunk_elements, std::min(r.end, r.begin + (c + 1) * chunk_elements)};
   };
   auto label = [&](const char* phase, int mask) {
     return fmt::format("halving-doubling allreduce {} (stream {}, partner distance {})", phase, stream, mask);

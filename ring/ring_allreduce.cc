@@ -54,9 +54,11 @@ void RingAllreduce::run_stream(int stream, Range slice, net::Deadline deadline) 
     const Range r = split_even(slice.size(), n, ((k % n) + n) % n);
     return Range{slice.begin + r.begin, slice.begin + r.end};
   };
-  auto chunks = [&](const Range& seg) { return (seg.size() + chunk_elements_ - 1) / chunk_elements_; };
+  // Step 0 posts a whole segment before receiving: its chunks must fit the links' queues.
+  const std::int64_t chunk_elements = comm_->chunk_elements_for_run(chunk_elements_, (slice.size() + n - 1) / n);
+  auto chunks = [&](const Range& seg) { return (seg.size() + chunk_elements - 1) / chunk_elements; };
   auto chunk = [&](const Range& seg, std::int64_t c) {
-    return Range{seg.begin + c * chunk_elements_, std::min(seg.end, seg.begin + (c + 1) * chunk_elements_)};
+    return Range{seg.begin + c * chunk_elements, std::min(seg.end, seg.begin + (c + 1) * chunk_elements)};
   };
   auto stage_at = [&](std::vector<std::byte>& stage, std::int64_t element) {
     return stage.data() + static_cast<std::size_t>(element) * wire_bytes;

@@ -281,6 +281,37 @@ TEST(AllreduceHalvingDoubling, EveryRankEndsBitwiseEqual) {
   }
 }
 
+// On ZeroMQ links with small high-water marks (2 + 2 messages) and kernel buffers (4 KiB),
+// posting a run of 1 KiB chunks as long as a ring's first segment or a halving-doubling half
+// (~80 of them) blocked every rank's posts until the timeout (found in review with the default
+// marks and ~2400 chunks); the chunks now grow to fit the queues, and the sums are exact.
+TEST(AllreduceZmqQueues, RunsOfChunksFitTheHighWaterMarks) {
+  for (const auto& [world, ring] : std::vector<std::pair<int, bool>>{{2, true}, {3, true}, {4, false}}) {
+    auto options = ring_options(1, 5.0, "zmq");
+    options.channel.send_hwm = 2;
+    options.channel.recv_hwm = 2;
+    options.channel.send_buffer_bytes = 4096;
+    options.channel.recv_buffer_bytes = 4096;
+    run_world(world, options, [&, world = world, ring = ring](std::shared_ptr<Communicator> comm) {
+      const std::int64_t count = 40000 * world;
+      std::vector<float> data(static_cast<std::size_t>(count));
+      for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(input_value(comm->rank(), i));
+      AllreduceSpec spec;
+      spec.chunk_bytes = 1024;
+      const Buffer buffer{data.data(), count, DType::f32};
+      if (ring) {
+        RingAllreduce(comm, buffer, spec).run();
+      } else {
+        HalvingDoublingAllreduce(comm, buffer, spec).run();
+      }
+      for (std::int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(data[static_cast<std::size_t>(i)], static_cast<float>(expected_sum(world, i)))
+            << "world " << world << (ring ? " ring" : " halving-doubling") << ", element " << i;
+      }
+    });
+  }
+}
+
 TEST(AllreduceAverage, EqualsSumOverWorld) {
   for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling}) {
     run_world(4, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
