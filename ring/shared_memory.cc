@@ -41,6 +41,16 @@ SharedMemory SharedMemory::create(const std::string& name, std::size_t bytes) {
     throw IoError(fmt::format("sizing shared memory {} to {} bytes failed: {} (is /dev/shm large enough?)", name, bytes,
                               std::strerror(error)));
   }
+  // ftruncate on tmpfs reserves nothing: a /dev/shm smaller than the segment (a container's
+  // 64 MiB default) would kill the first write past its end with SIGBUS. Take the pages now.
+  if (const int error = bytes > 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : 0; error != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    throw IoError(fmt::format("reserving {} bytes of shared memory for {} failed: {} (is /dev/shm large enough? "
+                              "a container's is often 64 MiB: raise it, e.g. docker run --shm-size, or set "
+                              "cluster.ring.hierarchical: false)",
+                              bytes, name, std::strerror(error)));
+  }
   try {
     return SharedMemory(name, map(fd, bytes, name), bytes, true);
   } catch (...) {

@@ -4,6 +4,9 @@
 // exact messages of any size in rank order, views that survive peers running ahead, growth.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -437,6 +440,41 @@ TEST(SharedMemorySegments, TheSegmentsOfADeadProcessAreRemovedByItsSupervisor) {
   EXPECT_EQ(remove_segments_of(child), 1);
   EXPECT_THROW(SharedMemory::open(name, 4096), IoError);
   EXPECT_EQ(remove_segments_of(child), 0);
+}
+
+// A segment larger than /dev/shm can hold is refused when it is created, naming /dev/shm; it
+// used to be created (ftruncate reserves nothing on tmpfs) and the first write past the space
+// killed the process with SIGBUS. Run in a child with a private mount namespace over a 1 MiB
+// tmpfs; skipped where this process may not mount (not root).
+TEST(SharedMemorySegments, ASegmentLargerThanDevShmIsRefusedNotABusError) {
+  int result[2];
+  ASSERT_EQ(pipe(result), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    char outcome = 's';  // skipped
+    if (unshare(CLONE_NEWNS) == 0 && mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") == 0) {
+      outcome = 'n';  // no error
+      try {
+        SharedMemory segment = SharedMemory::create("/aiacc-test-too-big", std::size_t{4} << 20);
+        std::memset(segment.data(), 1, segment.size());  // the old build died here (SIGBUS)
+      } catch (const IoError& e) {
+        outcome = std::strstr(e.what(), "is /dev/shm large enough?") != nullptr ? 'r' : 'o';
+      }
+    }
+    (void)!write(result[1], &outcome, 1);
+    _exit(0);
+  }
+  close(result[1]);
+  char outcome = 0;
+  const ssize_t got = read(result[0], &outcome, 1);
+  close(result[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(got, 1) << "the child died (signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
+  if (outcome == 's') GTEST_SKIP() << "cannot mount a private tmpfs on /dev/shm here (needs root)";
+  EXPECT_EQ(outcome, 'r') << "n: created and written without an error; o: another error";
 }
 
 }  // namespace
