@@ -192,12 +192,16 @@ std::vector<Range> split_weighted(std::int64_t count, const std::vector<double>&
   AIACC_CHECK(!weights.empty() && align >= 1);
   const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
   std::vector<Range> ranges(weights.size());
+  // The rest goes to the last part with a positive weight: a stream switched off (weight 0)
+  // gets nothing, not the rounding's tail, which would wake it for a ring of its own each run.
+  std::size_t last = weights.size() - 1;
+  while (last > 0 && !(weights[last] > 0)) --last;
   double cumulative = 0;
   std::int64_t begin = 0;
   for (std::size_t i = 0; i < weights.size(); ++i) {
     cumulative += weights[i];
-    std::int64_t end = count;
-    if (i + 1 < weights.size()) {
+    std::int64_t end = i >= last ? count : begin;
+    if (i < last) {
       const auto ideal = static_cast<std::int64_t>(std::llround(static_cast<double>(count) * cumulative / total));
       end = std::clamp<std::int64_t>(ideal / align * align, begin, count);
     }

@@ -127,6 +127,14 @@ void accumulate_storage(Storage* buffer, const std::byte* wire, std::size_t coun
 template <class T>
 void scale_typed(T* buffer, std::size_t count, double factor) {
   if constexpr (std::is_integral_v<T>) {
+    // An average's factor is 1/n: divide by n. Multiplying by the double 1/n truncates exact
+    // quotients (49 * (1.0 / 49) is 0.9999999999999999) and rounds i64 sums above 2^53.
+    const double inverse = 1.0 / factor;
+    const auto divisor = static_cast<T>(std::llround(inverse));
+    if (divisor >= 1 && std::abs(inverse - static_cast<double>(divisor)) < 1e-6) {
+      for (std::size_t i = 0; i < count; ++i) buffer[i] = static_cast<T>(buffer[i] / divisor);
+      return;
+    }
     for (std::size_t i = 0; i < count; ++i) buffer[i] = static_cast<T>(static_cast<double>(buffer[i]) * factor);
   } else {
     const auto f = static_cast<T>(factor);

@@ -39,7 +39,7 @@ bool encode(const WireFormat& format, const void* buffer, std::byte* wire, std::
 // other, in one pass over two f32/f64 inputs. `buffer` must not overlap the inputs.
 void sum_scaled(DType dtype, void* buffer, const std::byte* const* inputs, int num_inputs, std::size_t count,
                 double factor);
-// buffer[i] *= factor (integers: truncating division when factor = 1/n).
+// buffer[i] *= factor (integers: division by n, truncating, when factor = 1/n).
 void scale(DType dtype, void* buffer, std::size_t count, double factor);
 // True if any element is inf or NaN (always false for integer types).
 bool has_non_finite(DType dtype, const void* buffer, std::size_t count);

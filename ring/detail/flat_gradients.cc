@@ -7,6 +7,9 @@
 namespace aiacc::ring::detail {
 
 std::vector<std::pair<std::string, std::int64_t>> gradient_listing(const std::vector<Parameter*>& parameters) {
+  // No buckets would leave nothing for a step to wait on (and the host fuser's last-bucket run
+  // would index bucket -1).
+  if (parameters.empty()) throw ConfigError("gradient fusion: no dense parameters");
   std::vector<std::pair<std::string, std::int64_t>> out;
   out.reserve(parameters.size());
   for (const Parameter* p : parameters) {

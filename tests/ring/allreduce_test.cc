@@ -28,6 +28,23 @@ using testing::run_world;
 
 // The non-finite scan (overflow fallback, the trainer's gradient check): every float type, a
 // bad value at the first, a middle and the last position, and the extremes of the finite range.
+// An integer average divides the sum by n, truncating: 49 * (1.0 / 49) < 1 made the double
+// product truncate 49 / 49 to 0, and i64 sums above 2^53 lost their low bits.
+TEST(ElementOps, IntegerAveragesDivideExactly) {
+  for (int n : {3, 49, 98}) {
+    std::vector<std::int32_t> sums;
+    for (std::int32_t k = -200; k <= 200; ++k) sums.push_back(k * n + (k % 5));
+    std::vector<std::int32_t> averaged = sums;
+    detail::scale(DType::i32, averaged.data(), averaged.size(), 1.0 / n);
+    for (std::size_t i = 0; i < sums.size(); ++i) ASSERT_EQ(averaged[i], sums[i] / n) << sums[i] << " / " << n;
+  }
+  std::vector<std::int64_t> big = {(std::int64_t{1} << 60) + 3 * 7, -((std::int64_t{1} << 58) + 1)};
+  const std::vector<std::int64_t> sums = big;
+  detail::scale(DType::i64, big.data(), big.size(), 1.0 / 3);
+  EXPECT_EQ(big[0], sums[0] / 3);
+  EXPECT_EQ(big[1], sums[1] / 3);
+}
+
 TEST(ElementOps, NonFiniteIsFoundAnywhereAndFiniteExtremesAreNot) {
   const double inf = std::numeric_limits<double>::infinity();
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {

@@ -125,5 +125,19 @@ TEST(SplitWeighted, CoversTheRangeInOrder) {
   EXPECT_EQ(tiny[0].size() + tiny[1].size() + tiny[2].size(), 3);
 }
 
+// Streams switched off (weight 0, set_active_streams) get nothing; the rounding's tail goes to
+// the last active one. It used to go to the last stream, which then ran a ring of its own for
+// a few elements every run (1000 elements on 1 of 4 streams: [0, 960) and [960, 1000)).
+TEST(SplitWeighted, StreamsSwitchedOffGetNothing) {
+  const auto one = split_weighted(1000, {1, 0, 0, 0}, 64);
+  EXPECT_EQ(one[0].begin, 0);
+  EXPECT_EQ(one[0].end, 1000);
+  for (std::size_t i = 1; i < one.size(); ++i) EXPECT_EQ(one[i].size(), 0) << "stream " << i;
+  const auto two = split_weighted(1000, {1, 1, 0, 0}, 64);
+  EXPECT_EQ(two[0].end, two[1].begin);
+  EXPECT_EQ(two[1].end, 1000);
+  EXPECT_EQ(two[2].size() + two[3].size(), 0);
+}
+
 }  // namespace
 }  // namespace aiacc::ring

@@ -169,6 +169,18 @@ TEST(GradientFuser, PlanMismatchIsAConfigErrorOnEveryRank) {
   }
 }
 
+// Nothing to fuse is a ConfigError, not a step that indexes bucket -1.
+TEST(GradientFuser, NoParametersIsAConfigError) {
+  run_world(1, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+    try {
+      GradientFuser fuser(comm, {}, sum_options(64 * 1024));
+      ADD_FAILURE() << "no ConfigError";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("gradient fusion: no dense parameters"), std::string::npos) << e.what();
+    }
+  });
+}
+
 // A one-bucket plan (the whole model in one bucket) and the plain plan, with the last bucket on
 // the calling thread or on the communication thread: exact sums over several steps.
 TEST(GradientFuser, OneBucketAndManyBucketPlansOnEitherThreadAreExact) {
