@@ -27,9 +27,10 @@ detail::U8Images load(const Cifar::Options& options, const DatasetContext& conte
     const auto size = static_cast<std::int64_t>(bytes.size());
     if (size == 0) throw DataError(fmt::format("{}: empty file, expected {}-byte records", path, Cifar::kRecordBytes));
     if (size % Cifar::kRecordBytes != 0) {
-      throw DataError(fmt::format("{}: truncated: {} bytes is not a whole number of {}-byte records "
-                                  "(record {} is incomplete)", path, size, Cifar::kRecordBytes,
-                                  size / Cifar::kRecordBytes));
+      throw DataError(fmt::format("{}: {} bytes is not a whole number of {}-byte CIFAR-10 records (record {} is "
+                                  "incomplete): truncated, or not a CIFAR-10 binary file (CIFAR-100's records "
+                                  "are 3074 bytes)",
+                                  path, size, Cifar::kRecordBytes, size / Cifar::kRecordBytes));
     }
     std::int64_t records = size / Cifar::kRecordBytes;
     if (options.limit > 0) records = std::min(records, options.limit - out.count);

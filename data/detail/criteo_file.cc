@@ -143,11 +143,7 @@ class ChunkParser {
 CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
                             const CriteoReadOptions& options, CriteoLoadReport& report) {
   const auto started = std::chrono::steady_clock::now();
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) throw DataError(fmt::format("{}: no such file", path));
-  if (!std::filesystem::is_regular_file(status)) throw DataError(fmt::format("{}: not a regular file", path));
-  const std::uintmax_t file_bytes = std::filesystem::file_size(path, ec);
+  const std::uintmax_t file_bytes = check_data_file(path);
   GzHandle file(gzopen(path.c_str(), "rb"));
   if (!file) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   gzbuffer(file.get(), 1u << 20);

@@ -21,15 +21,7 @@ std::string join_path(const std::string& directory, const std::string& name) {
 }
 
 std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::string& missing_hint) {
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) {
-    throw DataError(fmt::format("{}: no such file{}", path,
-                                missing_hint.empty() ? "" : " (" + missing_hint + ")"));
-  }
-  if (!std::filesystem::is_regular_file(status)) {
-    throw DataError(fmt::format("{}: not a regular file", path));
-  }
+  const std::uintmax_t file_bytes = check_data_file(path, missing_hint);
   GzHandle file(gzopen(path.c_str(), "rb"));
   if (!file) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   gzbuffer(file.get(), 1 << 18);
@@ -37,7 +29,7 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::st
   // Start from the on-disk size: exact for plain files, a lower bound for gzip.
   std::vector<std::uint8_t> bytes;
   std::size_t used = 0;
-  bytes.resize(std::max<std::uintmax_t>(std::filesystem::file_size(path, ec), 4096));
+  bytes.resize(std::max<std::uintmax_t>(file_bytes, 4096));
   for (;;) {
     if (used == bytes.size()) bytes.resize(bytes.size() * 2);
     // gzread takes an unsigned count but returns int: cap each call well below INT_MAX.

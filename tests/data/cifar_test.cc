@@ -94,8 +94,8 @@ std::string error_for(const std::vector<std::uint8_t>& first) {
 TEST(CifarErrors, TruncatedEmptyBadLabelMissing) {
   auto cut = records(0, 3);
   cut.resize(cut.size() - 100);
-  EXPECT_THAT(error_for(cut), HasSubstr("a.bin: truncated: 9119 bytes is not a whole number of 3073-byte "
-                                        "records (record 2 is incomplete)"));
+  EXPECT_THAT(error_for(cut), HasSubstr("a.bin: 9119 bytes is not a whole number of 3073-byte CIFAR-10 "
+                                        "records (record 2 is incomplete): truncated, or not a CIFAR-10"));
   EXPECT_THAT(error_for({}), HasSubstr("a.bin: empty file"));
   auto bad = records(0, 3);
   bad[3073] = 11;

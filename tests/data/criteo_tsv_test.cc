@@ -14,6 +14,9 @@
 #include <numeric>
 #include <set>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "core/config/node.h"
 #include "core/error.h"
 #include "data/data_options.h"
@@ -210,6 +213,38 @@ TEST(CriteoTsv, CrlfLineEndsAndMissingFinalNewline) {
 
   write_text(dir.file("cr.tsv"), "1\t1\t2\t3\ta\tb\tc\r");  // a lone CR before the end of file
   EXPECT_EQ(CriteoTsv(options_for(dir.file("cr.tsv")), {"train", 0}).size(), 1);
+}
+
+// A file behind a directory this user may not enter is "cannot access: Permission denied",
+// not "no such file". Root passes every permission check, so the reading runs in a child that
+// drops to user nobody (skipped where it cannot).
+TEST(CriteoTsv, AFileThisUserMayNotReachIsNotReportedMissing) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("locked"));
+  write_text(dir.file("locked/train.tsv"), kThreeLines);
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all, std::filesystem::perm_options::add);
+  std::filesystem::permissions(dir.file("locked"), std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string message = "skip";
+    if (getuid() != 0 || (setgid(65534) == 0 && setuid(65534) == 0)) {
+      message = data_error(options_for(dir.file("locked/train.tsv")));
+    }
+    (void)!write(pipe_fds[1], message.data(), message.size());
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string message;
+  char buffer[512];
+  for (ssize_t got; (got = read(pipe_fds[0], buffer, sizeof buffer)) > 0;) message.append(buffer, static_cast<std::size_t>(got));
+  close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (message == "skip") GTEST_SKIP() << "cannot drop to user nobody";
+  EXPECT_THAT(message, HasSubstr(dir.file("locked/train.tsv") + ": cannot access: Permission denied"));
 }
 
 TEST(CriteoTsv, BadFilesNameTheFile) {
