@@ -163,6 +163,25 @@ CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
   ChunkBuffer buffer(chunk_bytes);
   std::size_t held = 0;  // bytes at the front of `buffer`: the unfinished line of the last chunk
   bool reserved = false;
+  // A line no valid one comes near (integers of 20 digits, 8 hex digits a category, generous
+  // room for leading zeros) is not buffered whole: a file without newlines would otherwise be
+  // held in memory to its end before it is found malformed.
+  const std::size_t max_line = 256 + 32 * static_cast<std::size_t>(layout.num_integer) +
+                               16 * static_cast<std::size_t>(layout.num_categorical);
+  bool discarding = false;  // dropping the rest of an overlong line, up to its newline
+  const auto overlong_line = [&] {
+    const std::int64_t line = report.lines + 1;
+    const std::string message = fmt::format("a line longer than {} bytes: not a Criteo TSV line ({} columns: label, "
+                                            "{} integer, {} categorical)",
+                                            max_line, layout.columns(), layout.num_integer, layout.num_categorical);
+    if (!options.skip_malformed) throw DataError(fmt::format("{}:{}: {}", path, line, message));
+    if (report.malformed == 0) report.first_malformed = message;
+    ++report.malformed;
+    if (report.malformed_lines.size() < 5) report.malformed_lines.push_back(line);
+    ++report.lines;
+    discarding = true;
+    held = 0;
+  };
   for (bool more = true, eof = false; more && !eof;) {
     if (held == buffer.size()) buffer.grow(held);  // a line longer than a chunk
     // gzread takes an unsigned count but returns int: cap each call well below INT_MAX.
@@ -172,12 +191,23 @@ CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
     eof = got == 0;
     if (eof) check_gzip_end(file.get(), path);  // before parsing what a cut stream left
     report.bytes += static_cast<std::uint64_t>(got);
-    const std::size_t used = held + static_cast<std::size_t>(got);
+    std::size_t used = held + static_cast<std::size_t>(got);
+    if (discarding) {
+      const auto newline = std::string_view(buffer.data(), used).find('\n');
+      if (newline == std::string_view::npos) {
+        held = 0;
+        continue;
+      }
+      std::memmove(buffer.data(), buffer.data() + newline + 1, used - newline - 1);
+      used -= newline + 1;
+      discarding = false;
+    }
     std::size_t text_end = used;  // at the end of the file the last line needs no newline
     if (!eof) {
       const auto last = std::string_view(buffer.data(), used).rfind('\n');
       if (last == std::string_view::npos) {
         held = used;
+        if (held > max_line) overlong_line();
         continue;
       }
       text_end = last + 1;
@@ -194,6 +224,7 @@ CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
     }
     std::memmove(buffer.data(), buffer.data() + text_end, used - text_end);
     held = used - text_end;
+    if (held > max_line && more) overlong_line();
   }
   if (report.bytes == 0) {
     throw DataError(fmt::format("{}: empty file, expected Criteo TSV lines ({} columns: label, {} integer, "

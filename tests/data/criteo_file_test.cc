@@ -93,6 +93,39 @@ TEST(CriteoFile, ChunkSizeAndThreadsDoNotChangeTheResult) {
   }
 }
 
+// A line far longer than any valid one (1 MiB of 'A'; the limit for 3 integer and 3
+// categorical columns is 400 bytes) is malformed as soon as more of it than that is held
+// across chunks (4 KiB here), instead of being buffered whole: a file without newlines was held
+// in memory to its end. Skipping drops it up to its newline and goes on; a file that is one
+// such line has no valid line.
+TEST(CriteoFile, AnOverlongLineIsMalformedWithoutBeingBufferedWhole) {
+  TempDir dir;
+  const std::string good = "1\t5\t-3\t\t0000001f\t\tABCDEF12\n";
+  const std::string overlong(std::size_t{1} << 20, 'A');
+  write_text(dir.file("f.tsv"), good + good + good + overlong + "\n" + good);
+  detail::CriteoReadOptions o;
+  o.chunk_bytes = 4096;
+  detail::CriteoLoadReport report;
+  try {
+    detail::read_criteo_file(dir.file("f.tsv"), layout_3_3(), o, report);
+    ADD_FAILURE() << "no DataError";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(dir.file("f.tsv") + ":4: a line longer than 400 bytes: not a Criteo TSV line"));
+  }
+  o.skip_malformed = true;
+  const detail::CtrColumns columns = detail::read_criteo_file(dir.file("f.tsv"), layout_3_3(), o, report);
+  EXPECT_EQ(columns.size(), 4);
+  EXPECT_EQ(report.lines, 5);
+  EXPECT_EQ(report.malformed_lines, (std::vector<std::int64_t>{4}));
+  write_text(dir.file("one.tsv"), overlong);
+  try {
+    detail::read_criteo_file(dir.file("one.tsv"), layout_3_3(), o, report);
+    ADD_FAILURE() << "no DataError";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no valid line: all 1 lines are malformed (line 1: a line longer than"));
+  }
+}
+
 TEST(CriteoFile, MissingValuesAreFlaggedPerField) {
   TempDir dir;
   write_text(dir.file("f.tsv"), "1\t\t\t\t\t0\t\n");
