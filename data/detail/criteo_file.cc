@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 #include <omp.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,17 +17,10 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/detail/gzip.h"
+#include "data/detail/data_file.h"
 
 namespace aiacc::data::detail {
 namespace {
-
-// A gzip stream cut short reads as end-of-file with Z_BUF_ERROR set.
-void check_gzip_end(gzFile file, const std::string& path) {
-  int code = Z_OK;
-  gzerror(file, &code);
-  if (code != Z_OK) throw DataError(fmt::format("{}: corrupt or truncated gzip data: {}", path, gz_message(file)));
-}
 
 // The read buffer: uninitialised bytes (a zero-filled vector would write every byte once more).
 class ChunkBuffer {
@@ -143,10 +135,8 @@ class ChunkParser {
 CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
                             const CriteoReadOptions& options, CriteoLoadReport& report) {
   const auto started = std::chrono::steady_clock::now();
-  const std::uintmax_t file_bytes = check_data_file(path);
-  GzHandle file(gzopen(path.c_str(), "rb"));
-  if (!file) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  gzbuffer(file.get(), 1u << 20);
+  DataFile file(path);
+  const std::uint64_t file_bytes = file.file_bytes();
 
   report = CriteoLoadReport{};
   report.threads = options.threads > 0 ? options.threads : omp_get_max_threads();
@@ -156,7 +146,7 @@ CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
   // No bigger than the file needs (small files are common in tests and quick runs) nor, with a
   // limit, than its lines probably take; a gzip file may expand several times.
   std::size_t chunk_bytes = std::max<std::size_t>(options.chunk_bytes, 1);
-  chunk_bytes = std::min<std::size_t>(chunk_bytes, std::max<std::uintmax_t>(file_bytes * (gzdirect(file.get()) ? 1 : 8) + 1, 4096));
+  chunk_bytes = std::min<std::size_t>(chunk_bytes, std::max<std::uintmax_t>(file_bytes * (file.compressed() ? 8 : 1) + 1, 4096));
   if (options.limit > 0) {
     chunk_bytes = std::min<std::size_t>(chunk_bytes, std::max<std::size_t>(static_cast<std::size_t>(options.limit) * 256, 4096));
   }
@@ -184,14 +174,11 @@ CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
   };
   for (bool more = true, eof = false; more && !eof;) {
     if (held == buffer.size()) buffer.grow(held);  // a line longer than a chunk
-    // gzread takes an unsigned count but returns int: cap each call well below INT_MAX.
-    const auto want = static_cast<unsigned>(std::min<std::size_t>(buffer.size() - held, std::size_t{1} << 30));
-    const int got = gzread(file.get(), buffer.data() + held, want);
-    if (got < 0) throw DataError(fmt::format("{}: cannot read: {}", path, gz_message(file.get())));
+    // A cut or trailed gzip stream throws here, before what it left is parsed.
+    const std::size_t got = file.read(buffer.data() + held, buffer.size() - held);
     eof = got == 0;
-    if (eof) check_gzip_end(file.get(), path);  // before parsing what a cut stream left
     report.bytes += static_cast<std::uint64_t>(got);
-    std::size_t used = held + static_cast<std::size_t>(got);
+    std::size_t used = held + got;
     if (discarding) {
       const auto newline = std::string_view(buffer.data(), used).find('\n');
       if (newline == std::string_view::npos) {
@@ -217,7 +204,7 @@ CtrColumns read_criteo_file(const std::string& path, const CriteoLayout& layout,
     // After the first chunk, reserve for the whole file (from its bytes per example) so the
     // columns do not grow by doubling through gigabytes. Only for plain files: a gzip file's
     // size says little about its text.
-    if (!reserved && options.limit == 0 && gzdirect(file.get()) && text_end > 0 && out.size() > before) {
+    if (!reserved && options.limit == 0 && !file.compressed() && text_end > 0 && out.size() > before) {
       const double per_byte = static_cast<double>(out.size() - before) / static_cast<double>(text_end);
       out.reserve(static_cast<std::int64_t>(per_byte * static_cast<double>(file_bytes) * 1.02) + 1024);
       reserved = true;

@@ -1,4 +1,4 @@
-// Whole-file reads for dataset files, gzip'd or plain (zlib reads both transparently).
+// Whole-file reads for dataset files, gzip'd or plain (DataFile reads both).
 // Internal to data/.
 #pragma once
 
@@ -8,9 +8,9 @@
 
 namespace aiacc::data::detail {
 
-// Reads all bytes of `path`, decompressing gzip data. Throws DataError naming the path when the
-// file is missing (appending `missing_hint` when not empty), is not a regular file, cannot be
-// read, or holds corrupt or truncated gzip data. Thread-safe (no shared state).
+// Reads all bytes of `path`, decompressing gzip data. Throws DataError naming the path as
+// DataFile does (missing, with `missing_hint` appended when not empty; unreachable; not a
+// regular file; unreadable; corrupt, truncated or trailed gzip data). Thread-safe.
 std::vector<std::uint8_t> read_file_bytes(const std::string& path, const std::string& missing_hint = "");
 
 // `name` when absolute or `directory` is empty, else directory/name.
