@@ -14,6 +14,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string g_program;
 
@@ -116,6 +117,30 @@ TEST(Cli, ATestSplitThatCannotMatchTheTrainSplitIsAConfigError) {
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("data.test (type synthetic_ctr) gives binary labels"));
   EXPECT_THAT(o.output, HasSubstr("but data.train (type synthetic_images) gives 10 classes, examples [1, 28, 28]"));
+}
+
+// A resume in the middle of an epoch whose example order changed (another seed here) says that
+// the rest of the epoch is not the rest of the saved one; with the same order it says nothing.
+TEST(Cli, AMidEpochResumeWithAnotherDataOrderIsWarnedAbout) {
+  std::filesystem::remove_all("/tmp/aiacc_cli_order");
+  std::string job = write_temp("aiacc_cli_order.yaml",
+                               "job: {name: order, run_dir: /tmp/aiacc_cli_order, seed: 1}\n"
+                               "model: {type: mlp, mlp: {hidden: [8]}}\n"
+                               "data:\n  batch_size: 32\n"
+                               "  train: {type: synthetic_images, synthetic_images: {size: 256}}\n"
+                               "  test: {type: synthetic_images, synthetic_images: {size: 32}}\n"
+                               "train: {epochs: 2, eval_each_epoch: false}\n");
+  aiacc::testing::CommandResult o = run(job + " --set train.max_steps=3");
+  ASSERT_EQ(o.status, 0) << o.output;
+  o = run(job + " --set train.max_steps=4");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("this job's order")));
+  o = run(job + " --set train.max_steps=5 --set job.seed=2");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("the checkpoint stopped 128 examples into epoch 1 of an order from "
+                                  "{\"seed\":1,\"shuffle\":true,\"train_examples\":256}; this job's order comes from "
+                                  "{\"seed\":2,\"shuffle\":true,\"train_examples\":256}"));
+  std::filesystem::remove_all("/tmp/aiacc_cli_order");
 }
 
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {

@@ -394,12 +394,19 @@ struct Trainer::State {
     // ShardSampler), which a resume with another worker count or batch size maps to its batch.
     checkpoint.state = {{"epoch", epoch}, {"batch", batch},
                         {"examples", batch * options.data.batch_size * workers()},
+                        {"data_order", data_order()},
                         {"model", options.model.type}, {"config", resolved_yaml(options)}};
     if (loss_scaler) {
       checkpoint.state["loss_scale"] = {{"scale", loss_scaler->scale()},
                                         {"clean_steps", loss_scaler->clean_steps_in_a_row()}};
     }
     return checkpoint;
+  }
+
+  // What decides the training epochs' example order (data::ShardSampler): the checkpoint's
+  // position is into that order.
+  nlohmann::json data_order() const {
+    return {{"train_examples", train_data->size()}, {"seed", options.job.seed}, {"shuffle", options.data.shuffle}};
   }
 
   // Restores everything a checkpoint holds; returns the data position it saved (epoch, and the
@@ -471,6 +478,15 @@ struct Trainer::State {
     const std::int64_t per_step = options.data.batch_size * workers();
     // At or past the end of this job's epoch (which drops a different last batch): complete.
     if (examples >= steps_per_epoch * per_step) return steps_per_epoch;
+    if (examples > 0 && checkpoint.state.contains("data_order") && checkpoint.state.at("data_order") != data_order()) {
+      // The position counts examples of the saved epoch's order; another order makes the rest
+      // of this epoch something else than the rest of that one.
+      log->warn("{}: the checkpoint stopped {} examples into epoch {} of an order from {}; this job's order "
+                "comes from {}: the rest of this epoch will repeat some of the saved epoch's examples and "
+                "skip others (resume from an epoch boundary, or with the same data, seed and shuffle, to "
+                "avoid it)",
+                where, examples, epoch + 1, checkpoint.state.at("data_order").dump(), data_order().dump());
+    }
     if (examples % per_step != 0) {
       throw ConfigError(fmt::format(
           "{}: the checkpoint stopped {} examples into epoch {}, which is not a whole number of steps of "
