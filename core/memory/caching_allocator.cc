@@ -102,6 +102,16 @@ class CachingAllocator::Pools {
       for (EventId e : events) source_.release_event(e);
       throw;
     }
+    // Queued before the block changes too: a queue that cannot grow (bad_alloc) would otherwise
+    // leave the block pending on events nobody waits for, never to be reused.
+    const std::size_t queued = pending_.size();
+    try {
+      for (EventId e : events) pending_.emplace_back(e, block);
+    } catch (...) {
+      while (pending_.size() > queued) pending_.pop_back();
+      for (EventId e : events) source_.release_event(e);
+      throw;
+    }
     block->allocated = false;
     block->other_streams.clear();
     stats_.bytes_in_use -= block->size;
@@ -113,7 +123,6 @@ class CachingAllocator::Pools {
     }
     block->pending = static_cast<int>(events.size());
     stats_.bytes_pending += block->size;
-    for (EventId e : events) pending_.emplace_back(e, block);
   }
 
   void record_stream(void* ptr, StreamId stream) {

@@ -93,7 +93,7 @@ TEST(DataOptions, ReferenceListsEveryDatasetAndResolvedOnlyTheChosen) {
   // The reference reads back to the defaults.
   EXPECT_EQ(config::write(parse(reference), config::Writer::Mode::reference), reference);
 
-  std::string resolved = config::write(parse("train: {type: cifar}\n"), config::Writer::Mode::resolved);
+  std::string resolved = config::write(parse("train: {type: cifar}\ntest: {type: cifar}\n"), config::Writer::Mode::resolved);
   EXPECT_THAT(resolved, HasSubstr("cifar:"));
   EXPECT_THAT(resolved, HasSubstr("train_files: [data_batch_1.bin"));
 }
