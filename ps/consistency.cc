@@ -110,6 +110,14 @@ void StalenessClock::advance(int worker, std::uint64_t step) {
   clock = std::max(clock, step + 1);
 }
 
+void StalenessClock::completed(int worker, std::uint64_t steps) {
+  if (worker < 0 || worker >= static_cast<int>(clock_.size())) {
+    throw CommError(fmt::format("pull from worker {} (table has {} workers)", worker, clock_.size()));
+  }
+  auto& clock = clock_[static_cast<std::size_t>(worker)];
+  clock = std::max(clock, steps);
+}
+
 std::uint64_t StalenessClock::min_clock() const {
   return *std::min_element(clock_.begin(), clock_.end());
 }

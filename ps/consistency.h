@@ -69,6 +69,10 @@ class StalenessClock {
   StalenessClock(int num_workers, int staleness);
   // `worker` completed `step` (its clock becomes at least step + 1).
   void advance(int worker, std::uint64_t step);
+  // `worker` has completed `steps` steps (its clock becomes at least that): what a pull at step
+  // `steps` says. A resumed job's workers pull before any push; without it their clocks stayed
+  // at 0 and every pull past the bound waited for pushes that could not come.
+  void completed(int worker, std::uint64_t steps);
   // A pull of a worker that has completed `step` steps may be served.
   bool may_serve(std::uint64_t step) const { return lag(step) <= staleness_; }
   // step - (steps completed by the slowest worker), at least 0.

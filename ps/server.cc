@@ -379,6 +379,13 @@ class PsServer::Impl {
         TableState& state = table_of(h);
         parse_rows(r, state, false);
         const bool is_new = log_requests_.record(h.worker, h.session, h.seq);
+        if (state.clock) {
+          // The pull says how many steps its worker has completed (a resumed worker pulls
+          // before it pushes), which may release other workers' held pulls.
+          const std::uint64_t slowest = state.clock->min_clock();
+          state.clock->completed(static_cast<int>(h.worker), h.step);
+          if (state.clock->min_clock() != slowest) serve_deferred(state);
+        }
         if (state.clock && !state.clock->may_serve(h.step)) {
           if (!is_new && is_deferred(state, h)) return;  // a retry of a pull still held
           state.deferred.push_back({request, net::Clock::now(), !is_new});

@@ -39,7 +39,9 @@ void ServerTable::touch(std::span<const std::int64_t> ids, std::uint64_t step, b
     Entry& entry = entries_[ids[i]];
     if (count) ++entry.count;
     entry.last_step = std::max(entry.last_step, step);
-    (entry.count >= min_count ? admitted : held).push_back(i);
+    // Without admission every row is admitted: a repeated pull does not count, so an id whose
+    // entry was evicted since its first copy would stay below min_count.
+    (!admission_enabled() || entry.count >= min_count ? admitted : held).push_back(i);
   }
 }
 

@@ -2,6 +2,7 @@
 // eviction (least recently touched rows dropped; they come back with their initial value).
 #include <gtest/gtest.h>
 
+#include "ps/server_table.h"
 #include "tests/ps/ps_fixture.h"
 
 namespace aiacc::ps {
@@ -92,6 +93,27 @@ TEST(PsEviction, ShardKeepsAtMostCapacityRowsDroppingTheLeastRecentlyUsed) {
   client->wait(client->pull("evict", hot, rows.data(), 11));
   fresh->pull(hot, initial.data());
   for (std::size_t i = 0; i < rows.size(); ++i) EXPECT_FLOAT_EQ(rows[i], initial[i] - 1.0f);
+}
+
+// Eviction without admission (min_count 1): a retried pull whose rows were evicted since its
+// first copy (a lagging worker's pull at an old step evicts its own rows at once) is served
+// from the table again. It used to be taken for rows held back by admission and read from the
+// admission scratch store, which does not exist without admission: the shard crashed (SIGSEGV).
+TEST(PsEviction, ARetriedPullOfEvictedRowsIsServed) {
+  TableConfig config = testing::table_config("evict", 4, "adagrad");
+  config.options.capacity_rows = 10;
+  config.options.evict_to_fraction = 0.5;
+  ServerTable table(config, 4);
+  std::vector<std::int64_t> recent{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<float> rows(recent.size() * 4);
+  table.pull(recent, rows.data(), /*step=*/5);
+  std::vector<std::int64_t> lagging{100, 101, 102, 103, 104};
+  std::vector<float> first(lagging.size() * 4), again(lagging.size() * 4);
+  table.pull(lagging, first.data(), /*step=*/1);
+  ASSERT_GT(table.stats().evicted_rows, 0);
+  table.pull(lagging, again.data(), /*step=*/1, /*repeat=*/true);
+  EXPECT_EQ(again, first);  // never updated: recreated from (id, seed) alike
+  EXPECT_LE(table.stats().rows, 10);
 }
 
 }  // namespace

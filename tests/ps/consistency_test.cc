@@ -176,6 +176,45 @@ TEST(PsConsistency, BoundedStalenessIsNeverExceeded) {
   }
 }
 
+// A job resumed at step 10 starts with pulls, before any push: a pull at step k says its
+// worker completed k steps, so the workers' first pulls are served once each has pulled. The
+// shards' clocks used to stay at 0 until a push, so every pull past the bound waited for pushes
+// that could not come, and the resumed job failed at its first step (held for wait_timeout_s).
+// A worker ahead of the bound still waits for the slowest one's pull.
+TEST(PsConsistency, AResumedBoundedJobsFirstPullsAreServed) {
+  ServerOptions server;
+  server.wait_timeout_s = 5;
+  Cluster cluster(1, server);
+  TableConfig c = table_config("bounded", 4, "sgd", "bounded", 2);
+  c.options.staleness = 1;
+  std::atomic<bool> slow_pulled{false}, slow_pushed{false};
+  std::atomic<bool> served_early{false};
+  aiacc::testing::run_ranks(2, [&](int w) {
+    auto client = cluster.client(w);
+    client->create_table(c);
+    const std::vector<std::int64_t> ids = {1, 2, 3};
+    std::vector<float> rows(ids.size() * 4);
+    if (w == 0) {  // the slow worker
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      slow_pulled = true;
+      client->wait(client->pull("bounded", ids, rows.data(), 10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      slow_pushed = true;
+      client->wait(client->push("bounded", ids, rows.data(), 0.0, 10));
+    } else {
+      // Held until worker 0 pulls at 10 (until then its clock is 0, 10 steps behind).
+      client->wait(client->pull("bounded", ids, rows.data(), 10));
+      if (!slow_pulled) served_early = true;
+      client->wait(client->push("bounded", ids, rows.data(), 0.0, 10));
+      client->wait(client->push("bounded", ids, rows.data(), 0.0, 11));
+      // Step 12 is 2 ahead of worker 0's 10: held until it pushes step 10.
+      client->wait(client->pull("bounded", ids, rows.data(), 12));
+      if (!slow_pushed) served_early = true;
+    }
+  });
+  EXPECT_FALSE(served_early);
+}
+
 TEST(PsConsistency, ABoundedPushFromAnUnknownWorkerChangesNothing) {
   // Worker 5 of a 2-worker bounded table: refused with an error naming it, before its rows are
   // applied, and refused again when retried (never acknowledged as a duplicate).
