@@ -118,7 +118,9 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
     // Settled before any new plan: the new one may evict the slots the prefetch fills.
     std::unique_ptr<Prefetch> p = std::move(prefetch_);
     settle(*p);
-    if (p->step == step_ && std::equal(ids.begin(), ids.end(), p->ids.begin(), p->ids.end())) {
+    // Its rows went into the cache's slots as fetched at this step: forget them all.
+    if (p->before_sync_push && cache_) reset_cache();
+    if (!p->before_sync_push && p->step == step_ && std::equal(ids.begin(), ids.end(), p->ids.begin(), p->ids.end())) {
       if (cache_) {
         copy_from_slots(p->plan, rows);
         last_slot_of_ = std::move(p->plan.slot_of);
@@ -147,6 +149,7 @@ void RemoteEmbeddingStore::prefetch(std::span<const std::int64_t> ids) {
   auto p = std::make_unique<Prefetch>();
   p->ids.assign(ids.begin(), ids.end());
   p->step = step_;
+  p->before_sync_push = pending_push_.valid() && config_.options.consistency == "sync";
   std::span<const std::int64_t> fetch_ids = p->ids;
   if (cache_) {
     p->plan = plan_batch(p->ids);

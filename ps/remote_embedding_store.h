@@ -5,8 +5,10 @@
 //
 // Prefetch: after a step's push, prefetch(next ids) starts pulling the next batch's rows while
 // the current step finishes (dense all-reduce, optimiser); the next pull() with the same ids
-// takes them from the ticket. A prefetch is only used when no push happened in between, so
-// its rows are exactly what a blocking pull would return under every consistency mode.
+// takes them from the ticket. A prefetch is only used when no push happened in between and,
+// for a sync table, when it was not sent while this worker's last push still waited for the
+// other workers' (push_async() without wait_push()), so its rows are exactly what a blocking
+// pull would return under every consistency mode.
 //
 // Hot-row cache (TableOptions::cache_rows > 0): pull() and prefetch() plan each batch over an
 // embedding::HotRowCache and ask the shards only for the rows it does not hold fresh enough;
@@ -85,6 +87,9 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
     Ticket ticket;
     std::uint64_t step = 0;
     embedding::RowCachePlan plan;  // with a cache
+    // Sent while this worker's push to a sync table was not yet applied (it waits for every
+    // worker's push of the step), so its rows may predate that push: never used.
+    bool before_sync_push = false;
   };
   // With a cache: plans `ids` for this step (ConfigError naming the table and the option when
   // the batch has more unique rows than the cache).

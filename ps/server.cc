@@ -266,6 +266,17 @@ class PsServer::Impl {
                                   path, checkpoint.shard, checkpoint.num_shards, options_.shard,
                                   options_.num_shards));
     }
+    // Every table's config is checked before any table changes: a mismatch found at the second
+    // table used to leave the first one restored and the shard half loaded.
+    for (const TableConfig& config : checkpoint.tables) {
+      auto it = tables_.find(table_key(config.spec.name));
+      if (it != tables_.end() && it->second->table.config_yaml() != encode_table_config(config)) {
+        throw DataError(fmt::format("{}: table '{}' in the checkpoint differs from the one registered "
+                                    "(nothing was loaded):\nregistered:\n{}\nin the checkpoint:\n{}",
+                                    path, config.spec.name, it->second->table.config_yaml(),
+                                    encode_table_config(config)));
+      }
+    }
     for (const TableConfig& config : checkpoint.tables) {
       TableState& state = register_table(config, path);
       state.table.load_rows(checkpoint.tensors);

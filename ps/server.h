@@ -82,7 +82,8 @@ class PsServer {
   void save_checkpoint(const std::string& path) const;
   // Replaces the rows of every table in the file (creating tables it does not have yet).
   // Throws DataError naming the file when it belongs to another shard (index or count), or a
-  // table's config differs from the one registered here.
+  // table's config differs from the one registered here (checked for every table before any
+  // is loaded).
   void load_checkpoint(const std::string& path);
 
  private:

@@ -231,6 +231,11 @@ void ClientIo::on_reply(int shard, std::vector<net::Message>& parts) {
       const std::string message = parts.size() > 1 ? std::string(as_text(parts[1].bytes())) : "";
       throw CommError(fmt::format("{} failed on the shard: {}", describe(shard, request), message));
     }
+    if (header.op != request.header.op) {
+      // Branching on the reply's op for another request's state would write past it.
+      throw CommError(fmt::format("{}: the reply is for a {}, not this {}", describe(shard, request),
+                                  op_name(header.op), op_name(request.header.op)));
+    }
     if (header.op == Op::pull) {
       const auto positions = request.positions;
       const std::size_t row_bytes = t.dim * sizeof(float);

@@ -80,6 +80,46 @@ TEST(PsCheckpoint, RestoredShardServesIdenticalRows) {
   std::filesystem::remove_all(dir);
 }
 
+// A checkpoint whose second table differs from the one registered is refused before anything
+// is loaded: the first table keeps its rows (it used to be restored, leaving the shard half
+// loaded), and the error is a DataError naming the file and the table.
+TEST(PsCheckpoint, ACheckpointThatDoesNotFitLoadsNothing) {
+  const auto dir = temp_dir("partial");
+  const TableConfig a = table_config("a_table", 4, "adagrad");
+  TableConfig b = table_config("b_table", 4, "adagrad");
+  {
+    Cluster cluster(1);
+    auto client = cluster.client();
+    client->create_table(a);
+    client->create_table(b);
+    train(*client, "a_table", 4, 0, 3);
+    client->save_checkpoint(dir.string());
+  }
+  Cluster cluster(1);
+  auto client = cluster.client();
+  client->create_table(a);
+  b.optimizer.lr = 0.5;  // registered with another learning rate than the checkpoint's
+  client->create_table(b);
+  const auto before = client->dump_rows("a_table");
+  try {
+    client->load_checkpoint(dir.string());
+    FAIL() << "a mismatched table was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("table 'b_table' in the checkpoint differs from the one registered "
+                                         "(nothing was loaded)"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto after = client->dump_rows("a_table");
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    ASSERT_EQ(after[i].second.num_bytes(), before[i].second.num_bytes()) << after[i].first;
+    EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
+        << after[i].first;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(PsCheckpoint, FileIsSafetensorsWithShardMetadata) {
   const auto dir = temp_dir("format");
   Cluster cluster(1);

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "ps/consistency.h"
+#include "ps/remote_embedding_store.h"
 #include "tests/ps/ps_fixture.h"
 #include "tests/testing/run_ranks.h"
 
@@ -213,6 +214,28 @@ TEST(PsConsistency, AResumedBoundedJobsFirstPullsAreServed) {
     }
   });
   EXPECT_FALSE(served_early);
+}
+
+// A prefetch sent while this worker's push to a sync table still waits for the other worker's
+// (push_async() without wait_push()) is answered with the rows before the step's update; the
+// pull after the step must not use it. It used to: the pulled rows missed the step's update.
+TEST(PsConsistency, ASyncPrefetchSentBeforeThePushAppliedIsNotUsed) {
+  Cluster cluster(1);
+  TableConfig c = table_config("sync_prefetch", 4, "sgd", "sync", 2);
+  RemoteEmbeddingStore a(cluster.client(0), c), b(cluster.client(1), c);
+  const std::vector<std::int64_t> ids = {1, 2, 3};
+  const std::vector<float> grads(ids.size() * 4, 1.0f);
+  std::vector<float> rows(ids.size() * 4), direct(ids.size() * 4);
+  a.push_async(ids, grads.data(), 1.0);  // step 0 of worker 0: waits for worker 1's
+  a.prefetch(ids);                       // answered now, with the rows before step 0
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    b.push(ids, grads.data(), 1.0);  // completes step 0: applied
+  });
+  a.pull(ids, rows.data());
+  other.join();
+  a.client().wait(a.client().pull("sync_prefetch", ids, direct.data(), 1));
+  EXPECT_EQ(rows, direct);
 }
 
 TEST(PsConsistency, ABoundedPushFromAnUnknownWorkerChangesNothing) {

@@ -725,6 +725,40 @@ TEST(DistributedTrain, NonFiniteGradientsStopTheJobOrSkipTheStepByConfig) {
     ++checked;
   }
   EXPECT_GT(checked, 10);
+
+  // A table whose gradient was not finite pushes no rows: its rows and their optimiser state
+  // stay as they were, under sparse Adam here, whose moments and row steps the push of zero
+  // rows it made before moved. Those are the wide tables (the NaN features reach them through
+  // the wide part's linear term; the deep MLP's ReLUs turn them into zero gradients, which are
+  // finite and pushed). The rows of the step-5 checkpoint are compared in the step-6 one (step 6
+  // skipped; rows it pulled for the first time are new there).
+  auto adam = train("wd_nan_adam", wide_deep_job("wd_nan_adam", 32, cluster, "adam"), "AIACC_TEST_NAN_AT=6", "",
+                    "--set train.non_finite=skip --set train.max_steps=6 --set train.checkpoint.every_steps=1");
+  ASSERT_EQ(adam.status, 0) << adam.output;
+  EXPECT_THAT(adam.output, HasSubstr("step 6 skipped"));
+  const auto before = final_checkpoint("wd_nan_adam", 5), after = final_checkpoint("wd_nan_adam", 6);
+  int tables = 0;
+  for (const auto& [name, ids] : before) {
+    if (name.rfind("table/wide.", 0) != 0 || name.substr(name.size() - 4) != ".ids") continue;
+    const std::string table = name.substr(0, name.size() - 4);
+    const aiacc::Tensor& later_ids = after.at(name);
+    std::map<std::int64_t, std::int64_t> later_row;
+    for (std::int64_t r = 0; r < later_ids.numel(); ++r) later_row[later_ids.data<std::int64_t>()[r]] = r;
+    for (const char* part : {".values", ".state"}) {
+      const aiacc::Tensor& x = before.at(table + part);
+      const aiacc::Tensor& y = after.at(table + part);
+      const std::int64_t width = x.numel() / std::max<std::int64_t>(1, ids.numel());
+      for (std::int64_t r = 0; r < ids.numel(); ++r) {
+        const std::int64_t other = later_row.at(ids.data<std::int64_t>()[r]);
+        for (std::int64_t j = 0; j < width; ++j) {
+          ASSERT_EQ(x.data<float>()[r * width + j], y.data<float>()[other * width + j])
+              << table << part << " of id " << ids.data<std::int64_t>()[r];
+        }
+      }
+    }
+    ++tables;
+  }
+  EXPECT_EQ(tables, 27);  // 26 fields and a cross
 }
 
 // Two workers with their models on devices (the fake accelerator, loaded as aiacc-train's CUDA

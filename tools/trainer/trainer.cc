@@ -653,21 +653,25 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     ps::RemoteEmbeddingStore* remote_store = remote == s.remote.end() ? nullptr : remote->second;
     p->add_grad_ready_hook([&s, store, remote_store](Parameter& param) {
       SparseGrad& grad = param.sparse_grad();
+      bool skip_rows = false;
       if (!all_finite(grad.rows)) {
         if (s.options.train.non_finite == "stop") {
           throw Error(fmt::format("the gradient of embedding table '{}' is not finite (NaN or Inf); "
                                   "lower the learning rates or check the data, or set "
                                   "train.non_finite: skip", param.name()));
         }
-        // Skipped: zero rows leave the rows unchanged under SGD and Adagrad.
+        // Skipped: this worker pushes no rows for the table this step. Still a push, which
+        // sync tables and replicated ones count per worker and step. (Zero rows would still
+        // move Adam's moments and row steps, and an FTRL row's state.)
         if (s.non_finite_sparse.empty()) s.non_finite_sparse = param.name();
-        std::fill(grad.rows.data<float>(), grad.rows.data<float>() + grad.rows.numel(), 0.0f);
+        skip_rows = true;
       }
+      const std::span<const std::int64_t> ids = skip_rows ? std::span<const std::int64_t>() : std::span(grad.ids);
       const auto start = Clock::now();
       if (remote_store != nullptr) {
-        remote_store->push_async(grad.ids, grad.rows.data<float>(), s.sparse_lr);
+        remote_store->push_async(ids, grad.rows.data<float>(), s.sparse_lr);
       } else {
-        store->push(grad.ids, grad.rows.data<float>(), s.sparse_lr);
+        store->push(ids, grad.rows.data<float>(), s.sparse_lr);
       }
       s.comm_wait_seconds += seconds_since(start);
     });
