@@ -175,6 +175,7 @@ std::optional<Batch> Loader::next() {
     s.queue.pop_front();
     queue_lock.unlock();
     s.not_full.notify_one();
+    timed_out_ = false;  // the reader is not stuck after all
     std::lock_guard position_lock(mutex_);
     ++position_.batch;
     return batch;

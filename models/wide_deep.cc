@@ -195,16 +195,37 @@ void WideDeep::plan_device_row_cache() {
     bag.slot_base = table_slots > 0 ? slots : -1;
     slots += table_slots;
   }
-  // The mirror starts empty: each store lists every slot it wrote since it was made (or emptied
-  // its cache), so the first take fills whatever the first pulls read.
-  if (slots > 0) device_slots_ = Tensor::zeros(Shape{slots, deep_input_shape().dim}, DType::f32, device_);
+  if (slots == 0) return;
+  // The first step copies every slot over (device_slots_resync_), whatever the stores listed
+  // before (a second to(), or takes of a step that failed).
+  const std::int64_t dim = deep_input_shape().dim;
+  try {
+    device_slots_ = Tensor::empty(Shape{slots, dim}, DType::f32, device_);
+  } catch (const Error& e) {
+    throw ConfigError(fmt::format(
+        "model.wide_deep.device_row_cache: the GPU mirror of the deep tables' hot-row caches ({} rows of {} floats, "
+        "{:.2f} GiB) does not fit on {}: {} (lower cluster.ps.cache_rows, or set "
+        "model.wide_deep.device_row_cache: false to copy each step's rows instead)",
+        slots, dim, static_cast<double>(slots * dim * 4) / (1 << 30), device_.str(), e.what()));
+  }
+  device_slots_resync_ = true;
 }
 
 Tensor WideDeep::deep_input_on_device(const Tensor& ints, bool training) {
-  const DeepInputShape shape = deep_input_shape();
-  const std::int64_t n = shape.batch, dim = shape.dim;
   device_bags_.resize(deep_fields_.size());
   if (!device_row_cache_planned_) plan_device_row_cache();
+  try {
+    return build_deep_input_on_device(ints, training);
+  } catch (...) {
+    // Rows taken from the stores may not have reached the mirror: the next step sends them all.
+    device_slots_resync_ = true;
+    throw;
+  }
+}
+
+Tensor WideDeep::build_deep_input_on_device(const Tensor& ints, bool training) {
+  const DeepInputShape shape = deep_input_shape();
+  const std::int64_t n = shape.batch, dim = shape.dim;
 
   // Pull each field's unique rows and lay out where its arrays go in the two blocks (the
   // backward's plans only for a training step). A mirrored table sends the rows its cache
@@ -224,7 +245,8 @@ Tensor WideDeep::deep_input_on_device(const Tensor& ints, bool training) {
     device_rows_.pulled += unique;
     if (bag.slot_base >= 0) {
       written_scratch_.clear();
-      const bool cached = table.store().take_cache_slots(bag.slot_of, written_scratch_, written_rows_);
+      const bool cached =
+          table.store().take_cache_slots(bag.slot_of, written_scratch_, written_rows_, device_slots_resync_);
       AIACC_CHECK(cached && static_cast<std::int64_t>(bag.slot_of.size()) == unique,
                   "model wide_deep: table {} gave {} cache slots for {} pulled rows", table.parameter().name(),
                   bag.slot_of.size(), unique);
@@ -291,6 +313,7 @@ Tensor WideDeep::deep_input_on_device(const Tensor& ints, bool training) {
     ops.scatter_rows(device_, written, dim, dev_floats + written_rows_at, dev_ids + written_slots_at,
                      device_slots_.data<float>());
   }
+  if (device_slots_.defined()) device_slots_resync_ = false;
   for (std::size_t f = 0; f < device_bags_.size(); ++f) {
     const DeviceBag& bag = device_bags_[f];
     kernels::EmbeddingBagGeometry geometry = bag.geometry;

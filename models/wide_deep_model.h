@@ -129,6 +129,7 @@ class WideDeep final : public Model {
   // The deep MLP's input [N, fields x dim + integers] built on the device from the pulled
   // unique rows (embedding_bags: device), and the deep tables' backward from its gradient.
   Tensor deep_input_on_device(const Tensor& ints, bool training);
+  Tensor build_deep_input_on_device(const Tensor& ints, bool training);  // its work, without the resync
   Tensor deep_backward_on_device(const Tensor& dinput);
   struct DeepInputShape {
     std::int64_t batch, dim, fields, width;  // width = fields x dim + integers
@@ -172,6 +173,9 @@ class WideDeep final : public Model {
   bool device_row_cache_;               // options.device_row_cache
   bool device_row_cache_planned_ = false;
   Tensor device_slots_;  // [mirrored tables' cache slots, D] f32 on the device
+  // The next step copies every slot of the mirrored tables: the mirror is new, or a step
+  // failed between taking the stores' written slots and queueing their copy.
+  bool device_slots_resync_ = true;
   std::vector<std::int32_t> written_scratch_;    // one table's written slots, from its store
   std::vector<std::int64_t> written_slots_;      // this step's, as rows of device_slots_
   std::vector<float> written_rows_;              // [written, D]

@@ -219,11 +219,18 @@ embedding::HotRowCacheStats RemoteEmbeddingStore::cache_stats() const {
 }
 
 bool RemoteEmbeddingStore::take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
-                                            std::vector<float>& rows) {
+                                            std::vector<float>& rows, bool every_slot) {
   std::lock_guard lock(mutex_);
   if (!cache_) return false;
   slot_of = last_slot_of_;
   const auto d = static_cast<std::size_t>(config_.spec.dim);
+  if (every_slot) {
+    written_slots_.clear();
+    for (std::int32_t slot = 0; slot < static_cast<std::int32_t>(slot_written_.size()); ++slot) {
+      written_slots_.push_back(slot);
+      slot_written_[static_cast<std::size_t>(slot)] = 1;
+    }
+  }
   const std::size_t first = rows.size();
   rows.resize(first + written_slots_.size() * d);
   for (std::size_t j = 0; j < written_slots_.size(); ++j) {

@@ -69,7 +69,7 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
   // Its slots, for a device mirror (EmbeddingStore's contract).
   std::int64_t cache_slots() const override { return config_.options.cache_rows > 0 ? config_.options.cache_rows : 0; }
   bool take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
-                        std::vector<float>& rows) override;
+                        std::vector<float>& rows, bool every_slot) override;
 
   std::uint64_t step() const;
   // Tells the store where a resumed worker is (steps completed), before its first push.

@@ -43,7 +43,11 @@ SharedMemory SharedMemory::create(const std::string& name, std::size_t bytes) {
   }
   // ftruncate on tmpfs reserves nothing: a /dev/shm smaller than the segment (a container's
   // 64 MiB default) would kill the first write past its end with SIGBUS. Take the pages now.
-  if (const int error = bytes > 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : 0; error != 0) {
+  int error = 0;
+  do {
+    error = bytes > 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : 0;
+  } while (error == EINTR);  // tmpfs gives up on a pending signal
+  if (error != 0) {
     close(fd);
     shm_unlink(name.c_str());
     throw IoError(fmt::format("reserving {} bytes of shared memory for {} failed: {} (is /dev/shm large enough? "

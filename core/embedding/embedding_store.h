@@ -53,10 +53,11 @@ class EmbeddingStore {
   // slot written since the previous call (each once; the first call: since the store was made
   // or its cache emptied) appended to `written` with its row now appended to `rows`
   // ([written, dim]); a slot the last pull() reads was written in this call or an earlier one.
-  // Returns false, touching nothing, without a cache.
+  // With `every_slot`, every slot is listed (a mirror that is new, or lost what an earlier
+  // call gave it). Returns false, touching nothing, without a cache.
   virtual bool take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
-                                std::vector<float>& rows) {
-    (void)slot_of, (void)written, (void)rows;
+                                std::vector<float>& rows, bool every_slot) {
+    (void)slot_of, (void)written, (void)rows, (void)every_slot;
     return false;
   }
 

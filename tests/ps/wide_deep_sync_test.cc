@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "core/config/node.h"
+#include "core/error.h"
 #include "core/embedding/local_embedding_store.h"
 #include "core/optim/optimizer.h"
 #include "models/model.h"
@@ -218,17 +219,24 @@ TEST(PsWideDeep, DeviceRowCacheTrainsAsTheHostCacheBitForBit) {
     std::int64_t scattered = 0;
     embedding::HotRowCacheStats cache;
   };
-  const auto run = [&](Device device, bool mirror) {
+  // fail_at: before that step, an evaluation forward whose C3 bag touches more rows than the
+  // cache holds fails after C1 and C2 pulled (deep tables only: the wide ones would fail first).
+  const auto run = [&](Device device, bool mirror, const std::string& model_yaml = kModelYaml, int fail_at = -1) {
     testing::Cluster cluster(2);
     TableOptions options;
     options.consistency = "async";
     options.cache_rows = 64;
     options.cache_staleness = 3;
     Replica r(ps_embedding_store_factory(cluster.client(), sparse_optimizer(), options),
-              std::string(kModelYaml) + "device_row_cache: " + (mirror ? "true" : "false") + "\n", device);
+              model_yaml + "device_row_cache: " + (mirror ? "true" : "false") + "\n", device);
     const std::int64_t scattered_before = log.scattered_rows;
     Run out;
     for (int step = 0; step < kCacheSteps; ++step) {
+      if (step == fail_at) {
+        Data wide = make_skewed_data(100, 9);
+        for (std::size_t i = 0; i < wide.raw.size(); ++i) wide.raw[i][2] = 1000 + static_cast<std::int64_t>(i);
+        EXPECT_THROW(r.model->forward(batch_of(wide, 0, 100), false), ConfigError);
+      }
       out.losses.push_back(r.model->forward(batch_of(train, step * kBatch, (step + 1) * kBatch), true));
       r.model->backward();
       r.optimizer->step(r.dense_options.lr);
@@ -262,6 +270,14 @@ TEST(PsWideDeep, DeviceRowCacheTrainsAsTheHostCacheBitForBit) {
   EXPECT_LT(mirrored.rows.copied, mirrored.rows.pulled);
   std::printf("[ mirror   ] %lld of %lld pulled deep-table rows copied to the device\n",
               static_cast<long long>(mirrored.rows.copied), static_cast<long long>(mirrored.rows.pulled));
+
+  // A forward that fails after some tables gave the mirror their written slots (here: a batch
+  // too wide for the cache) leaves the mirror complete: the next step sends every slot again.
+  const std::string deep_only = "embedding_dim: 8\nhidden: [16, 8]\nwide: false\n";
+  const Run cpu_failing = run(Device::cpu(), true, deep_only, 8);
+  const Run mirrored_failing = run(Device::cuda(0), true, deep_only, 8);
+  EXPECT_EQ(mirrored_failing.losses, cpu_failing.losses);
+  EXPECT_EQ(mirrored_failing.predictions, cpu_failing.predictions);
 }
 
 }  // namespace

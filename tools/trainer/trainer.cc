@@ -406,7 +406,10 @@ struct Trainer::State {
   // What decides the training epochs' example order (data::ShardSampler): the checkpoint's
   // position is into that order.
   nlohmann::json data_order() const {
-    return {{"train_examples", train_data->size()}, {"seed", options.job.seed}, {"shuffle", options.data.shuffle}};
+    // Without shuffling the seed decides nothing.
+    return {{"train_examples", train_data->size()},
+            {"seed", options.data.shuffle ? nlohmann::json(options.job.seed) : nlohmann::json()},
+            {"shuffle", options.data.shuffle}};
   }
 
   // Restores everything a checkpoint holds; returns the data position it saved (epoch, and the
