@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net/message_memory.h"
+#include "core/util/cpus.h"
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
@@ -39,6 +40,20 @@ int local_processes() {
     }
   }
   return 1;
+}
+
+// Compute threads of one process with job.threads 0: OMP_NUM_THREADS when set; else the CPUs
+// this process may run on where its launcher confined it (cluster.pin_cores, srun's
+// --cpus-per-task, a container's cpuset), or the machine's cores shared among the job's
+// processes on it.
+int default_threads() {
+  if (const char* configured = std::getenv("OMP_NUM_THREADS"); configured != nullptr && std::atoi(configured) > 0) {
+    return std::atoi(configured);
+  }
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int allowed = static_cast<int>(aiacc::util::allowed_cpus().size());
+  if (allowed > 0 && allowed < machine) return allowed;
+  return std::max(1, machine / local_processes());
 }
 
 // A job on a GPU (job.device) loads the CUDA plugin (tools/cuda_plugin.cc), which registers
@@ -76,10 +91,10 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   using namespace aiacc;
   const auto& cluster = job.cluster;
   log::set_role(role.name(cluster));
-  // Share the machine's cores among the job's processes on it, unless the config says.
   if (job.job.threads == 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    omp_set_num_threads(std::max(1, cores / local_processes()));
+    const int threads = default_threads();
+    omp_set_num_threads(threads);
+    log::get("trainer")->info("{} compute thread{} (job.threads 0)", threads, threads == 1 ? "" : "s");
   }
   // Before the process group starts its stream threads (they inherit it), on servers too: their
   // sparse optimiser state decays like a worker's.

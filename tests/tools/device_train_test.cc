@@ -220,6 +220,28 @@ TEST(DeviceTraining, AnOverflowingFp16StepIsSkippedAndTheLossScaleBacksOff) {
   std::filesystem::remove_all(base);
 }
 
+// job.device: cuda with several workers: local rank r on GPU r, or GPU 0 where
+// CUDA_VISIBLE_DEVICES names one device (the launcher gave the process its own GPU; local rank
+// 1 asked for a cuda:1 it could not see); cuda:N and one worker as written.
+TEST(DeviceTraining, EachWorkersGpuFollowsItsLocalRankOrItsOnlyVisibleGpu) {
+  const auto job = [](const std::string& device, int workers) {
+    JobOptions options;
+    options.job.device = device;
+    options.cluster.workers = workers;
+    return options;
+  };
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
+  EXPECT_EQ(job_device(job("cuda", 1), 1), Device::cuda(0));
+  EXPECT_EQ(job_device(job("cuda:3", 2), 1), Device::cuda(3));
+  ::setenv("CUDA_VISIBLE_DEVICES", "5", 1);
+  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(0));
+  ::setenv("CUDA_VISIBLE_DEVICES", "4,5", 1);
+  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(job_device(job("cpu", 2), 1), Device::cpu());
+}
+
 TEST(DeviceTraining, JobsTheDevicePathDoesNotCoverAreRefusedByKey) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_refused";

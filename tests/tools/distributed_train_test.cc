@@ -259,12 +259,27 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=70000", "MASTER_PORT='70000' is not a TCP port"},
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=http", "MASTER_PORT='http' is not a TCP port"},
       {"OMPI_COMM_WORLD_RANK=5 OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=5 is outside the world of 2"},
+      {"SLURM_PROCID=3 SLURM_NTASKS=2", "SLURM_PROCID=3 is outside the world of 2"},
+      // torchrun under srun (one task per node): torchrun's variables are this process's.
+      {"SLURM_PROCID=0 SLURM_NTASKS=1 RANK=5 WORLD_SIZE=2", "RANK=5 is outside the world of 2"},
   };
   for (const auto& [env, message] : cases) {
     const auto r = train("bad_env", yaml, std::string(kTokenEnv) + " " + env);
     EXPECT_EQ(r.status, 2) << env << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(message)) << env;
   }
+}
+
+// job.threads 0: a rank takes OMP_NUM_THREADS when it is set (it used to be overridden by the
+// machine's cores shared among the ranks), and one thread when the launcher pins it to a core.
+TEST(DistributedTrain, ComputeThreadsFollowOmpNumThreadsAndPinning) {
+  const std::string yaml = mlp_job("threads", 32, "  workers: 2\n");
+  auto from_env = train("threads", yaml, "OMP_NUM_THREADS=3", "", "--set train.max_steps=1");
+  ASSERT_EQ(from_env.status, 0) << from_env.output;
+  EXPECT_THAT(from_env.output, HasSubstr("[worker 1] [trainer] 3 compute threads (job.threads 0)"));
+  auto pinned = train("threads", yaml, "", "", "--set train.max_steps=1 --set cluster.pin_cores=true");
+  ASSERT_EQ(pinned.status, 0) << pinned.output;
+  EXPECT_THAT(pinned.output, HasSubstr("[worker 1] [trainer] 1 compute thread (job.threads 0)"));
 }
 
 // A job resumed with another worker count or batch size continues at the same place of the
@@ -502,6 +517,14 @@ TEST(DistributedTrain, AKilledShardStopsTheJobOrTheJobRestartsFromItsNewestCheck
                        "", "", "--set train.checkpoint.resume=never");
   EXPECT_EQ(refused.status, 2) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr("cluster.max_restarts: 1 restarts a failed job"));
+
+  // A configuration error that only the ranks find (data.drop_last: false with 2 workers) is
+  // not restarted: it would fail alike every time.
+  auto config_error = train("wd_shard_config", wide_deep_job("wd_shard_config", 32, cluster + "  max_restarts: 2\n"),
+                            "", "", "--set data.drop_last=false");
+  EXPECT_EQ(config_error.status, 2) << config_error.output;
+  EXPECT_THAT(config_error.output, HasSubstr("not restarting"));
+  EXPECT_THAT(config_error.output, Not(HasSubstr("restarting the job from its newest checkpoint")));
 }
 
 TEST(DistributedTrain, WithoutASupervisorADeadShardStopsTheWorkersNamingIt) {
@@ -542,6 +565,10 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   EXPECT_THAT(r.output, HasSubstr("start-up check failed"));
   EXPECT_THAT(r.output, HasSubstr("worker 1"));
   EXPECT_THAT(r.output, HasSubstr("optimizer.lr: worker 0 has 'lr: 0.05', it has 'lr: 0.07'"));
+  // Worker 1 says so too, at once: it used to wait for the store worker 0 took with it when it
+  // left, until cluster.start_timeout_s, and then blame the rendezvous.
+  const std::string::size_type first = r.output.find("start-up check failed");
+  EXPECT_NE(r.output.find("start-up check failed", first + 1), std::string::npos) << r.output;
 }
 
 // The same config whose relative data path resolves to files of different sizes on the two

@@ -1,5 +1,8 @@
 #include "tools/trainer/job_options.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace aiacc::trainer {
 
 JobOptions load_job(const std::string& path, const std::vector<std::string>& overrides) {
@@ -33,7 +36,13 @@ std::string reference_yaml() {
 Device job_device(const JobOptions& job, int local_rank) {
   const std::optional<Device> device = Device::parse(job.job.device);
   if (!device) throw ConfigError(fmt::format("job.device: {}: expected cpu, cuda or cuda:N", job.job.device));
-  if (job.job.device == "cuda" && job.cluster.workers > 1) return Device::cuda(local_rank);
+  if (job.job.device == "cuda" && job.cluster.workers > 1) {
+    // A launcher that gives each process one GPU of its own (Slurm's --gpus-per-task, a
+    // container with one device) leaves it visible as device 0, whatever the local rank.
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (visible != nullptr && *visible != '\0' && std::strchr(visible, ',') == nullptr) return Device::cuda(0);
+    return Device::cuda(local_rank);
+  }
   return *device;
 }
 

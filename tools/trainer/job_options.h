@@ -28,7 +28,10 @@ struct JobSection {
     v.field("name", name, "job name; outputs go to <run_dir>/<name>", config::non_empty());
     v.field("run_dir", run_dir, "folder for metrics, logs and checkpoints", config::non_empty());
     v.field("seed", seed, "seed of initialisation, shuffling and augmentation");
-    v.field("threads", threads, "compute threads per process (0: all cores)", config::at_least(0));
+    v.field("threads", threads,
+            "compute threads per process (0: OMP_NUM_THREADS when set, else the cores this process may use, "
+            "shared among the job's processes on the machine)",
+            config::at_least(0));
     v.field("device", device,
             "where the model trains: cpu, cuda (GPU 0; with several workers, local rank r on GPU r) or cuda:N "
             "(every worker on GPU N); models mlp, resnet, wide_deep (its tables stay in host memory)",
@@ -146,7 +149,8 @@ std::string reference_yaml();
 
 // The device a worker trains on: job.device, except that in a job of several workers `cuda`
 // (no index) puts the worker of local rank r on GPU r (one GPU per process, like torchrun's
-// LOCAL_RANK), while `cuda:N` puts every worker on GPU N.
+// LOCAL_RANK), or on GPU 0 when CUDA_VISIBLE_DEVICES names one device (the launcher gave the
+// process its GPU), while `cuda:N` puts every worker on GPU N.
 Device job_device(const JobOptions& job, int local_rank);
 
 }  // namespace aiacc::trainer

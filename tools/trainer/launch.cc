@@ -55,13 +55,18 @@ struct LauncherVars {
   const char* size;
   const char* local_rank;
 };
+// Innermost launcher first: mpirun and torchrun run under srun (`srun torchrun ...`, one task
+// per node), whose variables then describe the nodes, not this process.
 constexpr LauncherVars kLaunchers[] = {
     {"local", "AIACC_RANK", "AIACC_WORLD_SIZE", "AIACC_LOCAL_RANK"},
     {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
     {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
 };
+
+// aiacc-train's exit status for a configuration or usage error (tools/aiacc_train.cc).
+constexpr int kConfigErrorStatus = 2;
 
 std::atomic<int> g_forwarded_signal{0};
 void remember_signal(int signal) { g_forwarded_signal.store(signal); }
@@ -343,8 +348,15 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
     net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
     result = run_job_once(cluster, args, base_env, rendezvous, attempt, forwarded);
     if (result.exit_status == 0 || forwarded != 0 || attempt >= cluster.max_restarts) break;
+    if (result.exit_status == kConfigErrorStatus) {
+      // A configuration error (a bad key, a schedule that does not fit): the same again.
+      log->error("not restarting: {} (a configuration error; a restart would fail alike)", result.failure);
+      break;
+    }
     log->warn("restarting the job from its newest checkpoint (restart {} of {}) after: {}",
               attempt + 1, cluster.max_restarts, result.failure);
+    // A moment before the next attempt, so that what failed (a port, a mount) may come back.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -154,7 +154,10 @@ void ProcessGroup::check(const std::string& what, const std::string& text, int r
   std::vector<std::string> differing;
   std::string example;
   for (int r = 1; r < ranks; ++r) {
-    const std::string other = rendezvous_->get_string(fmt::format("{}/{}", prefix, r), deadline);
+    // Its own text needs no store: when worker 0 fails this check and leaves, the store goes
+    // with it, and the others would wait for it to the timeout instead of failing now.
+    const std::string other =
+        r == role_.rank ? text : rendezvous_->get_string(fmt::format("{}/{}", prefix, r), deadline);
     if (other == reference) continue;
     differing.push_back(rank_name(cluster_, r));
     if (example.empty()) example = fmt::format("{}: {}", rank_name(cluster_, r), first_differences(reference, other));
