@@ -881,11 +881,6 @@ TrainResult Trainer::run(const RunControl& control) {
     s.log->info("the test split comes from a known teacher: best achievable AUC {:.4f}", *best);
   }
 
-  // Shards of async or bounded tables apply a push when it arrives (a sync shard waits for
-  // every worker's, the leader's included): there the other workers must also wait until the
-  // leader's save has written the shards' snapshot, or pushes of the next step land in it and
-  // a job resumed from it applies them twice.
-  const bool shards_apply_at_once = o.cluster.ps.consistency != "sync" && !s.remote.empty();
   // What this worker was doing, for errors from collectives and parameter servers, and
   // whether that was after `step` (metrics, checkpoint, evaluation) or during step + 1.
   const char* phase = "starting";
@@ -914,7 +909,13 @@ TrainResult Trainer::run(const RunControl& control) {
       auto dir = checkpoints.save(s.snapshot(step, epoch, batch));
       s.log->info("checkpoint at step {}: {}", step, dir.string());
     }
-    if (s.multi_worker() && shards_apply_at_once) s.group->barrier();
+    // Every worker waits for the leader's save here, inside its pause: otherwise the others'
+    // next collective waits for it and counts the save as communication (shares of step time
+    // over 100% after checkpoints). Shards of async or bounded tables need it anyway: they
+    // apply a push when it arrives (a sync shard waits for every worker's, the leader's
+    // included), so the next step's pushes could land in the snapshot the save is writing, and
+    // a job resumed from it would apply them twice.
+    if (s.multi_worker()) s.group->barrier();
   };
 
   const std::optional<InjectedFault> kill_at = injected_fault(s.rank());
