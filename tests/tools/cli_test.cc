@@ -143,6 +143,22 @@ TEST(Cli, AMidEpochResumeWithAnotherDataOrderIsWarnedAbout) {
   std::filesystem::remove_all("/tmp/aiacc_cli_order");
 }
 
+// A dry run of a distributed config plans the job's workers: their steps (the schedule is
+// checked against them, as the workers will) and each tensor's placement so far as the rules
+// decide it. It used to plan one process: twice the steps, and every tensor "local".
+TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
+  std::string job = write_temp("aiacc_cli_dist.yaml", std::string(kSmallJob) +
+                                                          "cluster: {workers: 2}\n"
+                                                          "train: {epochs: 2}\n");
+  aiacc::testing::CommandResult o = run(job + " --dry-run");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("batch 32 per worker x 2 workers -> 4 steps per epoch, 8 steps in all"));
+  EXPECT_THAT(o.output, HasSubstr("ring: all-reduced over 2 workers"));
+  o = run(job + " --dry-run --set optimizer.schedule.type=cosine --set optimizer.schedule.warmup_steps=10");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("total steps 8 leave no room after warmup_steps 10"));
+}
+
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {
   std::string job = write_temp("aiacc_cli_data.yaml",
                                "data:\n  train: {type: idx_images, idx_images: {directory: /nonexistent}}\n");

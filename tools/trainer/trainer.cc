@@ -724,6 +724,10 @@ std::vector<std::pair<std::string, Tensor>> Trainer::embedding_rows() const {
 
 void Trainer::describe(std::ostream& out) const {
   const State& s = *state_;
+  if (!s.group && s.options.cluster.distributed()) {
+    describe_distributed(out);
+    return;
+  }
   out << fmt::format("data: {} training and {} test examples, batch {} -> {} steps per epoch, "
                      "{} steps in all\n",
                      s.train_data->size(), s.test_data->size(), s.options.data.batch_size,
@@ -750,6 +754,49 @@ void Trainer::describe(std::ostream& out) const {
                        fmt::format("[ids, {}]", store->spec().dim), "on demand", "sparse",
                        fmt::format("local store, {} lr {}", s.options.sparse_optimizer.type,
                                    s.options.sparse_optimizer.lr));
+  }
+}
+
+void Trainer::describe_distributed(std::ostream& out) const {
+  const State& s = *state_;
+  const JobOptions& o = s.options;
+  const ClusterOptions& cluster = o.cluster;
+  // The steps of the job's workers (each reads its shard), not of this single process; the
+  // schedules are checked against them as the workers will.
+  data::ShardOptions shard;
+  shard.dataset_size = s.train_data->size();
+  shard.batch_size = o.data.batch_size;
+  shard.shuffle = o.data.shuffle;
+  shard.drop_last = o.data.drop_last;
+  shard.seed = o.job.seed;
+  shard.world_size = cluster.workers;
+  const std::int64_t steps_per_epoch = data::ShardSampler(shard).batches_per_epoch();
+  std::int64_t total = o.train.epochs * steps_per_epoch;
+  if (o.train.max_steps > 0) total = std::min(total, o.train.max_steps);
+  (void)make_schedule(o.optimizer, total, "optimizer");
+  (void)make_schedule(o.sparse_optimizer, total, "sparse_optimizer");
+  out << fmt::format("data: {} training and {} test examples, batch {} per worker x {} workers -> {} steps per "
+                     "epoch, {} steps in all\n",
+                     s.train_data->size(), s.test_data->size(), o.data.batch_size, cluster.workers,
+                     steps_per_epoch, total);
+  out << fmt::format("model: {}, example shape {}\n", o.model.type, s.train_data->spec().example_shape.str());
+  out << fmt::format("cluster: {} workers, {} parameter-server shards (launcher: {})\n", cluster.workers,
+                     cluster.servers, cluster.launcher);
+  out << fmt::format("{:<32} {:>18} {:>12}  {:<6} {}\n", "parameter", "shape", "elements", "kind", "placement");
+  for (Parameter* p : s.dense_params) {
+    out << fmt::format("{:<32} {:>18} {:>12}  {:<6} {}\n", p->name(), p->value().shape().str(), p->value().numel(),
+                       "dense", fmt::format("ring: all-reduced over {} workers", cluster.workers));
+  }
+  for (const auto& [name, store] : s.stores) {
+    const std::string rule = rule_for(cluster, name);
+    std::string where;
+    if (rule == "ps" || (rule == "auto" && cluster.servers > 0)) {
+      where = rule == "ps" ? "ps (placement rule)" : "auto: ring or ps, decided at start from the first batches' rows";
+    } else {
+      where = rule == "ring" ? "ring (placement rule): replicated on every worker" : "ring: replicated (no servers)";
+    }
+    out << fmt::format("{:<32} {:>18} {:>12}  {:<6} {}\n", name, fmt::format("[ids, {}]", store->spec().dim),
+                       "on demand", "sparse", where);
   }
 }
 

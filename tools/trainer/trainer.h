@@ -55,7 +55,9 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Prints the plan: data sizes, steps, every parameter (name, shape, elements, kind) and how
-  // it is synchronised.
+  // it is synchronised. Built without a process group for a distributed config (a dry run),
+  // it describes the job's workers: their steps (the schedules are checked against them) and
+  // each tensor's placement as far as the rules decide it before the job starts.
   void describe(std::ostream& out) const;
 
   // Trains for the configured epochs / steps, resuming from the newest complete checkpoint when
@@ -81,6 +83,7 @@ class Trainer {
   EvalResult evaluate_checkpoint(const std::string& directory);
 
  private:
+  void describe_distributed(std::ostream& out) const;
   struct State;
   std::unique_ptr<State> state_;
 };
