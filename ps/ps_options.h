@@ -59,7 +59,7 @@ struct TableOptions {
             config::at_least<std::int64_t>(1));
     v.field("capacity_rows", capacity_rows, "rows per shard before eviction (0: unbounded)",
             config::at_least<std::int64_t>(0));
-    v.field("evict_to_fraction", evict_to_fraction, "eviction keeps this fraction of capacity",
+    v.field("evict_to_fraction", evict_to_fraction, "eviction keeps this fraction of capacity (at most 99%)",
             config::in_range(0.1, 1.0));
     v.field("cache_rows", cache_rows, "rows each worker keeps from its pulls (0: no cache)",
             config::in_range<std::int64_t>(0, (std::int64_t{1} << 31) - 1));

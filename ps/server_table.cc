@@ -105,8 +105,10 @@ void ServerTable::evict_if_needed() {
   if (capacity <= 0) return;
   const std::int64_t rows = store_->num_rows();
   if (rows <= capacity) return;
-  const auto target = static_cast<std::int64_t>(static_cast<double>(capacity) *
-                                                config_.options.evict_to_fraction);
+  // At least 1% of the capacity goes each time: with evict_to_fraction near 1 every new row
+  // would otherwise rebuild the whole table below (quadratic).
+  const auto target = std::min(static_cast<std::int64_t>(static_cast<double>(capacity) * config_.options.evict_to_fraction),
+                               capacity - std::max<std::int64_t>(1, capacity / 100));
   // The rows held are exactly the admitted entries. Drop the least recently touched (ties by
   // id, so every replica of this decision is the same) down to the target.
   const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);

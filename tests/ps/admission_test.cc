@@ -116,5 +116,21 @@ TEST(PsEviction, ARetriedPullOfEvictedRowsIsServed) {
   EXPECT_LE(table.stats().rows, 10);
 }
 
+// evict_to_fraction 1.0 still evicts 1% of the capacity at a time: it used to evict one row
+// per new row, each time rebuilding the whole table.
+TEST(PsEviction, EvictionDropsAtLeastOnePercentOfTheCapacity) {
+  TableConfig config = testing::table_config("evict", 2, "sgd");
+  config.options.capacity_rows = 200;
+  config.options.evict_to_fraction = 1.0;
+  ServerTable table(config, 2);
+  std::vector<float> row(2);
+  for (std::int64_t id = 0; id <= 200; ++id) {
+    const std::vector<std::int64_t> one{id};
+    table.pull(one, row.data(), static_cast<std::uint64_t>(id));
+  }
+  EXPECT_EQ(table.stats().rows, 198);
+  EXPECT_EQ(table.stats().evicted_rows, 3);
+}
+
 }  // namespace
 }  // namespace aiacc::ps
