@@ -186,29 +186,31 @@ WideDeep::DeepInputShape WideDeep::deep_input_shape() const {
 }
 
 void WideDeep::plan_device_row_cache() {
-  device_row_cache_planned_ = true;
-  if (!device_row_cache_) return;
+  for (DeviceBag& bag : device_bags_) bag.slot_base = -1;
+  std::vector<std::int64_t> bases(deep_fields_.size(), -1);
   std::int64_t slots = 0;
-  for (std::size_t f = 0; f < deep_fields_.size(); ++f) {
-    DeviceBag& bag = device_bags_[f];
+  for (std::size_t f = 0; device_row_cache_ && f < deep_fields_.size(); ++f) {
     const std::int64_t table_slots = deep_fields_[f]->store().cache_slots();
-    bag.slot_base = table_slots > 0 ? slots : -1;
+    if (table_slots > 0) bases[f] = slots;
     slots += table_slots;
   }
-  if (slots == 0) return;
-  // The first step copies every slot over (device_slots_resync_), whatever the stores listed
-  // before (a second to(), or takes of a step that failed).
-  const std::int64_t dim = deep_input_shape().dim;
-  try {
-    device_slots_ = Tensor::empty(Shape{slots, dim}, DType::f32, device_);
-  } catch (const Error& e) {
-    throw ConfigError(fmt::format(
-        "model.wide_deep.device_row_cache: the GPU mirror of the deep tables' hot-row caches ({} rows of {} floats, "
-        "{:.2f} GiB) does not fit on {}: {} (lower cluster.ps.cache_rows, or set "
-        "model.wide_deep.device_row_cache: false to copy each step's rows instead)",
-        slots, dim, static_cast<double>(slots * dim * 4) / (1 << 30), device_.str(), e.what()));
+  if (slots > 0) {
+    const std::int64_t dim = deep_input_shape().dim;
+    try {
+      device_slots_ = Tensor::empty(Shape{slots, dim}, DType::f32, device_);
+    } catch (const Error& e) {
+      throw ConfigError(fmt::format(
+          "model.wide_deep.device_row_cache: the GPU mirror of the deep tables' hot-row caches ({} rows of {} "
+          "floats, {:.2f} GiB) does not fit on {}: {} (lower cluster.ps.cache_rows, or set "
+          "model.wide_deep.device_row_cache: false to copy each step's rows instead)",
+          slots, dim, static_cast<double>(slots * dim * 4) / (1 << 30), device_.str(), e.what()));
+    }
+    for (std::size_t f = 0; f < deep_fields_.size(); ++f) device_bags_[f].slot_base = bases[f];
   }
+  // The first step copies every slot over, whatever the stores listed before (a second to(),
+  // or takes of a step that failed).
   device_slots_resync_ = true;
+  device_row_cache_planned_ = true;
 }
 
 Tensor WideDeep::deep_input_on_device(const Tensor& ints, bool training) {
