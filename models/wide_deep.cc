@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -315,7 +316,11 @@ Tensor WideDeep::build_deep_input_on_device(const Tensor& ints, bool training) {
     ops.scatter_rows(device_, written, dim, dev_floats + written_rows_at, dev_ids + written_slots_at,
                      device_slots_.data<float>());
   }
-  if (device_slots_.defined()) device_slots_resync_ = false;
+  if (device_slots_.defined() && std::exchange(device_slots_resync_, false)) {
+    // The staging of a whole mirror is not kept for the steps' few rows.
+    std::vector<float>().swap(written_rows_);
+    std::vector<std::int64_t>().swap(written_slots_);
+  }
   for (std::size_t f = 0; f < device_bags_.size(); ++f) {
     const DeviceBag& bag = device_bags_[f];
     kernels::EmbeddingBagGeometry geometry = bag.geometry;

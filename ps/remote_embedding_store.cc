@@ -98,6 +98,9 @@ void RemoteEmbeddingStore::settle(Prefetch& p) {
     kernels::copy_row(cached_rows_.data() + static_cast<std::size_t>(slot) * d, p.rows.data() + j * d, d);
     if (!std::exchange(slot_written_[static_cast<std::size_t>(slot)], 1)) written_slots_.push_back(slot);
   }
+  // Its rows may predate this worker's sync push, yet the plan counts them as fetched at this
+  // step: forget every kept row.
+  if (p.before_sync_push) reset_cache();
 }
 
 void RemoteEmbeddingStore::copy_from_slots(const embedding::RowCachePlan& plan, float* rows) const {
@@ -118,8 +121,6 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
     // Settled before any new plan: the new one may evict the slots the prefetch fills.
     std::unique_ptr<Prefetch> p = std::move(prefetch_);
     settle(*p);
-    // Its rows went into the cache's slots as fetched at this step: forget them all.
-    if (p->before_sync_push && cache_) reset_cache();
     if (!p->before_sync_push && p->step == step_ && std::equal(ids.begin(), ids.end(), p->ids.begin(), p->ids.end())) {
       if (cache_) {
         copy_from_slots(p->plan, rows);

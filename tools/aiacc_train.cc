@@ -30,30 +30,18 @@ namespace {
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 
-// Processes of this job on this machine, from whichever launcher started them (1 if unknown).
-int local_processes() {
-  for (const char* name : {"AIACC_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
-                           "SLURM_NTASKS_PER_NODE"}) {
-    if (const char* value = std::getenv(name)) {
-      const int n = std::atoi(value);
-      if (n > 0) return n;
-    }
-  }
-  return 1;
-}
-
-// Compute threads of one process with job.threads 0: OMP_NUM_THREADS when set; else the CPUs
-// this process may run on where its launcher confined it (cluster.pin_cores, srun's
-// --cpus-per-task, a container's cpuset), or the machine's cores shared among the job's
-// processes on it.
+// Compute threads of one process with job.threads 0: OMP_NUM_THREADS when set; else the
+// machine's cores shared among the job's processes on it, and no more than the CPUs its
+// launcher confined it to (cluster.pin_cores, srun's --cpus-per-task, a container's cpuset).
 int default_threads() {
   if (const char* configured = std::getenv("OMP_NUM_THREADS"); configured != nullptr && std::atoi(configured) > 0) {
     return std::atoi(configured);
   }
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int allowed = static_cast<int>(aiacc::util::allowed_cpus().size());
-  if (allowed > 0 && allowed < machine) return allowed;
-  return std::max(1, machine / local_processes());
+  const int share = std::max(1, machine / aiacc::trainer::local_process_count().value_or(1));
+  // A confined process may still share its CPUs with other ranks (mpirun binding to a socket).
+  return allowed > 0 ? std::min(allowed, share) : share;
 }
 
 // A job on a GPU (job.device) loads the CUDA plugin (tools/cuda_plugin.cc), which registers

@@ -157,6 +157,13 @@ TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
   o = run(job + " --dry-run --set optimizer.schedule.type=cosine --set optimizer.schedule.warmup_steps=10");
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("total steps 8 leave no room after warmup_steps 10"));
+  o = run(job + " --dry-run --set data.drop_last=false");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("data.drop_last: false with 2 workers"));
+  o = run(job + " --dry-run --set data.batch_size=200");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("data.batch_size 200 leaves no full batch in 256 training examples for each of 2 "
+                                  "workers"));
 }
 
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {

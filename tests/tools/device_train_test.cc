@@ -220,9 +220,10 @@ TEST(DeviceTraining, AnOverflowingFp16StepIsSkippedAndTheLossScaleBacksOff) {
   std::filesystem::remove_all(base);
 }
 
-// job.device: cuda with several workers: local rank r on GPU r, or GPU 0 where
-// CUDA_VISIBLE_DEVICES names one device (the launcher gave the process its own GPU; local rank
-// 1 asked for a cuda:1 it could not see); cuda:N and one worker as written.
+// job.device: cuda with several workers: local rank r on GPU r, or GPU 0 where the launcher
+// gave the process a GPU of its own (CUDA_VISIBLE_DEVICES names one device, under Slurm's
+// --gpus-per-task or as the job's only process on the machine; local rank 1 used to ask for a
+// cuda:1 it could not see); cuda:N and one worker as written.
 TEST(DeviceTraining, EachWorkersGpuFollowsItsLocalRankOrItsOnlyVisibleGpu) {
   const auto job = [](const std::string& device, int workers) {
     JobOptions options;
@@ -235,9 +236,18 @@ TEST(DeviceTraining, EachWorkersGpuFollowsItsLocalRankOrItsOnlyVisibleGpu) {
   EXPECT_EQ(job_device(job("cuda", 1), 1), Device::cuda(0));
   EXPECT_EQ(job_device(job("cuda:3", 2), 1), Device::cuda(3));
   ::setenv("CUDA_VISIBLE_DEVICES", "5", 1);
+  // One device for the whole node (two processes here see the same variable): GPU r as ever,
+  // whose absence the plugin reports, not every worker on one GPU.
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
+  ::setenv("LOCAL_WORLD_SIZE", "1", 1);  // one process of the job on this machine
+  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(0));
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  ::setenv("SLURM_GPUS_PER_TASK", "1", 1);  // Slurm binds a GPU to each task
   EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(0));
   ::setenv("CUDA_VISIBLE_DEVICES", "4,5", 1);
   EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
+  ::unsetenv("SLURM_GPUS_PER_TASK");
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(job_device(job("cpu", 2), 1), Device::cpu());
 }

@@ -39,11 +39,26 @@ Device job_device(const JobOptions& job, int local_rank) {
   if (job.job.device == "cuda" && job.cluster.workers > 1) {
     // A launcher that gives each process one GPU of its own (Slurm's --gpus-per-task, a
     // container with one device) leaves it visible as device 0, whatever the local rank.
+    // Only where no other process of the job on this machine sees the same variable: one
+    // CUDA_VISIBLE_DEVICES for a whole node would put every worker on one GPU.
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    if (visible != nullptr && *visible != '\0' && std::strchr(visible, ',') == nullptr) return Device::cuda(0);
+    const bool one_visible = visible != nullptr && *visible != '\0' && std::strchr(visible, ',') == nullptr;
+    const bool own_gpu = std::getenv("SLURM_GPUS_PER_TASK") != nullptr || local_process_count() == 1;
+    if (one_visible && own_gpu) return Device::cuda(0);
     return Device::cuda(local_rank);
   }
   return *device;
+}
+
+std::optional<int> local_process_count() {
+  for (const char* name : {"AIACC_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
+                           "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) {
+      const int n = std::atoi(value);
+      if (n > 0) return n;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace aiacc::trainer

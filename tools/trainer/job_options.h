@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/config/schema.h"
@@ -149,8 +150,13 @@ std::string reference_yaml();
 
 // The device a worker trains on: job.device, except that in a job of several workers `cuda`
 // (no index) puts the worker of local rank r on GPU r (one GPU per process, like torchrun's
-// LOCAL_RANK), or on GPU 0 when CUDA_VISIBLE_DEVICES names one device (the launcher gave the
-// process its GPU), while `cuda:N` puts every worker on GPU N.
+// LOCAL_RANK), or on GPU 0 when its launcher gave it a GPU of its own (CUDA_VISIBLE_DEVICES
+// names one device, under Slurm's --gpus-per-task or as the only process of the job on its
+// machine), while `cuda:N` puts every worker on GPU N.
 Device job_device(const JobOptions& job, int local_rank);
+
+// Processes of this job on this machine, as its launcher says (the local launcher, mpirun,
+// torchrun, srun --ntasks-per-node); nullopt when none does.
+std::optional<int> local_process_count();
 
 }  // namespace aiacc::trainer

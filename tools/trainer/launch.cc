@@ -355,8 +355,13 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
     }
     log->warn("restarting the job from its newest checkpoint (restart {} of {}) after: {}",
               attempt + 1, cluster.max_restarts, result.failure);
-    // A moment before the next attempt, so that what failed (a port, a mount) may come back.
+    // A moment before the next attempt, so that what failed (a port, a mount) may come back;
+    // a stop asked for meanwhile ends the job instead.
     std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (const int signal = g_forwarded_signal.exchange(0); signal != 0) {
+      forwarded = signal;
+      break;
+    }
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

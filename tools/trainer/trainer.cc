@@ -181,6 +181,20 @@ void move_batch(Batch& batch, Device device, const models::Model& model) {
   batch.labels = batch.labels.to(device);
 }
 
+// Without it the workers' shards can differ by one batch, and so their step counts: the extra
+// step's collectives would wait for peers that never join them.
+std::string drop_last_error(int workers) {
+  return fmt::format("data.drop_last: false with {} workers: every worker must train the same number of steps, "
+                     "so training drops the incomplete last batch (set it true; evaluation reads every example "
+                     "regardless)",
+                     workers);
+}
+
+std::string no_full_batch_error(const JobOptions& options, std::int64_t examples, int workers) {
+  return fmt::format("data.batch_size {} leaves no full batch in {} training examples for each of {} workers",
+                     options.data.batch_size, examples, workers);
+}
+
 // What a split's examples look like, for comparing the two splits in an error message.
 std::string describe_examples(const InputSpec& spec) {
   std::string out = spec.task == Task::binary ? "binary labels" : fmt::format("{} classes", spec.num_classes);
@@ -403,6 +417,15 @@ struct Trainer::State {
     return checkpoint;
   }
 
+  // Whether two data_order()s give the same order: without shuffling the seed decides nothing
+  // (checkpoints before the seed was left out then still recorded one).
+  static bool same_order(nlohmann::json a, nlohmann::json b) {
+    for (nlohmann::json* order : {&a, &b}) {
+      if (!order->value("shuffle", true)) order->erase("seed");
+    }
+    return a == b;
+  }
+
   // What decides the training epochs' example order (data::ShardSampler): the checkpoint's
   // position is into that order.
   nlohmann::json data_order() const {
@@ -481,7 +504,8 @@ struct Trainer::State {
     const std::int64_t per_step = options.data.batch_size * workers();
     // At or past the end of this job's epoch (which drops a different last batch): complete.
     if (examples >= steps_per_epoch * per_step) return steps_per_epoch;
-    if (examples > 0 && checkpoint.state.contains("data_order") && checkpoint.state.at("data_order") != data_order()) {
+    if (examples > 0 && checkpoint.state.contains("data_order") &&
+        !same_order(checkpoint.state.at("data_order"), data_order())) {
       // The position counts examples of the saved epoch's order; another order makes the rest
       // of this epoch something else than the rest of that one.
       log->warn("{}: the checkpoint stopped {} examples into epoch {} of an order from {}; this job's order "
@@ -512,14 +536,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
   check_splits_agree(options.data, s.train_data->spec(), s.test_data->spec());
 
-  if (!options.data.drop_last && s.workers() > 1) {
-    // Without it the workers' shards can differ by one batch, and so their step counts: the
-    // extra step's collectives would wait for peers that never join them.
-    throw ConfigError(fmt::format("data.drop_last: false with {} workers: every worker must train the same "
-                                  "number of steps, so training drops the incomplete last batch (set it true; "
-                                  "evaluation reads every example regardless)",
-                                  s.workers()));
-  }
+  if (!options.data.drop_last && s.workers() > 1) throw ConfigError(drop_last_error(s.workers()));
   data::Loader probe_loader(*s.train_data, loader_options(options, true), s.rank(), s.workers());
   s.steps_per_epoch = probe_loader.batches_per_epoch();
   if (s.group && s.multi_worker()) {
@@ -532,11 +549,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   }
   s.total_steps = options.train.epochs * s.steps_per_epoch;
   if (options.train.max_steps > 0) s.total_steps = std::min(s.total_steps, options.train.max_steps);
-  if (s.total_steps == 0) {
-    throw ConfigError(fmt::format("data.batch_size {} leaves no full batch in {} training examples "
-                                  "for each of {} workers",
-                                  options.data.batch_size, s.train_data->size(), s.workers()));
-  }
+  if (s.total_steps == 0) throw ConfigError(no_full_batch_error(options, s.train_data->size(), s.workers()));
 
   models::ModelContext context;
   context.input = s.train_data->spec();
@@ -770,9 +783,11 @@ void Trainer::describe_distributed(std::ostream& out) const {
   shard.drop_last = o.data.drop_last;
   shard.seed = o.job.seed;
   shard.world_size = cluster.workers;
+  if (!o.data.drop_last && cluster.workers > 1) throw ConfigError(drop_last_error(cluster.workers));
   const std::int64_t steps_per_epoch = data::ShardSampler(shard).batches_per_epoch();
   std::int64_t total = o.train.epochs * steps_per_epoch;
   if (o.train.max_steps > 0) total = std::min(total, o.train.max_steps);
+  if (total == 0) throw ConfigError(no_full_batch_error(o, s.train_data->size(), cluster.workers));
   (void)make_schedule(o.optimizer, total, "optimizer");
   (void)make_schedule(o.sparse_optimizer, total, "sparse_optimizer");
   out << fmt::format("data: {} training and {} test examples, batch {} per worker x {} workers -> {} steps per "
