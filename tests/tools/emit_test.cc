@@ -142,6 +142,20 @@ TEST_F(EmitTest, KubernetesManifestIsAnIndexedJobWithHeadlessService) {
             config_map["metadata"]["name"].as<std::string>());
 }
 
+// With cluster.security.token_file the manifest holds no Secret of its own (the token is the
+// file's) and says where every pod must hold it; it used to say nothing.
+TEST_F(EmitTest, KubernetesManifestWithATokenFileSaysWherePodsMustHoldIt) {
+  JobOptions job = load_job(config_path_, {});
+  job.cluster.security.token_file = "/secrets/job-token";
+  const std::string manifest = emit_kubernetes(job, config_path_, {});
+  const std::vector<YAML::Node> docs = YAML::LoadAll(manifest);
+  ASSERT_EQ(docs.size(), 3u);
+  for (const auto& doc : docs) EXPECT_NE(doc["kind"].as<std::string>(), "Secret");
+  EXPECT_THAT(manifest, HasSubstr("# cluster.security.token_file is /secrets/job-token: every pod must hold the "
+                                  "job token there"));
+  EXPECT_FALSE(env_entry(docs[2]["spec"]["template"]["spec"]["containers"][0], "AIACC_JOB_TOKEN"));
+}
+
 TEST_F(EmitTest, ConfigMapLoadsAsTheSameJob) {
   const std::vector<std::string> overrides = {"optimizer.lr=0.05"};
   const JobOptions job = load_job(config_path_, overrides);

@@ -260,6 +260,13 @@ stringData:
                 secretKeyRef: {{name: {name}-token, key: token}}
 )",
                             fmt::arg("variable", net::kJobTokenVariable), fmt::arg("name", name));
+  } else if (cluster.security.curve) {
+    // The token comes from a file the pods must hold: say where, as nothing here provides it.
+    token_env = fmt::format(R"(          # cluster.security.token_file is {file}: every pod must hold the job token there
+          # (mount it from a Secret: a volume {{secret: {{secretName: ...}}}} and a volumeMount at
+          # its folder), or the ranks cannot join each other.
+)",
+                            fmt::arg("file", cluster.security.token_file));
   }
 
   // Job, Service and pods share the label aiacc-train/job, so the Service selects exactly this
