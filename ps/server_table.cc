@@ -71,6 +71,7 @@ void ServerTable::pull(std::span<const std::int64_t> ids, float* rows, std::uint
     scratch_->load_rows(LocalEmbeddingStore(config_.spec, config_.optimizer, store_options(1)).save_rows());
   }
   evict_if_needed();
+  forget_unadmitted_if_needed();
 }
 
 void ServerTable::push(std::span<const std::int64_t> ids, const float* grads, double lr,
@@ -98,6 +99,22 @@ void ServerTable::push(std::span<const std::int64_t> ids, const float* grads, do
     store_->push(subset, subset_grads.data(), lr);
   }
   evict_if_needed();
+  forget_unadmitted_if_needed();
+}
+
+void ServerTable::forget_unadmitted_if_needed() {
+  const std::int64_t capacity = config_.options.capacity_rows;
+  if (capacity <= 0 || !admission_enabled()) return;
+  const auto rows = static_cast<std::size_t>(store_->num_rows());
+  if (entries_.size() <= rows + static_cast<std::size_t>(capacity)) return;
+  const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
+  std::vector<std::pair<std::uint64_t, std::int64_t>> by_age;  // (last step, id), ties by id
+  for (const auto& [id, entry] : entries_) {
+    if (entry.count < min_count) by_age.emplace_back(entry.last_step, id);
+  }
+  const std::size_t forget = by_age.size() / 2;
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(forget), by_age.end());
+  for (std::size_t i = 0; i < forget; ++i) entries_.erase(by_age[i].second);
 }
 
 void ServerTable::evict_if_needed() {

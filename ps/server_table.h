@@ -61,6 +61,9 @@ class ServerTable {
 
   TableStats& counters() { return stats_; }
   TableStats stats() const;
+  // Ids with bookkeeping (admission counts, eviction ages): the rows held and, with admission,
+  // ids seen too rarely to be admitted yet.
+  std::size_t tracked_ids() const { return entries_.size(); }
 
  private:
   // Admission: splits ids into admitted (kept) and held-back positions; counts the request
@@ -70,6 +73,9 @@ class ServerTable {
   void touch(std::span<const std::int64_t> ids, std::uint64_t step, bool count,
              std::vector<std::size_t>& admitted, std::vector<std::size_t>& held);
   void evict_if_needed();
+  // With admission and a capacity: forgets the older half of the ids not admitted yet once they
+  // outnumber the capacity, so a long tail of ids seen once does not grow the shard unbounded.
+  void forget_unadmitted_if_needed();
 
   struct Entry {
     std::uint64_t count = 0;       // requests seen (admission)

@@ -132,5 +132,25 @@ TEST(PsEviction, EvictionDropsAtLeastOnePercentOfTheCapacity) {
   EXPECT_EQ(table.stats().evicted_rows, 3);
 }
 
+// With admission and a capacity, ids seen too rarely to be admitted are forgotten, the older
+// half at a time, once they outnumber the capacity: 2000 ids seen once each used to keep 2000
+// entries (~50 B each, without bound). An id requested min_count times in a row is admitted.
+TEST(PsAdmission, IdsNeverAdmittedDoNotGrowTheShardWithoutBound) {
+  TableConfig config = testing::table_config("tail", 2, "sgd");
+  config.options.min_count = 3;
+  config.options.capacity_rows = 100;
+  ServerTable table(config, 2);
+  std::vector<float> row(2);
+  for (std::int64_t id = 0; id < 2000; ++id) {
+    const std::vector<std::int64_t> one{id};
+    table.pull(one, row.data(), static_cast<std::uint64_t>(id));
+  }
+  EXPECT_EQ(table.stats().rows, 0);
+  EXPECT_LE(table.tracked_ids(), 100u);
+  const std::vector<std::int64_t> hot{5000};
+  for (int k = 0; k < 3; ++k) table.pull(hot, row.data(), 3000);
+  EXPECT_EQ(table.stats().rows, 1);
+}
+
 }  // namespace
 }  // namespace aiacc::ps
