@@ -92,15 +92,18 @@ void RemoteEmbeddingStore::settle(Prefetch& p) {
     throw;
   }
   if (!cache_) return;
+  if (p.before_sync_push) {
+    // Its rows may predate this worker's sync push, yet its plan counts them as fetched at this
+    // step: forget every kept row instead.
+    reset_cache();
+    return;
+  }
   const auto d = static_cast<std::size_t>(config_.spec.dim);
   for (std::size_t j = 0; j < p.plan.fetch_slots.size(); ++j) {
     const std::int32_t slot = p.plan.fetch_slots[j];
     kernels::copy_row(cached_rows_.data() + static_cast<std::size_t>(slot) * d, p.rows.data() + j * d, d);
     if (!std::exchange(slot_written_[static_cast<std::size_t>(slot)], 1)) written_slots_.push_back(slot);
   }
-  // Its rows may predate this worker's sync push, yet the plan counts them as fetched at this
-  // step: forget every kept row.
-  if (p.before_sync_push) reset_cache();
 }
 
 void RemoteEmbeddingStore::copy_from_slots(const embedding::RowCachePlan& plan, float* rows) const {

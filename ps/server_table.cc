@@ -108,13 +108,24 @@ void ServerTable::forget_unadmitted_if_needed() {
   const auto rows = static_cast<std::size_t>(store_->num_rows());
   if (entries_.size() <= rows + static_cast<std::size_t>(capacity)) return;
   const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
-  std::vector<std::pair<std::uint64_t, std::int64_t>> by_age;  // (last step, id), ties by id
+  std::size_t unadmitted = 0;
+  for (const auto& [id, entry] : entries_) unadmitted += entry.count < min_count ? 1 : 0;
+  for (std::int64_t id : least_recent(/*admitted=*/false, unadmitted / 2)) entries_.erase(id);
+}
+
+std::vector<std::int64_t> ServerTable::least_recent(bool admitted, std::size_t count) const {
+  const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
+  std::vector<std::pair<std::uint64_t, std::int64_t>> by_age;  // (last step, id): ties by id
+  by_age.reserve(entries_.size());
   for (const auto& [id, entry] : entries_) {
-    if (entry.count < min_count) by_age.emplace_back(entry.last_step, id);
+    if ((entry.count >= min_count) == admitted) by_age.emplace_back(entry.last_step, id);
   }
-  const std::size_t forget = by_age.size() / 2;
-  std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(forget), by_age.end());
-  for (std::size_t i = 0; i < forget; ++i) entries_.erase(by_age[i].second);
+  count = std::min(count, by_age.size());
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(count), by_age.end());
+  std::vector<std::int64_t> ids;
+  ids.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) ids.push_back(by_age[i].second);
+  return ids;
 }
 
 void ServerTable::evict_if_needed() {
@@ -128,17 +139,8 @@ void ServerTable::evict_if_needed() {
                                capacity - std::max<std::int64_t>(1, capacity / 100));
   // The rows held are exactly the admitted entries. Drop the least recently touched (ties by
   // id, so every replica of this decision is the same) down to the target.
-  const auto min_count = static_cast<std::uint64_t>(config_.options.min_count);
-  std::vector<std::pair<std::uint64_t, std::int64_t>> by_age;
-  by_age.reserve(entries_.size());
-  for (const auto& [id, entry] : entries_) {
-    if (entry.count >= min_count) by_age.emplace_back(entry.last_step, id);
-  }
-  const auto drop = static_cast<std::size_t>(std::max<std::int64_t>(rows - target, 0));
-  std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(std::min(drop, by_age.size())),
-                   by_age.end());
-  std::vector<std::int64_t> victims;
-  for (std::size_t i = 0; i < std::min(drop, by_age.size()); ++i) victims.push_back(by_age[i].second);
+  std::vector<std::int64_t> victims =
+      least_recent(/*admitted=*/true, static_cast<std::size_t>(std::max<std::int64_t>(rows - target, 0)));
   std::sort(victims.begin(), victims.end());
 
   // The store has no erase: rebuild it from its rows minus the victims (O(rows), amortised over

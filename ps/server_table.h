@@ -76,6 +76,9 @@ class ServerTable {
   // With admission and a capacity: forgets the older half of the ids not admitted yet once they
   // outnumber the capacity, so a long tail of ids seen once does not grow the shard unbounded.
   void forget_unadmitted_if_needed();
+  // The `count` least recently touched ids among the admitted (or the not yet admitted) ones,
+  // ties by id, so every replica of a decision is the same.
+  std::vector<std::int64_t> least_recent(bool admitted, std::size_t count) const;
 
   struct Entry {
     std::uint64_t count = 0;       // requests seen (admission)

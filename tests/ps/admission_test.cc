@@ -116,6 +116,15 @@ TEST(PsEviction, ARetriedPullOfEvictedRowsIsServed) {
   EXPECT_LE(table.stats().rows, 10);
 }
 
+// Pulls ids 0 .. count - 1 of a dim-2 table, one per request, id k at step k.
+void pull_one_at_a_time(ServerTable& table, std::int64_t count) {
+  std::vector<float> row(2);
+  for (std::int64_t id = 0; id < count; ++id) {
+    const std::vector<std::int64_t> one{id};
+    table.pull(one, row.data(), static_cast<std::uint64_t>(id));
+  }
+}
+
 // evict_to_fraction 1.0 still evicts 1% of the capacity at a time: it used to evict one row
 // per new row, each time rebuilding the whole table.
 TEST(PsEviction, EvictionDropsAtLeastOnePercentOfTheCapacity) {
@@ -123,11 +132,7 @@ TEST(PsEviction, EvictionDropsAtLeastOnePercentOfTheCapacity) {
   config.options.capacity_rows = 200;
   config.options.evict_to_fraction = 1.0;
   ServerTable table(config, 2);
-  std::vector<float> row(2);
-  for (std::int64_t id = 0; id <= 200; ++id) {
-    const std::vector<std::int64_t> one{id};
-    table.pull(one, row.data(), static_cast<std::uint64_t>(id));
-  }
+  pull_one_at_a_time(table, 201);
   EXPECT_EQ(table.stats().rows, 198);
   EXPECT_EQ(table.stats().evicted_rows, 3);
 }
@@ -140,11 +145,8 @@ TEST(PsAdmission, IdsNeverAdmittedDoNotGrowTheShardWithoutBound) {
   config.options.min_count = 3;
   config.options.capacity_rows = 100;
   ServerTable table(config, 2);
+  pull_one_at_a_time(table, 2000);
   std::vector<float> row(2);
-  for (std::int64_t id = 0; id < 2000; ++id) {
-    const std::vector<std::int64_t> one{id};
-    table.pull(one, row.data(), static_cast<std::uint64_t>(id));
-  }
   EXPECT_EQ(table.stats().rows, 0);
   EXPECT_LE(table.tracked_ids(), 100u);
   const std::vector<std::int64_t> hot{5000};

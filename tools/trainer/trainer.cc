@@ -181,13 +181,25 @@ void move_batch(Batch& batch, Device device, const models::Model& model) {
   batch.labels = batch.labels.to(device);
 }
 
-// Without it the workers' shards can differ by one batch, and so their step counts: the extra
-// step's collectives would wait for peers that never join them.
-std::string drop_last_error(int workers) {
-  return fmt::format("data.drop_last: false with {} workers: every worker must train the same number of steps, "
-                     "so training drops the incomplete last batch (set it true; evaluation reads every example "
-                     "regardless)",
-                     workers);
+// The training steps of `workers` workers: per epoch (rank 0's shard, as every worker's with
+// drop_last) and in all (0: no full batch, see no_full_batch_error). ConfigError for drop_last
+// false with several workers: their shards could differ by a batch, and so their step counts,
+// and the extra step's collectives would wait for peers that never join them.
+struct StepPlan {
+  std::int64_t per_epoch = 0, total = 0;
+};
+StepPlan plan_steps(const JobOptions& options, data::Dataset& train, int rank, int workers) {
+  if (!options.data.drop_last && workers > 1) {
+    throw ConfigError(fmt::format("data.drop_last: false with {} workers: every worker must train the same number of "
+                                  "steps, so training drops the incomplete last batch (set it true; evaluation reads "
+                                  "every example regardless)",
+                                  workers));
+  }
+  StepPlan plan;
+  plan.per_epoch = data::Loader(train, loader_options(options, true), rank, workers).batches_per_epoch();
+  plan.total = options.train.epochs * plan.per_epoch;
+  if (options.train.max_steps > 0) plan.total = std::min(plan.total, options.train.max_steps);
+  return plan;
 }
 
 std::string no_full_batch_error(const JobOptions& options, std::int64_t examples, int workers) {
@@ -417,8 +429,7 @@ struct Trainer::State {
     return checkpoint;
   }
 
-  // Whether two data_order()s give the same order: without shuffling the seed decides nothing
-  // (checkpoints before the seed was left out then still recorded one).
+  // Whether two data_order()s give the same order: without shuffling the seed decides nothing.
   static bool same_order(nlohmann::json a, nlohmann::json b) {
     for (nlohmann::json* order : {&a, &b}) {
       if (!order->value("shuffle", true)) order->erase("seed");
@@ -429,10 +440,7 @@ struct Trainer::State {
   // What decides the training epochs' example order (data::ShardSampler): the checkpoint's
   // position is into that order.
   nlohmann::json data_order() const {
-    // Without shuffling the seed decides nothing.
-    return {{"train_examples", train_data->size()},
-            {"seed", options.data.shuffle ? nlohmann::json(options.job.seed) : nlohmann::json()},
-            {"shuffle", options.data.shuffle}};
+    return {{"train_examples", train_data->size()}, {"seed", options.job.seed}, {"shuffle", options.data.shuffle}};
   }
 
   // Restores everything a checkpoint holds; returns the data position it saved (epoch, and the
@@ -536,9 +544,8 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
   check_splits_agree(options.data, s.train_data->spec(), s.test_data->spec());
 
-  if (!options.data.drop_last && s.workers() > 1) throw ConfigError(drop_last_error(s.workers()));
-  data::Loader probe_loader(*s.train_data, loader_options(options, true), s.rank(), s.workers());
-  s.steps_per_epoch = probe_loader.batches_per_epoch();
+  const StepPlan steps = plan_steps(options, *s.train_data, s.rank(), s.workers());
+  s.steps_per_epoch = steps.per_epoch;
   if (s.group && s.multi_worker()) {
     // Workers that read different files (a relative path resolved elsewhere, a stale copy)
     // would shard different orders, or train different step counts and wait for each other.
@@ -547,8 +554,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
         fmt::format("train: {} examples, {} steps per epoch\ntest: {} examples\n", s.train_data->size(),
                     s.steps_per_epoch, s.test_data->size()));
   }
-  s.total_steps = options.train.epochs * s.steps_per_epoch;
-  if (options.train.max_steps > 0) s.total_steps = std::min(s.total_steps, options.train.max_steps);
+  s.total_steps = steps.total;
   if (s.total_steps == 0) throw ConfigError(no_full_batch_error(options, s.train_data->size(), s.workers()));
 
   models::ModelContext context;
@@ -776,17 +782,8 @@ void Trainer::describe_distributed(std::ostream& out) const {
   const ClusterOptions& cluster = o.cluster;
   // The steps of the job's workers (each reads its shard), not of this single process; the
   // schedules are checked against them as the workers will.
-  data::ShardOptions shard;
-  shard.dataset_size = s.train_data->size();
-  shard.batch_size = o.data.batch_size;
-  shard.shuffle = o.data.shuffle;
-  shard.drop_last = o.data.drop_last;
-  shard.seed = o.job.seed;
-  shard.world_size = cluster.workers;
-  if (!o.data.drop_last && cluster.workers > 1) throw ConfigError(drop_last_error(cluster.workers));
-  const std::int64_t steps_per_epoch = data::ShardSampler(shard).batches_per_epoch();
-  std::int64_t total = o.train.epochs * steps_per_epoch;
-  if (o.train.max_steps > 0) total = std::min(total, o.train.max_steps);
+  const StepPlan steps = plan_steps(o, *s.train_data, 0, cluster.workers);
+  const std::int64_t steps_per_epoch = steps.per_epoch, total = steps.total;
   if (total == 0) throw ConfigError(no_full_batch_error(o, s.train_data->size(), cluster.workers));
   (void)make_schedule(o.optimizer, total, "optimizer");
   (void)make_schedule(o.sparse_optimizer, total, "sparse_optimizer");
