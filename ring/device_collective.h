@@ -56,6 +56,9 @@ struct DeviceCollectiveSpec {
   int streams = 1;         // concurrent communicators (multi-stream), where the backend has them
   std::string name;        // unique per collective within a job (rendezvous keys)
   double timeout_s = 300;  // for joining, and for every synchronize()
+  // After a collective fails, how long this rank waits for the others at the stall check
+  // (with_stall_check); at most timeout_s. 0: no check.
+  double stall_check_s = 10;
 };
 
 using DeviceCollectiveFactory = std::function<std::unique_ptr<DeviceCollective>(const DeviceCollectiveSpec&)>;
@@ -63,8 +66,21 @@ using DeviceCollectiveFactory = std::function<std::unique_ptr<DeviceCollective>(
 // Installs the factory for `kind` (replacing an earlier one).
 void register_device_collective(DeviceKind kind, DeviceCollectiveFactory factory);
 bool has_device_collective(DeviceKind kind);
-// Joins through the factory of spec.device.kind. Throws ConfigError naming the device when none
-// is registered, or whatever the factory throws.
+// Joins through the factory of spec.device.kind, with the stall check below where the spec has a
+// rendezvous client, several ranks and a stall_check_s. Throws ConfigError naming the device when
+// none is registered, or whatever the factory throws.
 std::unique_ptr<DeviceCollective> make_device_collective(const DeviceCollectiveSpec& spec);
+
+// A device collective cannot say which peer it waits for (NCCL reports "not complete" or
+// "remote process exited", never the rank), so a rank whose first allreduce(), wait_for_compute()
+// or synchronize() throws CommError or TimeoutError meets the others at a barrier on the job's
+// rendezvous store ("device-collective/<name>/stall-check") for up to `window_s`, and rethrows
+// the error (same type) ending with what it found: the ranks that did not come (stopped, dead or
+// cut off), or that every rank came (all alive: collectives issued in different orders, or a
+// network fault), or that the store on rank 0 did not answer. Later failures pass unchanged.
+// `rendezvous` must outlive the result and is used only on the calling thread.
+std::unique_ptr<DeviceCollective> with_stall_check(std::unique_ptr<DeviceCollective> inner,
+                                                   net::RendezvousClient& rendezvous, std::string name,
+                                                   double window_s);
 
 }  // namespace aiacc::ring

@@ -107,7 +107,8 @@ cat > "$out/emulated-hosts.sh" <<'EOF'
 # ring/communicator.cc: each is local rank 0, on cuda:0) with its own NCCL_HOSTID (NCCL then
 # takes the peers for other hosts and all-reduces over its socket transport on loopback, as
 # between two nodes without InfiniBand). Needs root (unshare --pid). torchrun-style variables;
-# the job's outputs go to RUN_DIR (default /tmp/emulated-hosts).
+# the job's outputs go to RUN_DIR (default /tmp/emulated-hosts). WAIT_ALL=1 waits for every rank
+# instead of ending the others at the first failure (to see how the others find out by themselves).
 #   emulated-hosts.sh N CONFIG [--set KEY=VALUE ...]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
@@ -131,8 +132,9 @@ for (( rank = 0; rank < workers; ++rank )); do
 done
 status=0
 for (( left = workers; left > 0; --left )); do
-  wait -n || { status=1; break; }  # the next rank to end (only ranks run in the background);
-                                  # the first failure ends the others (trap)
+  # The next rank to end (only ranks run in the background); the first failure ends the others
+  # (trap) unless WAIT_ALL is set.
+  wait -n || { status=1; [[ ${WAIT_ALL:-0} == 1 ]] || break; }
 done
 exit $status
 EOF

@@ -5,14 +5,14 @@
 # for speed; then the PyTorch comparisons (gpu-bundle/bench.sh). Made here with
 #   scripts/build.sh && scripts/gpu-bundle.sh
 # and run there (the device tool carries gpu-bundle/):
-#   scripts/gpu-session.sh [tests] [nccl] [nccl-speed] [profile] [bench]   # default: all
+#   scripts/gpu-session.sh [tests] [nccl] [nccl-faults] [nccl-speed] [profile] [bench]   # default: all
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=$PWD/gpu-bundle
 out=${OUT:-$PWD/gpu-session-out}
 mkdir -p "$out"
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(tests nccl nccl-speed profile bench)
+[[ ${#parts[@]} -gt 0 ]] || parts=(tests nccl nccl-faults nccl-speed profile bench)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 status=0
 
@@ -22,10 +22,9 @@ if want tests; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
-if want nccl; then
-  echo "### NCCL in the trainer: 2 emulated hosts on one GPU, nccl against host"
-  small=$out/small_resnet.yaml
-  cat > "$small" <<'EOF'
+# The small job of the nccl and nccl-faults parts.
+small=$out/small_resnet.yaml
+cat > "$small" <<'EOF'
 job: {name: small, seed: 3}
 model: {type: resnet, resnet: {depth: 20}}
 data:
@@ -35,6 +34,9 @@ data:
 optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 1, max_steps: 20, log_every_steps: 5, eval_each_epoch: false}
 EOF
+
+if want nccl; then
+  echo "### NCCL in the trainer: 2 emulated hosts on one GPU, nccl against host"
   # Two models. An MLP (cuBLAS GEMMs in strict fp32: every run of a path computes the same
   # bits) must end where the host path ends, to 1e-6, after 1 step and after 20. A ResNet's
   # cuDNN algorithm search may pick other algorithms (Winograd, FFT) from run to run, with
@@ -99,6 +101,56 @@ for model in ("mlp", "resnet"):
 EOF
   } 2>&1 | tee "$out/nccl.log"
   grep -q MISMATCH "$out/nccl.log" && status=1
+fi
+
+if want nccl-faults; then
+  # What a worker on the NCCL path does when its peer goes silent (SIGSTOP: a hung host) or dies
+  # (SIGKILL) mid-training, left to find out by itself (WAIT_ALL: the script does not end it):
+  # it must fail with an error naming the peer (the stall check, ring/device_collective.h), within
+  # cluster.ring.timeout_s and the check's 5 s (its window is at most the timeout) for a silent peer.
+  echo "### NCCL in the trainer: a peer goes silent or dies mid-training"
+  rank_pid() {  # the aiacc-train process of torchrun rank $1 (its environment's RANK)
+    local p
+    for p in $(pgrep -x aiacc-train); do
+      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$1" && { echo "$p"; return; }
+    done
+  }
+  {
+    # SIGNAL VICTIM: a silent and a dead rank 1, and a silent rank 0 (which serves the store)
+    for fault in "STOP 1" "KILL 1" "STOP 0"; do
+      read -r sig rank <<< "$fault"
+      other=$(( 1 - rank ))
+      log=$out/nccl-fault-$sig-$rank.log
+      rm -rf "/tmp/emuf-$sig-$rank"
+      WAIT_ALL=1 NVIDIA_TF32_OVERRIDE=0 RUN_DIR=/tmp/emuf-$sig-$rank timeout 150 "$bundle/emulated-hosts.sh" 2 "$small" \
+        --set model.type=resnet --set job.device=cuda --set cluster.ring.device_collectives=nccl \
+        --set train.epochs=1000 --set train.max_steps=100000 --set train.log_every_steps=10 \
+        --set train.checkpoint.every_steps=0 --set cluster.ring.timeout_s=5 > "$log" 2>&1 &
+      job=$!
+      for _ in $(seq 90); do grep -q ' step 30/' "$log" && break; sleep 1; done
+      victim=$(rank_pid "$rank") survivor=$(rank_pid "$other")
+      if [[ -z $victim || -z $survivor ]]; then
+        echo "MISMATCH: the job did not reach step 30 with both ranks"; tail -5 "$log"
+        kill -KILL $job 2>/dev/null; wait $job; continue
+      fi
+      echo "--- rank $rank gets SIG$sig after step 30; rank $other must end with an error naming it (ring timeout 5 s)"
+      t0=$(date +%s%N)
+      kill -"$sig" "$victim"
+      while kill -0 "$survivor" 2>/dev/null && (( $(date +%s%N) - t0 < 60000000000 )); do sleep 0.1; done
+      ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+      if kill -0 "$survivor" 2>/dev/null; then
+        echo "MISMATCH: rank $other still runs 60 s after rank $rank's SIG$sig"
+      else
+        echo "rank $other ended $((ms / 1000)).$((ms % 1000 / 100)) s after the signal"
+      fi
+      kill -KILL "$victim" "$survivor" 2>/dev/null
+      wait $job
+      grep -a '^aiacc-train' "$log" | tail -2
+      if (( rank == 1 )); then named='stall check: rank 1 did not come'; else named='rendezvous store on rank 0 did not answer'; fi
+      grep -aq "$named" "$log" || echo "MISMATCH: rank $other's error does not name rank $rank"
+    done
+  } 2>&1 | tee "$out/nccl-faults.log"
+  grep -q MISMATCH "$out/nccl-faults.log" && status=1
 fi
 
 if want nccl-speed; then

@@ -42,13 +42,18 @@ std::span<const std::byte> as_bytes(std::string_view text) {
   return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
 }
 
-// Ranks of 0..world-1 not in `present`, as "1, 4".
-std::string missing_ranks(int world, const std::set<int>& present) {
+// Ranks of 0..world-1 not in `present`.
+std::vector<int> absent_ranks(int world, const std::set<int>& present) {
   std::vector<int> missing;
   for (int r = 0; r < world; ++r) {
     if (!present.count(r)) missing.push_back(r);
   }
-  return fmt::format("{}", fmt::join(missing, ", "));
+  return missing;
+}
+
+// The same, as "1, 4".
+std::string missing_ranks(int world, const std::set<int>& present) {
+  return fmt::format("{}", fmt::join(absent_ranks(world, present), ", "));
 }
 
 }  // namespace
@@ -196,8 +201,16 @@ std::vector<std::byte> RendezvousClient::get(std::string_view key, Deadline dead
 }
 
 void RendezvousClient::barrier(std::string_view name, Deadline deadline) {
-  require_registered("barrier");
   const auto start = Clock::now();
+  const std::vector<int> missing = meet(name, deadline);
+  if (!missing.empty()) {
+    throw TimeoutError(fmt::format("rendezvous: rank {} timed out after {:.2f} s in barrier '{}'; missing ranks: {}",
+                                   rank_, seconds_since(start), name, fmt::join(missing, ", ")));
+  }
+}
+
+std::vector<int> RendezvousClient::meet(std::string_view name, Deadline deadline) {
+  require_registered("barrier");
   auto delay = std::chrono::milliseconds(1);
   WireWriter body;
   body.u32(op(RendezvousOp::kBarrier)).str(name).i32(rank_);
@@ -208,13 +221,8 @@ void RendezvousClient::barrier(std::string_view name, Deadline deadline) {
     std::set<int> arrived;
     const std::uint64_t count = reader.u64();
     for (std::uint64_t i = 0; i < count; ++i) arrived.insert(reader.i32());
-    if (static_cast<int>(arrived.size()) >= world_size_) return;
-    if (!backoff(delay, deadline)) {
-      throw TimeoutError(fmt::format("rendezvous: rank {} timed out after {:.2f} s in barrier "
-                                     "'{}'; missing ranks: {}",
-                                     rank_, seconds_since(start), name,
-                                     missing_ranks(world_size_, arrived)));
-    }
+    if (static_cast<int>(arrived.size()) >= world_size_) return {};
+    if (!backoff(delay, deadline)) return absent_ranks(world_size_, arrived);
   }
 }
 

@@ -46,6 +46,10 @@ class RendezvousClient {
   // Blocks until every rank has called barrier(`name`). A name is used once per job (use
   // "step-12/..." style names). TimeoutError lists the ranks missing. Requires register_rank.
   void barrier(std::string_view name, Deadline deadline);
+  // The same meeting, for finding out who is there: waits until every rank has arrived at
+  // `name` or `deadline` has passed, and returns the ranks still missing then (empty: all met).
+  // Throws (TimeoutError, CommError) only when the server itself does not answer or fails.
+  std::vector<int> meet(std::string_view name, Deadline deadline);
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }

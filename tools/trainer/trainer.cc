@@ -943,6 +943,14 @@ TrainResult Trainer::run(const RunControl& control) {
   // What this worker was doing, for errors from collectives and parameter servers, and
   // whether that was after `step` (metrics, checkpoint, evaluation) or during step + 1.
   const char* phase = "starting";
+  // What backward does besides computing, for an error's phase: the dense gradients' all-reduce
+  // and the row pushes start from its gradient hooks.
+  const std::string backward_phase = [&] {
+    std::vector<std::string> also;
+    if (s.fuser) also.push_back("all-reducing dense gradients as they become ready");
+    if (!s.remote.empty()) also.push_back("pushing row gradients");
+    return also.empty() ? std::string("backward") : fmt::format("backward ({})", fmt::join(also, ", "));
+  }();
   bool after_step = false;
   double checkpoint_seconds = 0;
   auto save = [&](std::int64_t epoch, std::int64_t batch) {
@@ -1023,7 +1031,7 @@ TrainResult Trainer::run(const RunControl& control) {
       if (s.fuser) s.fuser->begin_step();
       if (s.loss_scaler) s.model->set_loss_scale(s.loss_scaler->scale());
       {
-        phase = "backward (pushing row gradients)";
+        phase = backward_phase.c_str();
         trace::Span span("compute", "backward");
         s.model->backward();
       }
