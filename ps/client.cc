@@ -2,11 +2,9 @@
 #include "ps/client.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,13 +20,6 @@
 
 namespace aiacc::ps {
 namespace {
-
-std::uint64_t random_session() {
-  std::random_device device;
-  const auto now = static_cast<std::uint64_t>(
-      std::chrono::steady_clock::now().time_since_epoch().count());
-  return mix64((static_cast<std::uint64_t>(device()) << 32) ^ device() ^ now);
-}
 
 template <class T>
 std::shared_ptr<const void> share(std::vector<T>&& values, std::span<const std::byte>& bytes) {
@@ -46,7 +37,7 @@ std::span<const std::byte> slice_bytes(const T* values, std::size_t begin, std::
 }  // namespace
 
 PsClient::PsClient(ClientOptions options, std::shared_ptr<net::Context> context)
-    : options_(std::move(options)), session_(random_session()) {
+    : options_(std::move(options)), session_(random_process_id()) {
   if (options_.endpoints.empty()) throw ConfigError("ps client: no shard endpoints");
   if (!context) context = net::Context::create(1);
   io_ = std::make_unique<detail::ClientIo>(options_, std::move(context));

@@ -1,12 +1,15 @@
 // Header (de)serialisation and validation, table configs as YAML.
 #include "ps/protocol.h"
 
+#include <chrono>
 #include <cstring>
+#include <random>
 
 #include <fmt/format.h>
 
 #include "core/config/node.h"
 #include "core/error.h"
+#include "core/util/random.h"
 
 namespace aiacc::ps {
 
@@ -75,6 +78,13 @@ std::uint64_t table_key(std::string_view name) {
     hash *= 0x100000001b3ull;
   }
   return hash;
+}
+
+std::uint64_t random_process_id() {
+  std::random_device device;
+  const auto now = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  const std::uint64_t id = mix64((static_cast<std::uint64_t>(device()) << 32) ^ device() ^ now);
+  return id != 0 ? id : 1;
 }
 
 std::span<const std::byte> header_bytes(const RequestHeader& header) {

@@ -13,7 +13,9 @@
 // sent without copies when large (the receiver reads them in place from ZeroMQ's buffer).
 // Every request carries (worker, session, step, seq): seq counts this client's requests to the
 // shard (1, 2, ...), session tells one incarnation of a worker from the next, and step is the
-// worker's training step (consistency). Headers are host-order PODs: every target is
+// worker's training step (consistency). Every reply carries the shard process's incarnation (a
+// random number drawn at its start): a client that sees it change knows the shard was restarted
+// and lost what it held, and fails rather than train on. Headers are host-order PODs: every target is
 // little-endian (x86-64, aarch64), as in core/net/detail/wire.h.
 #pragma once
 
@@ -29,7 +31,7 @@
 namespace aiacc::ps {
 
 inline constexpr std::uint32_t kMagic = 0x53504941;  // "AIPS"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  // 2: ReplyHeader::incarnation
 
 enum class Op : std::uint16_t {
   create_table = 1,
@@ -75,8 +77,9 @@ struct ReplyHeader {
   std::uint32_t dim = 0;
   std::uint64_t seq = 0;
   std::uint64_t count = 0;
+  std::uint64_t incarnation = 0;  // random per shard process, never 0
 };
-static_assert(sizeof(ReplyHeader) == 32);
+static_assert(sizeof(ReplyHeader) == 40);
 
 // A table as registered on every shard: its spec, its sparse optimiser and its consistency,
 // admission and eviction options. Travels as YAML (config::write / config::read), so both
@@ -106,6 +109,10 @@ struct TableConfig {
 std::string encode_table_config(const TableConfig& config);
 // Throws ConfigError naming the bad key (the text names its source `where`).
 TableConfig decode_table_config(std::string_view yaml, const std::string& where);
+
+// A random 64-bit number, never 0, drawn once per client (its session) and once per shard
+// process (its incarnation): it tells one incarnation of a process from the next.
+std::uint64_t random_process_id();
 
 // 64-bit key of a table name (FNV-1a); shards reject a second name with the same key.
 std::uint64_t table_key(std::string_view name);

@@ -81,7 +81,8 @@ class PsServer::Impl {
     // Replaces the context's handshake watcher on this socket (and reports refusals to it).
     monitor_ = socket_.open_monitor(net::ConnectionEvents::events());
     label_ = fmt::format("ps shard {} of {} ({})", options_.shard, options_.num_shards, endpoint_);
-    log_->info("{}: serving", label_);
+    incarnation_ = random_process_id();
+    log_->info("{}: serving (incarnation {:016x})", label_, incarnation_);
     thread_ = std::thread([this] { run(); });
   }
 
@@ -634,6 +635,7 @@ class PsServer::Impl {
     header.seq = r.header.seq;
     header.count = count;
     header.dim = dim;
+    header.incarnation = incarnation_;
     detail::send_frame(socket_.handle(), as_bytes(r.routing), nullptr, true, -1, label_);
     detail::send_frame(socket_.handle(), header_bytes(header), nullptr, more, -1, label_);
   }
@@ -658,6 +660,7 @@ class PsServer::Impl {
   }
 
   ServerOptions options_;
+  std::uint64_t incarnation_ = 0;  // in every reply: tells this process from a restarted shard
   std::shared_ptr<spdlog::logger> log_;
   net::Socket monitor_;  // socket_'s connection events (request thread); declared first, so
                          // socket_ (whose close stops the monitor) is destroyed before it

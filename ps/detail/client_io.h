@@ -110,10 +110,13 @@ class ClientIo {
     std::optional<net::Clock::time_point> down_since;  // connection lost, not yet back
     std::string why;                                    // what the last failure was
     net::ConnectionEvents events;
+    std::uint64_t incarnation = 0;  // the shard process's, from its first reply (0: none yet)
+    std::string restarted;          // set when a reply came from another incarnation
   };
   std::vector<Link> links_;  // I/O thread only
   void read_monitor(int shard);
-  // The error for shard k when its connection has been down longer than the grace, else "".
+  // The error for shard k when it was restarted, or its connection has been down longer than
+  // the grace, else "".
   std::string gone_reason(int shard, net::Clock::time_point now) const;
   net::WakeSignal wake_;              // submit() and the destructor -> I/O thread
   std::mutex queue_mutex_;

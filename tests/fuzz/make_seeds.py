@@ -167,8 +167,11 @@ def table_key(name):
 OPS = {"create_table": 1, "pull": 2, "push": 3, "stats": 4, "save": 5, "load": 6, "dump_rows": 8, "load_rows": 9}
 
 
+PS_VERSION = 2  # ps/protocol.h kVersion
+
+
 def header(op, table="", worker=0, step=0, seq=1, count=0, dim=0, lr=0.0, session=42):
-    return struct.pack("<IHHIIQQQQQIId", 0x53504941, 1, OPS[op], worker, 0,
+    return struct.pack("<IHHIIQQQQQIId", 0x53504941, PS_VERSION, OPS[op], worker, 0,
                        table_key(table) if table else 0, session, step, seq, count, dim, 0, lr)
 
 

@@ -394,5 +394,46 @@ TEST(PsClientServer, ADeadShardFailsItsRequestsAfterTheReconnectGraceNotTheTimeo
   EXPECT_NO_THROW(client->wait(client->pull("t", shard0_ids, shard0_rows.data(), 0)));
 }
 
+TEST(PsClientServer, AShardRestartedWithinTheGraceFailsTheRequestsInsteadOfServingFreshRows) {
+  // Shard 1's process is replaced at the same endpoint within reconnect_grace_s and its table
+  // is registered again (as a supervisor restarting it, resuming an older checkpoint, would):
+  // its rows are fresh, so a pull would succeed with rows that lost their training. The
+  // client sees the shard's new incarnation and fails, naming the shard and the restart.
+  testing::Cluster cluster(2);
+  ClientOptions options;
+  options.timeout_s = 60;
+  options.reconnect_grace_s = 30;
+  auto client = cluster.client(0, options);
+  const TableConfig config = testing::table_config("t", 4, "sgd");
+  client->create_table(config);
+  std::vector<std::int64_t> ids(64);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+  std::vector<float> rows(ids.size() * 4);
+  client->wait(client->pull("t", ids, rows.data(), 0));
+  const std::vector<float> grads(ids.size() * 4, 1.0f);
+  client->wait(client->push("t", ids, grads.data(), 0.5, 0));
+
+  ServerOptions restarted;
+  restarted.num_shards = 2;
+  restarted.shard = 1;
+  restarted.log_interval_s = 0;
+  restarted.bind = cluster.servers[1]->endpoint();
+  cluster.servers[1].reset();
+  cluster.servers[1] = std::make_unique<PsServer>(restarted);
+  cluster.client(1, options)->create_table(config);
+
+  const auto start = std::chrono::steady_clock::now();
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the next request fails too
+    try {
+      client->wait(client->pull("t", ids, rows.data(), 1));
+      FAIL() << "a pull from a restarted shard succeeded";
+    } catch (const CommError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("ps shard 1"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("the shard was restarted during the job"));
+    }
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+}
+
 }  // namespace
 }  // namespace aiacc::ps
