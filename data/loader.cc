@@ -43,6 +43,11 @@ Loader::Loader(Dataset& dataset, const LoaderOptions& options, int rank, int wor
   }
 }
 
+Loader::Loader(std::shared_ptr<Dataset> dataset, const LoaderOptions& options, int rank, int world_size)
+    : Loader(*dataset, options, rank, world_size) {
+  dataset_owner_ = std::move(dataset);
+}
+
 Loader::~Loader() { stop_producer(); }
 
 void Loader::stop_producer() noexcept {
@@ -90,8 +95,10 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   }
   // A fresh shared state each epoch: a thread left behind keeps its own.
   shared_ = std::make_shared<Shared>();
-  producer_ = std::thread([shared = shared_, &dataset = dataset_, sampler = sampler_, options = options_, epoch,
-                           first_batch] { produce(shared, dataset, sampler, options, epoch, first_batch); });
+  producer_ = std::thread([shared = shared_, &dataset = dataset_, keep_alive = dataset_owner_, sampler = sampler_,
+                           options = options_, epoch, first_batch] {
+    produce(shared, dataset, sampler, options, epoch, first_batch);
+  });
 }
 
 Batch Loader::read_batch(Dataset& dataset, const LoaderOptions& options, const std::vector<std::int64_t>& indices,

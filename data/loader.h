@@ -49,12 +49,18 @@ class Loader {
   // negative, rank outside [0, world_size)) and ConfigError when augmentation is asked for
   // non-image data.
   Loader(Dataset& dataset, const LoaderOptions& options, int rank, int world_size);
+  // The same, sharing the dataset's ownership with the reading threads: a thread left behind
+  // after a timeout (see ~Loader) keeps the dataset alive until its read returns, so whoever
+  // drops the dataset then (a trainer unwinding from the TimeoutError) cannot free it under
+  // the read.
+  Loader(std::shared_ptr<Dataset> dataset, const LoaderOptions& options, int rank, int world_size);
 
   // Stops the background thread and joins it. Never throws; waits at most for the one
   // Dataset::read() in flight, except after next() timed out: then a reading thread still
   // stuck in Dataset::read() is left behind (detached, logged), so the timeout reaches the
   // caller instead of hanging here. It touches nothing of the loader's when the read returns;
-  // the dataset must then stay valid until that read returns or the process exits.
+  // the dataset must then stay valid until that read returns or the process exits (the
+  // shared_ptr constructor sees to that).
   ~Loader();
 
   Loader(const Loader&) = delete;
@@ -101,6 +107,7 @@ class Loader {
   void stop_producer() noexcept;
 
   Dataset& dataset_;
+  std::shared_ptr<Dataset> dataset_owner_;  // null when the caller keeps the dataset alive
   LoaderOptions options_;
   ShardSampler sampler_;
 

@@ -355,6 +355,37 @@ TEST(Loader, ALoaderThatTimedOutLeavesAStuckReadBehind) {
   EXPECT_EQ(drain(again).size(), 5u);
 }
 
+// The same, with the dataset's owner letting go of it while the read is stuck (a trainer
+// unwinding from the timeout): the thread left behind keeps it alive until its read returns.
+TEST(Loader, AStuckReadKeepsASharedDatasetAliveUntilItReturns) {
+  std::atomic<int> reads_out_at_destruction{-1};
+  struct Watched : IndexDataset {
+    Watched(std::int64_t size, std::atomic<int>& reads_out) : IndexDataset(size), reads_out_(reads_out) {}
+    ~Watched() override { reads_out_ = reads.load() - returned.load(); }
+    std::atomic<int>& reads_out_;
+  };
+  auto dataset = std::make_shared<Watched>(10, reads_out_at_destruction);
+  dataset->gate_open = false;
+  IndexDataset& gate = *dataset;
+  auto o = options(2, true);
+  o.timeout_s = 0.05;
+  {
+    Loader loader(std::shared_ptr<Dataset>(dataset), o, 0, 1);
+    loader.start_epoch(0);
+    EXPECT_THROW(loader.next(), TimeoutError);
+  }
+  std::weak_ptr<Dataset> watch = dataset;
+  dataset.reset();
+  ASSERT_FALSE(watch.expired()) << "the dataset was freed under its stuck read";
+  gate.open_gate();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!watch.expired() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(watch.expired()) << "the thread left behind never let the dataset go";
+  EXPECT_EQ(reads_out_at_destruction.load(), 0) << "destroyed while a read was still out";
+}
+
 TEST(Loader, MisuseIsReported) {
   IndexDataset dataset(10);
   Loader loader(dataset, options(2, true), 0, 1);

@@ -234,8 +234,9 @@ void check_splits_agree(const data::DataOptions& data, const InputSpec& train, c
 struct Trainer::State {
   JobOptions options;
   std::shared_ptr<spdlog::logger> log = log::get("trainer");
-  std::unique_ptr<data::Dataset> train_data;
-  std::unique_ptr<data::Dataset> test_data;
+  // Shared with the loaders' reading threads (data::Loader).
+  std::shared_ptr<data::Dataset> train_data;
+  std::shared_ptr<data::Dataset> test_data;
   std::unique_ptr<models::Model> model;
   Device device;  // job.device: where the model's parameters and the step's tensors live
   std::vector<Parameter*> dense_params;
@@ -571,7 +572,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   // table near the memory bound on the ring on one worker and on the servers on another.
   std::map<std::string, TableProbe> probes;
   if (s.group && cluster.servers > 0) {
-    data::Loader shared_batches(*s.train_data, loader_options(options, true), /*rank=*/0, /*world_size=*/1);
+    data::Loader shared_batches(s.train_data, loader_options(options, true), /*rank=*/0, /*world_size=*/1);
     probes = probe_tables(options.model, context, options.sparse_optimizer, cluster, shared_batches,
                           s.total_steps);
   }
@@ -817,7 +818,7 @@ EvalResult Trainer::evaluate() {
   s.average_buffers();
   // Each worker evaluates its shard of the test split; the meters are merged on every worker,
   // so exact AUC is computed over the whole split.
-  data::Loader loader(*s.test_data, loader_options(s.options, false), s.rank(), s.workers());
+  data::Loader loader(s.test_data, loader_options(s.options, false), s.rank(), s.workers());
   loader.start_epoch(0);
   MetricMeter meter(s.test_data->spec().task);
   while (auto batch = loader.next()) {
@@ -925,7 +926,7 @@ TrainResult Trainer::run(const RunControl& control) {
   for (auto& [name, remote] : s.remote) remote->set_step(static_cast<std::uint64_t>(step));
   s.broadcast_model();
 
-  data::Loader loader(*s.train_data, loader_options(o, true), s.rank(), s.workers());
+  data::Loader loader(s.train_data, loader_options(o, true), s.rank(), s.workers());
   const Task task = s.train_data->spec().task;
   MetricMeter interval(task);
   const auto start = Clock::now();
