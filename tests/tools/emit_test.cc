@@ -172,7 +172,7 @@ TEST_F(EmitTest, SlurmScriptRunsOneRankPerTask) {
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --job-name=Emit_Test.Job\n"));
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --output=/shared/runs/Emit_Test.Job/slurm-%j.out\n"));
   EXPECT_THAT(script, HasSubstr("\nMASTER_ADDR=$(hostname -I | cut -d' ' -f1)\n"));
-  EXPECT_THAT(script, HasSubstr("\nexport MASTER_PORT=29511\n"));
+  EXPECT_THAT(script, HasSubstr("\nexport MASTER_PORT=${MASTER_PORT:-$(( 29511 + ${SLURM_JOB_ID:-0} % 1000 ))}\n"));
   EXPECT_THAT(script, HasSubstr("\nsrun --kill-on-bad-exit=1 "));
   EXPECT_THAT(script, HasSubstr("cluster.launcher=external"));
 }
@@ -206,14 +206,15 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
     fs::permissions(bin / name, fs::perms::owner_all);
   }
   // No token exported: the script makes a fresh one (64 hex characters) for every task.
-  const auto ran = testing::run_command("unset AIACC_JOB_TOKEN; SLURM_JOB_NODELIST='node-[a-b]' PATH=" + bin.string() +
-                                        ":$PATH bash " + script_path + " 2>&1");
+  // Job 4242 takes port 29511 + 242 (two jobs sharing a first node must not collide).
+  const auto ran = testing::run_command("unset AIACC_JOB_TOKEN MASTER_PORT; SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='node-[a-b]' "
+                                        "PATH=" + bin.string() + ":$PATH bash " + script_path + " 2>&1");
   ASSERT_EQ(ran.status, 0) << ran.output;
   std::ifstream in(args_file);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   // Rank 0's store is reached at the address it binds on, not at the node's name.
-  EXPECT_THAT(lines, ElementsAre("MASTER_ADDR=10.1.2.3", "MASTER_PORT=29511", "TOKEN_LENGTH=64", config_path_, "--set",
+  EXPECT_THAT(lines, ElementsAre("MASTER_ADDR=10.1.2.3", "MASTER_PORT=29753", "TOKEN_LENGTH=64", config_path_, "--set",
                                  "cluster.launcher=external", "--set",
                                  "cluster.ring.interface=10.1.2.3", "--set", "optimizer.lr=0.05",
                                  "--set", tricky));

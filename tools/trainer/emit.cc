@@ -203,7 +203,10 @@ set -eu
 # name may resolve to another address, e.g. Debian's 127.0.1.1.)
 MASTER_ADDR=$(hostname -I | cut -d' ' -f1)
 export MASTER_ADDR
-export MASTER_PORT={port}
+# Two jobs whose first node is the same would collide on one port: each takes
+# cluster.master_port ({port}) plus its job id modulo {span}, unless MASTER_PORT is set
+# when sbatch runs (sbatch passes the environment on).
+export MASTER_PORT=${{MASTER_PORT:-$(( {port} + ${{SLURM_JOB_ID:-0}} % {span} ))}}
 
 {token}# Every task is one rank (SLURM_PROCID). It binds its ring and parameter-server listeners
 # on its node's first address (hostname -I): name another one if the ranks must use a
@@ -216,6 +219,7 @@ srun --kill-on-bad-exit=1 bash -c {command}
       fmt::arg("world", cluster.world_size()), fmt::arg("ranks", describe_ranks(cluster)),
       fmt::arg("run_dir", job.job.run_dir), fmt::arg("folder", job_folder),
       fmt::arg("output", escape_slurm_pattern(job_folder)), fmt::arg("port", cluster.master_port),
+      fmt::arg("span", std::min(1000, 65536 - cluster.master_port)),
       fmt::arg("command", shell_quote(join(rank_command, " \\\n  "))),
       // A configured token file is the job's token: do not shadow it with a generated one.
       fmt::arg("token", cluster.security.curve && cluster.security.token_file.empty() ? kSlurmToken : ""));
