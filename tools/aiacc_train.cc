@@ -88,22 +88,29 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   // sparse optimiser state decays like a worker's.
   trainer::apply_float_mode(job);
   auto group = std::make_shared<trainer::ProcessGroup>(cluster, role);
-  group->check_agreement("resolved configuration", trainer::agreement_yaml(job));
-  if (!group->is_worker()) {
-    group->serve_shard();
-    return 0;
+  try {
+    group->check_agreement("resolved configuration", trainer::agreement_yaml(job));
+    if (!group->is_worker()) {
+      group->serve_shard();
+      return 0;
+    }
+    if (group->worker() == 0) {
+      log::get("trainer")->info("resolved configuration:\n{}", trainer::resolved_yaml(job));
+    }
+    register_device(job, role.local_rank);
+    trainer::Trainer trainer(job, group);
+    if (eval_checkpoint.empty()) {
+      trainer.run();
+    } else {
+      trainer.evaluate_checkpoint(eval_checkpoint);
+    }
+    group->finish();
+  } catch (const std::exception& e) {
+    // Under an outer launcher nobody else ends the other ranks: those waiting at the store
+    // hear of it there.
+    group->report_failure(e.what(), dynamic_cast<const ConfigError*>(&e) != nullptr);
+    throw;
   }
-  if (group->worker() == 0) {
-    log::get("trainer")->info("resolved configuration:\n{}", trainer::resolved_yaml(job));
-  }
-  register_device(job, role.local_rank);
-  trainer::Trainer trainer(job, group);
-  if (eval_checkpoint.empty()) {
-    trainer.run();
-  } else {
-    trainer.evaluate_checkpoint(eval_checkpoint);
-  }
-  group->finish();
   return 0;
 }
 

@@ -18,6 +18,7 @@
 
 namespace aiacc::net {
 
+using detail::AbortKind;
 using detail::RendezvousOp;
 using detail::RendezvousStatus;
 using detail::WireReader;
@@ -103,6 +104,12 @@ std::string RendezvousClient::request(std::span<const std::byte> body, Deadline 
     const auto status = static_cast<RendezvousStatus>(reader.u32());
     if (status == RendezvousStatus::kError) {
       throw CommError(fmt::format("{} (rank {} during: {})", reader.str(), rank_, what));
+    }
+    if (status == RendezvousStatus::kAborted) {
+      const auto kind = static_cast<AbortKind>(reader.u32());
+      const std::string message = fmt::format("{} (rank {} during: {})", reader.str(), rank_, what);
+      if (kind == AbortKind::kConfig) throw ConfigError(message);
+      throw CommError(message);
     }
     // A late reply to an earlier request that timed out: skip it.
     if (echoed != sequence) continue;
@@ -198,6 +205,14 @@ std::vector<std::byte> RendezvousClient::get(std::string_view key, Deadline dead
   const std::string value = get_string(key, deadline);
   const auto bytes = as_bytes(value);
   return {bytes.begin(), bytes.end()};
+}
+
+void RendezvousClient::abort(std::string_view message, bool config_error, Deadline deadline) {
+  require_registered("abort");
+  WireWriter body;
+  const AbortKind kind = config_error ? AbortKind::kConfig : AbortKind::kRuntime;
+  body.u32(op(RendezvousOp::kAbort)).i32(rank_).u32(static_cast<std::uint32_t>(kind)).str(message);
+  request(body.bytes(), deadline, "report this rank's failure");
 }
 
 void RendezvousClient::barrier(std::string_view name, Deadline deadline) {

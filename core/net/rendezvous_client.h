@@ -51,6 +51,12 @@ class RendezvousClient {
   // Throws (TimeoutError, CommError) only when the server itself does not answer or fails.
   std::vector<int> meet(std::string_view name, Deadline deadline);
 
+  // Tells the store that this rank failed (`message`: its error): every later request of any
+  // rank throws "rendezvous: rank R failed: message", so ranks waiting at the store stop at
+  // once instead of at their deadlines: a ConfigError where `config_error`, else a CommError.
+  // The first abort wins. Requires register_rank.
+  void abort(std::string_view message, bool config_error, Deadline deadline);
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
 

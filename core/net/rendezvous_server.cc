@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <chrono>
 
 #include <fmt/format.h>
 
@@ -41,6 +42,14 @@ void RendezvousServer::check() const {
   if (failed_) std::rethrow_exception(error_);
 }
 
+bool RendezvousServer::wait_abort_delivered(Deadline deadline) const {
+  while (!abort_delivered_) {
+    if (Clock::now() >= deadline || failed_) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 void RendezvousServer::serve() {
   try {
     while (!stop_) {
@@ -63,6 +72,7 @@ void RendezvousServer::serve() {
       const std::string id(reinterpret_cast<const char*>(identity.bytes().data()),
                            identity.size());
       const std::string bytes = state_->answer(id, payload.bytes());
+      abort_delivered_ = state_->abort_delivered();
       // ROUTER drops (does not block on) a reply to a client that has gone: fine.
       zmq_send(socket_.handle(), id.data(), id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
       zmq_send(socket_.handle(), bytes.data(), bytes.size(), ZMQ_DONTWAIT);

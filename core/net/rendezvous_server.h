@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/net/context.h"
+#include "core/net/deadline.h"
 #include "core/net/socket.h"
 
 namespace aiacc::net {
@@ -36,6 +37,10 @@ class RendezvousServer {
   const std::string& endpoint() const { return endpoint_; }
   // Rethrows an error that stopped the background thread, if any. Thread-safe.
   void check() const;
+  // After a rank's abort (RendezvousClient::abort): blocks until every registered rank has
+  // been answered with it, or `deadline`; true if all were. For the rank that serves the store
+  // and failed: its store must outlive the news. Thread-safe.
+  bool wait_abort_delivered(Deadline deadline) const;
 
  private:
   void serve();
@@ -46,6 +51,7 @@ class RendezvousServer {
   std::unique_ptr<detail::RendezvousState> state_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
+  std::atomic<bool> abort_delivered_{false};  // state_->abort_delivered(), for other threads
   std::exception_ptr error_;  // written by the thread before failed_ is set
   std::thread thread_;
 };

@@ -267,6 +267,12 @@ write("rendezvous", "job", b"".join([
     rendezvous(1, 3, 4, wire_str("missing")),
     rendezvous(0, 4, 5, wire_str("start") + struct.pack("<i", 0)),
     rendezvous(1, 4, 5, wire_str("start") + struct.pack("<i", 1))]))
+write("rendezvous", "abort", b"".join([
+    rendezvous(0, 1, 1, struct.pack("<ii", 0, 2) + strings("a")),
+    rendezvous(1, 1, 1, struct.pack("<ii", 1, 2) + strings("b")),
+    rendezvous(1, 2, 6, struct.pack("<iI", 1, 1) + wire_str("d/train.tsv: no such file")),
+    rendezvous(0, 2, 4, wire_str("data-size/1")),
+    rendezvous(0, 3, 6, struct.pack("<iI", 0, 0) + wire_str("later"))]))
 write("rendezvous", "duplicate_rank", b"".join([
     rendezvous(0, 1, 1, struct.pack("<ii", 0, 1) + strings("a")),
     rendezvous(2, 1, 1, struct.pack("<ii", 0, 1) + strings("b")),

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint32_t status = 0;
     if (reply.size() < 12) throw fuzz::PropertyViolation("a rendezvous reply shorter than its header");
     std::memcpy(&status, reply.data() + 8, sizeof status);
-    if (status > static_cast<std::uint32_t>(net::detail::RendezvousStatus::kError)) {
+    if (status > static_cast<std::uint32_t>(net::detail::RendezvousStatus::kAborted)) {
       throw fuzz::PropertyViolation("a rendezvous reply with an unknown status");
     }
   }

@@ -624,6 +624,45 @@ cluster: {{workers: 2, launcher: external}}
                                   "examples, 3 steps per epoch'"));
 }
 
+// Under an outer launcher a worker that fails before it reaches the start-up data check (its
+// data missing on its host: started in another folder) tells the rendezvous store, and worker
+// 0, waiting there for its data size, stops at once naming it, not at cluster.start_timeout_s.
+TEST(DistributedTrain, AWorkerFailingAtStartEndsTheWaitingWorkersAtOnceNamingIt) {
+  fs::create_directories(scratch() / "abort0" / "d");
+  fs::create_directories(scratch() / "abort1");
+  {
+    std::ofstream train(scratch() / "abort0" / "d" / "train.tsv");
+    std::ofstream test(scratch() / "abort0" / "d" / "test.tsv");
+    for (int i = 0; i < 200; ++i) train << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
+    for (int i = 0; i < 40; ++i) test << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
+  }
+  const fs::path config = scratch() / "abort.yaml";
+  std::ofstream(config) << fmt::format(R"(job: {{name: abort, run_dir: {}}}
+model: {{type: wide_deep, wide_deep: {{embedding_dim: 4, hidden: [8]}}}}
+data:
+  batch_size: 16
+  train: {{type: criteo_tsv, criteo_tsv: {{train_file: d/train.tsv, num_integer: 3, num_categorical: 2}}}}
+  test: {{type: criteo_tsv, criteo_tsv: {{test_file: d/test.tsv, num_integer: 3, num_categorical: 2}}}}
+train: {{epochs: 1}}
+cluster: {{workers: 2, launcher: external, start_timeout_s: 60}}
+)",
+                                       scratch().string());
+  const std::string env = external_env(2, 41);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(cd {dir}1 && RANK=1 {env} {prog} {cfg} > {out}.1 2>&1; echo status $? >> {out}.1) & "
+      "cd {dir}0 && RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $? >> {out}.0; wait; cat {out}.0 {out}.1",
+      fmt::arg("dir", (scratch() / "abort").string()), fmt::arg("env", env), fmt::arg("prog", g_program),
+      fmt::arg("cfg", config.string()), fmt::arg("out", (scratch() / "abort.out").string())));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 30.0) << r.output;
+  // Worker 1's own error, and worker 0's naming worker 1 and carrying its error.
+  EXPECT_THAT(r.output, HasSubstr("d/train.tsv"));
+  EXPECT_THAT(r.output, HasSubstr("rendezvous: rank 1 failed: "));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("timed out")));
+  EXPECT_THAT(r.output, HasSubstr("status 1\n"));
+}
+
 TEST(DistributedTrain, WithoutASupervisorAWorkerDeathEndsEveryProcessIncludingTheShards) {
   // torchrun-style: worker 1 dies after step 5. Worker 0 fails naming it; the shard (rank 2),
   // which only the workers would have stopped, sees a worker's connection gone for

@@ -77,6 +77,13 @@ class ProcessGroup {
   // End of the job: worker 0 waits for every worker, then shuts the servers down.
   void finish();
 
+  // This rank is failing with `message`: tells the rendezvous store, so the ranks waiting there
+  // (start-up checks, a slow rank's data check) fail at once naming this rank, with an error of
+  // the same kind (ConfigError where `config_error`), instead of at their start timeout. Rank 0,
+  // whose store goes with it, keeps it up until every rank has been told or a few seconds have
+  // passed. Best effort: never throws.
+  void report_failure(const std::string& message, bool config_error) noexcept;
+
  private:
   void check(const std::string& what, const std::string& text, int ranks);
   // An in-place sum over `words` 8-byte elements of `dtype` (f64 or i64) on the control

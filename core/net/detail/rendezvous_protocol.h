@@ -17,12 +17,22 @@ enum class RendezvousOp : std::uint32_t {
   kGet = 4,       // str key                                           -> kOk + str value | kNotYet
   kBarrier = 5,   // str name, i32 rank                                -> kOk + u64 n,
                   //   n × i32: the ranks that have arrived so far
+  kAbort = 6,     // i32 rank, u32 AbortKind, str message: that rank failed; every later
+                  //   request gets kAborted (the first abort wins)                -> kOk
 };
 
 enum class RendezvousStatus : std::uint32_t {
   kOk = 0,
   kNotYet = 1,  // the key is not set yet
   kError = 2,   // str message: the job is broken (duplicate rank, world-size disagreement, ...)
+  kAborted = 3, // u32 AbortKind, str message "rendezvous: rank R failed: ...": a rank's abort
+};
+
+// What kind of error ended the rank that aborted: the others fail with the same kind, so a
+// configuration error stays one (launchers do not restart those).
+enum class AbortKind : std::uint32_t {
+  kRuntime = 0,
+  kConfig = 1,
 };
 
 }  // namespace aiacc::net::detail

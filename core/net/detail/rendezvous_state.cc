@@ -37,6 +37,30 @@ std::string RendezvousState::answer(const std::string& identity, std::span<const
 void RendezvousState::handle(const std::string& identity, WireReader& request,
                              WireWriter& reply) {
   const auto op = static_cast<RendezvousOp>(request.u32());
+  if (op == RendezvousOp::kAbort) {
+    const int rank = request.i32();
+    const std::uint32_t kind = request.u32();
+    const std::string message = request.str();
+    request.finish();
+    // The first failure is the job's (a later one is likely its consequence); a job already
+    // broken at registration keeps that error.
+    if (fatal_.empty()) {
+      fatal_ = fmt::format("rendezvous: rank {} failed: {}", rank, message);
+      aborted_by_ = rank;
+      abort_kind_ = kind == static_cast<std::uint32_t>(AbortKind::kConfig) ? kind : 0;
+      log::get("net")->error("{}", fatal_);
+    }
+    told_.insert(rank);
+    ok(reply);
+    return;
+  }
+  if (aborted_by_ >= 0) {
+    for (const auto& [rank, entry] : ranks_) {
+      if (entry.identity == identity) told_.insert(rank);
+    }
+    reply.u32(static_cast<std::uint32_t>(RendezvousStatus::kAborted)).u32(abort_kind_).str(fatal_);
+    return;
+  }
   if (!fatal_.empty()) {
     reply.u32(static_cast<std::uint32_t>(RendezvousStatus::kError)).str(fatal_);
     return;
@@ -92,6 +116,14 @@ void RendezvousState::handle(const std::string& identity, WireReader& request,
   } else {
     ok(reply);
   }
+}
+
+bool RendezvousState::abort_delivered() const {
+  if (aborted_by_ < 0) return false;
+  for (const auto& [rank, entry] : ranks_) {
+    if (!told_.count(rank)) return false;
+  }
+  return true;
 }
 
 void RendezvousState::register_rank(const std::string& identity, int rank, int world,

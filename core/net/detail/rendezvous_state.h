@@ -22,6 +22,10 @@ class RendezvousState {
   // the state unchanged; never throws for bad bytes.
   std::string answer(const std::string& identity, std::span<const std::byte> request);
 
+  // After an abort: whether every registered rank but the one that failed has been answered
+  // with it since (so the failed rank may take the store down).
+  bool abort_delivered() const;
+
  private:
   struct Entry {
     std::string identity;  // the connection that registered it (tells retries from duplicates)
@@ -39,6 +43,9 @@ class RendezvousState {
   std::map<std::string, std::string> kv_;
   std::map<std::string, std::set<int>> barriers_;
   std::string fatal_;  // non-empty once the job is broken
+  int aborted_by_ = -1;  // the rank whose abort set fatal_
+  std::uint32_t abort_kind_ = 0;
+  std::set<int> told_;   // ranks answered with an abort's error since
 };
 
 }  // namespace aiacc::net::detail

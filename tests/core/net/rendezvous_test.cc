@@ -91,6 +91,62 @@ TEST(Rendezvous, BarrierReleasesNoRankBeforeTheLastArrives) {
   });
 }
 
+// A rank that fails tells the store (RendezvousClient::abort): the ranks waiting there stop at
+// once, naming it, with an error of its kind; the first abort wins; the store knows when every
+// rank has been told (rank 0 keeps it up until then).
+TEST(Rendezvous, AnAbortEndsEveryWaitAtOnceNamingTheRankAndKeepingItsKind) {
+  for (const bool config_error : {true, false}) {
+    RendezvousServer server(Context::create(), "127.0.0.1", 0);
+    std::atomic<int> told{0};
+    run_ranks(3, [&](int rank) {
+      RendezvousClient client(Context::create(), server.endpoint());
+      client.register_rank(rank, 3, {}, deadline_after(10));
+      client.wait_all(deadline_after(10));
+      if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others wait first
+        client.abort("cannot access d/train.tsv", config_error, deadline_after(5));
+        EXPECT_TRUE(server.wait_abort_delivered(deadline_after(10)));
+        return;
+      }
+      const auto start = Clock::now();
+      try {
+        client.get_string("data-size/1", deadline_after(30));
+        ADD_FAILURE() << "rank " << rank << ": the get succeeded";
+      } catch (const ConfigError& e) {
+        EXPECT_TRUE(config_error) << e.what();
+        EXPECT_THAT(e.what(), HasSubstr("rank 1 failed: cannot access d/train.tsv"));
+        ++told;
+      } catch (const CommError& e) {
+        EXPECT_FALSE(config_error) << e.what();
+        EXPECT_THAT(e.what(), HasSubstr("rank 1 failed: cannot access d/train.tsv"));
+        ++told;
+      }
+      EXPECT_LT(seconds_since(start), 5.0);
+      // A second abort changes nothing: the first rank's failure is the job's.
+      try {
+        client.abort("a later failure", !config_error, deadline_after(5));
+      } catch (const CommError&) {
+      } catch (const ConfigError&) {
+      }
+      EXPECT_THROW(client.barrier("after", deadline_after(1)), Error);
+    });
+    EXPECT_EQ(told.load(), 2);
+  }
+}
+
+TEST(Rendezvous, AnAbortNobodyWaitsForIsNotReportedDelivered) {
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  RendezvousClient failing(Context::create(), server.endpoint());
+  RendezvousClient busy(Context::create(), server.endpoint());
+  failing.register_rank(0, 2, {}, deadline_after(10));
+  busy.register_rank(1, 2, {}, deadline_after(10));
+  EXPECT_FALSE(server.wait_abort_delivered(deadline_after(0.05)));  // no abort yet
+  failing.abort("out of memory", false, deadline_after(5));
+  EXPECT_FALSE(server.wait_abort_delivered(deadline_after(0.2)));  // rank 1 has not asked since
+  EXPECT_THROW(busy.get_string("anything", deadline_after(5)), CommError);
+  EXPECT_TRUE(server.wait_abort_delivered(deadline_after(5)));
+}
+
 TEST(Rendezvous, MissingRankIsATimeoutListingIt) {
   RendezvousServer server(Context::create(), "127.0.0.1", 0);
   std::atomic<int> timeouts{0};
