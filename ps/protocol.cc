@@ -39,16 +39,24 @@ bool valid_op(Op op) {
 template <class Header>
 Header decode_header(std::span<const std::byte> frame, std::string_view from, const char* kind) {
   Header header;
+  // Magic and version first (every version's headers start with them): a peer of another
+  // version has other header sizes, and should be told so.
+  std::uint32_t magic = 0;
+  std::uint16_t version = 0;
+  if (frame.size() >= sizeof magic + sizeof version) {
+    std::memcpy(&magic, frame.data(), sizeof magic);
+    std::memcpy(&version, frame.data() + sizeof magic, sizeof version);
+    if (magic != kMagic || version != kVersion) {
+      throw CommError(fmt::format("ps {} from {}: magic {:#x} version {} (expected {:#x} version {}: "
+                                  "a foreign peer or another aiacc-train version)",
+                                  kind, from, magic, version, kMagic, kVersion));
+    }
+  }
   if (frame.size() != sizeof(Header)) {
     throw CommError(fmt::format("malformed ps {} from {}: header of {} bytes (expected {})", kind,
                                 from, frame.size(), sizeof(Header)));
   }
   std::memcpy(&header, frame.data(), sizeof(Header));
-  if (header.magic != kMagic || header.version != kVersion) {
-    throw CommError(fmt::format("ps {} from {}: magic {:#x} version {} (expected {:#x} version {}: "
-                                "a foreign peer or another aiacc-train version)",
-                                kind, from, header.magic, header.version, kMagic, kVersion));
-  }
   if (!valid_op(header.op)) {
     throw CommError(fmt::format("ps {} from {}: unknown op {}", kind, from,
                                 static_cast<std::uint16_t>(header.op)));

@@ -137,7 +137,7 @@ void ClientIo::read_monitor(int shard) {
 
 std::string ClientIo::gone_reason(int shard, net::Clock::time_point now) const {
   const Link& link = links_[static_cast<std::size_t>(shard)];
-  if (!link.restarted.empty()) return link.restarted;
+  if (!link.broken.empty()) return link.broken;
   if (!link.down_since) return "";
   const double down = std::chrono::duration<double>(now - *link.down_since).count();
   if (down < options_.reconnect_grace_s) return "";
@@ -215,24 +215,27 @@ void ClientIo::run() {
 void ClientIo::on_reply(int shard, std::vector<net::Message>& parts) {
   auto& flights = in_flight_[static_cast<std::size_t>(shard)];
   ReplyHeader header;
+  Link& link = links_[static_cast<std::size_t>(shard)];
   try {
     header = decode_reply_header(parts.at(0).bytes(), endpoints_[static_cast<std::size_t>(shard)]);
   } catch (const std::exception& e) {
-    log::get("ps")->warn("ps client: dropped a reply from shard {}: {}", shard, e.what());
+    // Its request cannot be told from the reply: fail every request to the shard now (a shard
+    // of another version answers every request so) rather than at timeout_s.
+    log::get("ps")->error("ps client: a reply from shard {} cannot be read: {}", shard, e.what());
+    if (link.broken.empty()) link.broken = fmt::format("a reply from the shard could not be read: {}", e.what());
     return;
   }
   // A shard that came back within the grace at the same endpoint is a new process: what it held
   // is gone (or back at a checkpoint), and training on would lose updates without a word.
-  Link& link = links_[static_cast<std::size_t>(shard)];
   if (link.incarnation == 0) link.incarnation = header.incarnation;
-  if (header.incarnation != link.incarnation && link.restarted.empty()) {
-    link.restarted = fmt::format(
+  if (header.incarnation != link.incarnation && link.broken.empty()) {
+    link.broken = fmt::format(
         "the shard was restarted during the job (this reply comes from a new process, incarnation {:016x}, "
         "not {:016x}), so the rows it held are lost or back at its last checkpoint; restart the whole job "
         "from its checkpoint (cluster.max_restarts, or the launcher's restart)",
         header.incarnation, link.incarnation);
     log::get("ps")->error("ps shard {} ({}): {}", shard, endpoints_[static_cast<std::size_t>(shard)],
-                          link.restarted);
+                          link.broken);
   }
   auto it = flights.find(header.seq);
   if (it == flights.end()) return;  // the answer to a retry or a duplicate: already handled
@@ -241,7 +244,7 @@ void ClientIo::on_reply(int shard, std::vector<net::Message>& parts) {
   TicketState& t = *request.ticket;
   std::exception_ptr error;
   try {
-    if (!link.restarted.empty()) throw CommError(describe(shard, request) + ": " + link.restarted);
+    if (!link.broken.empty()) throw CommError(describe(shard, request) + ": " + link.broken);
     if (header.status == Status::error) {
       const std::string message = parts.size() > 1 ? std::string(as_text(parts[1].bytes())) : "";
       throw CommError(fmt::format("{} failed on the shard: {}", describe(shard, request), message));

@@ -111,12 +111,13 @@ class ClientIo {
     std::string why;                                    // what the last failure was
     net::ConnectionEvents events;
     std::uint64_t incarnation = 0;  // the shard process's, from its first reply (0: none yet)
-    std::string restarted;          // set when a reply came from another incarnation
+    std::string broken;             // why no reply can be trusted any more (a restarted shard,
+                                    // an unreadable reply): every request to it fails so
   };
   std::vector<Link> links_;  // I/O thread only
   void read_monitor(int shard);
-  // The error for shard k when it was restarted, or its connection has been down longer than
-  // the grace, else "".
+  // The error for shard k when it is broken (restarted, unreadable replies), or its connection
+  // has been down longer than the grace, else "".
   std::string gone_reason(int shard, net::Clock::time_point now) const;
   net::WakeSignal wake_;              // submit() and the destructor -> I/O thread
   std::mutex queue_mutex_;

@@ -2,6 +2,8 @@
 // LocalEmbeddingStore fed the same (aggregated) requests, for every sparse optimiser and shard
 // count; ids on one shard, empty and very large requests; retried and duplicated pushes are
 // applied once; errors name the shard, the table and the operation.
+#include <zmq.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +15,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/net/socket.h"
+#include "ps/protocol.h"
 #include "ps/sharding.h"
 #include "ps/remote_embedding_store.h"
 #include "tests/ps/ps_fixture.h"
@@ -433,6 +437,58 @@ TEST(PsClientServer, AShardRestartedWithinTheGraceFailsTheRequestsInsteadOfServi
     }
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+}
+
+TEST(PsClientServer, AShardOfAnotherProtocolVersionFailsTheRequestsAtOnceSayingSo) {
+  // A stand-in shard that answers every request with a version-1 reply header (32 bytes): the
+  // client must say "another aiacc-train version" at once, not drop the replies and wait for
+  // timeout_s.
+  auto context = net::Context::create(1);
+  net::Socket router(context, ZMQ_ROUTER, 0);
+  const std::string endpoint = router.bind("tcp://127.0.0.1:*");
+  std::atomic<bool> stop{false};
+  std::thread shard([&] {
+    while (!stop) {
+      if (!(router.poll(ZMQ_POLLIN, 20) & ZMQ_POLLIN)) continue;
+      std::vector<std::string> frames;
+      int more = 1;
+      while (more) {
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, router.handle(), 0) < 0) return;
+        frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+        more = zmq_msg_more(&msg);
+        zmq_msg_close(&msg);
+      }
+      std::string old_header(32, '\0');
+      const std::uint32_t magic = kMagic;
+      const std::uint16_t version = 1;
+      std::memcpy(old_header.data(), &magic, sizeof magic);
+      std::memcpy(old_header.data() + 4, &version, sizeof version);
+      zmq_send(router.handle(), frames[0].data(), frames[0].size(), ZMQ_SNDMORE);
+      zmq_send(router.handle(), old_header.data(), old_header.size(), 0);
+    }
+  });
+  ClientOptions options;
+  options.endpoints = {endpoint};
+  options.timeout_s = 60;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    PsClient client(options, context);
+    try {
+      client.create_table(testing::table_config("t", 4, "sgd"));
+      ADD_FAILURE() << "a shard of another version was accepted";
+    } catch (const TimeoutError& e) {
+      ADD_FAILURE() << "timed out instead of naming the version: " << e.what();
+    } catch (const CommError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("ps shard 0"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("version 1 (expected"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("another aiacc-train version"));
+    }
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  stop = true;
+  shard.join();
 }
 
 }  // namespace
