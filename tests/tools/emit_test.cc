@@ -172,7 +172,7 @@ TEST_F(EmitTest, SlurmScriptRunsOneRankPerTask) {
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --job-name=Emit_Test.Job\n"));
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --output=/shared/runs/Emit_Test.Job/slurm-%j.out\n"));
   EXPECT_THAT(script, HasSubstr("\nMASTER_ADDR=$(hostname -I | cut -d' ' -f1)\n"));
-  EXPECT_THAT(script, HasSubstr("\nexport MASTER_PORT=${MASTER_PORT:-$(( 29511 + ${SLURM_JOB_ID:-0} % 1000 ))}\n"));
+  EXPECT_THAT(script, HasSubstr("\nexport MASTER_PORT=${AIACC_MASTER_PORT:-$(( 29511 + ${SLURM_JOB_ID:-0} % 1000 ))}\n"));
   EXPECT_THAT(script, HasSubstr("\nsrun --kill-on-bad-exit=1 "));
   EXPECT_THAT(script, HasSubstr("cluster.launcher=external"));
 }
@@ -206,8 +206,10 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
     fs::permissions(bin / name, fs::perms::owner_all);
   }
   // No token exported: the script makes a fresh one (64 hex characters) for every task.
-  // Job 4242 takes port 29511 + 242 (two jobs sharing a first node must not collide).
-  const auto ran = testing::run_command("unset AIACC_JOB_TOKEN MASTER_PORT; SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='node-[a-b]' "
+  // Job 4242 takes port 29511 + 242 (two jobs sharing a first node must not collide), whatever
+  // MASTER_PORT another tool left in the shell.
+  const auto ran = testing::run_command("unset AIACC_JOB_TOKEN AIACC_MASTER_PORT; MASTER_PORT=29500 SLURM_JOB_ID=4242 "
+                                        "SLURM_JOB_NODELIST='node-[a-b]' "
                                         "PATH=" + bin.string() + ":$PATH bash " + script_path + " 2>&1");
   ASSERT_EQ(ran.status, 0) << ran.output;
   std::ifstream in(args_file);

@@ -204,9 +204,10 @@ set -eu
 MASTER_ADDR=$(hostname -I | cut -d' ' -f1)
 export MASTER_ADDR
 # Two jobs whose first node is the same would collide on one port: each takes
-# cluster.master_port ({port}) plus its job id modulo {span}, unless MASTER_PORT is set
-# when sbatch runs (sbatch passes the environment on).
-export MASTER_PORT=${{MASTER_PORT:-$(( {port} + ${{SLURM_JOB_ID:-0}} % {span} ))}}
+# cluster.master_port ({port}) plus its job id modulo {span}, unless AIACC_MASTER_PORT is set
+# when sbatch runs (sbatch passes the environment on; a MASTER_PORT left in the shell from
+# other tools is not used).
+export MASTER_PORT=${{AIACC_MASTER_PORT:-$(( {port} + ${{SLURM_JOB_ID:-0}} % {span} ))}}
 
 {token}# Every task is one rank (SLURM_PROCID). It binds its ring and parameter-server listeners
 # on its node's first address (hostname -I): name another one if the ranks must use a
