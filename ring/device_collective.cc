@@ -29,8 +29,12 @@ Registry& registry() {
 class StallCheckedCollective : public DeviceCollective {
  public:
   StallCheckedCollective(std::unique_ptr<DeviceCollective> inner, net::RendezvousClient& rendezvous,
-                         std::string name, double window_s)
-      : inner_(std::move(inner)), rendezvous_(rendezvous), name_(std::move(name)), window_s_(window_s) {}
+                         std::string name, int world_size, double window_s)
+      : inner_(std::move(inner)),
+        rendezvous_(rendezvous),
+        name_(std::move(name)),
+        world_size_(world_size),
+        window_s_(window_s) {}
 
   void allreduce(float* device_data, std::int64_t count, ReduceOp op) override {
     checked([&] { inner_->allreduce(device_data, count, op); });
@@ -63,7 +67,9 @@ class StallCheckedCollective : public DeviceCollective {
     checked_ = true;
     const std::string barrier = fmt::format("device-collective/{}/stall-check", name_);
     try {
-      const std::vector<int> missing = rendezvous_.meet(barrier, net::deadline_after(window_s_));
+      // Only the collective's ranks come: the job's other ranks (parameter-server shards,
+      // ranks from world_size_ on) never do.
+      const std::vector<int> missing = rendezvous_.meet(barrier, net::deadline_after(window_s_), world_size_);
       if (missing.empty()) {
         return fmt::format("{}; stall check: every rank came to the rendezvous store after this failure, so all are "
                            "alive: ranks issued collectives in different orders or sizes, or the network between "
@@ -72,15 +78,19 @@ class StallCheckedCollective : public DeviceCollective {
       return fmt::format("{}; stall check: rank{} {} did not come to the rendezvous store within {:.1f} s of this "
                          "failure: stopped, dead or cut off", failure, missing.size() == 1 ? "" : "s",
                          fmt::join(missing, ", "), window_s_);
-    } catch (const Error& e) {
-      return fmt::format("{}; stall check: the rendezvous store on rank 0 did not answer, so rank 0 may be the one "
-                         "missing ({})", failure, e.what());
+    } catch (const TimeoutError& e) {
+      return fmt::format("{}; stall check: the rendezvous store did not answer, so its server (rank 0 under an "
+                         "outer launcher, else the local launcher) may be what is missing ({})", failure, e.what());
+    } catch (const std::exception& e) {
+      // Typically another rank's failure reported to the store meanwhile ("rank 2 failed: ...").
+      return fmt::format("{}; stall check cut short: {}", failure, e.what());
     }
   }
 
   std::unique_ptr<DeviceCollective> inner_;
   net::RendezvousClient& rendezvous_;
   std::string name_;
+  int world_size_;
   double window_s_;
   bool checked_ = false;
 };
@@ -113,13 +123,14 @@ std::unique_ptr<DeviceCollective> make_device_collective(const DeviceCollectiveS
   std::unique_ptr<DeviceCollective> collective = factory(spec);
   const double window_s = std::min(spec.stall_check_s, spec.timeout_s);
   if (spec.rendezvous == nullptr || spec.world_size < 2 || !(window_s > 0.0)) return collective;
-  return with_stall_check(std::move(collective), *spec.rendezvous, spec.name, window_s);
+  return with_stall_check(std::move(collective), *spec.rendezvous, spec.name, spec.world_size, window_s);
 }
 
 std::unique_ptr<DeviceCollective> with_stall_check(std::unique_ptr<DeviceCollective> inner,
                                                    net::RendezvousClient& rendezvous, std::string name,
-                                                   double window_s) {
-  return std::make_unique<StallCheckedCollective>(std::move(inner), rendezvous, std::move(name), window_s);
+                                                   int world_size, double window_s) {
+  return std::make_unique<StallCheckedCollective>(std::move(inner), rendezvous, std::move(name), world_size,
+                                                  window_s);
 }
 
 }  // namespace aiacc::ring

@@ -77,10 +77,12 @@ std::unique_ptr<DeviceCollective> make_device_collective(const DeviceCollectiveS
 // rendezvous store ("device-collective/<name>/stall-check") for up to `window_s`, and rethrows
 // the error (same type) ending with what it found: the ranks that did not come (stopped, dead or
 // cut off), or that every rank came (all alive: collectives issued in different orders, or a
-// network fault), or that the store on rank 0 did not answer. Later failures pass unchanged.
-// `rendezvous` must outlive the result and is used only on the calling thread.
+// network fault), or that the store did not answer, or another rank's failure reported there
+// meanwhile. Later failures pass unchanged. The collective's ranks are the job's ranks
+// 0..world_size-1 (the workers; shards come after them). `rendezvous` must outlive the result
+// and is used only on the calling thread.
 std::unique_ptr<DeviceCollective> with_stall_check(std::unique_ptr<DeviceCollective> inner,
                                                    net::RendezvousClient& rendezvous, std::string name,
-                                                   double window_s);
+                                                   int world_size, double window_s);
 
 }  // namespace aiacc::ring

@@ -146,7 +146,7 @@ if want nccl-faults; then
       kill -KILL "$victim" "$survivor" 2>/dev/null
       wait $job
       grep -a '^aiacc-train' "$log" | tail -2
-      if (( rank == 1 )); then named='stall check: rank 1 did not come'; else named='rendezvous store on rank 0 did not answer'; fi
+      if (( rank == 1 )); then named='stall check: rank 1 did not come'; else named='rendezvous store did not answer'; fi
       grep -aq "$named" "$log" || echo "MISMATCH: rank $other's error does not name rank $rank"
     done
   } 2>&1 | tee "$out/nccl-faults.log"

@@ -102,6 +102,9 @@ std::string RendezvousClient::request(std::span<const std::byte> body, Deadline 
     WireReader reader(reply.bytes(), "rendezvous reply from " + server_);
     const std::uint64_t echoed = reader.u64();
     const auto status = static_cast<RendezvousStatus>(reader.u32());
+    // A late reply to an earlier request that timed out: skip it. (The error reply to a
+    // malformed request carries sequence 0: the server could not read ours.)
+    if (echoed != sequence && !(echoed == 0 && status == RendezvousStatus::kError)) continue;
     if (status == RendezvousStatus::kError) {
       throw CommError(fmt::format("{} (rank {} during: {})", reader.str(), rank_, what));
     }
@@ -111,8 +114,6 @@ std::string RendezvousClient::request(std::span<const std::byte> body, Deadline 
       if (kind == AbortKind::kConfig) throw ConfigError(message);
       throw CommError(message);
     }
-    // A late reply to an earlier request that timed out: skip it.
-    if (echoed != sequence) continue;
     if (not_yet) *not_yet = status == RendezvousStatus::kNotYet;
     const auto rest = reply.bytes().subspan(sizeof(std::uint64_t) + sizeof(std::uint32_t));
     return std::string(reinterpret_cast<const char*>(rest.data()), rest.size());
@@ -224,8 +225,9 @@ void RendezvousClient::barrier(std::string_view name, Deadline deadline) {
   }
 }
 
-std::vector<int> RendezvousClient::meet(std::string_view name, Deadline deadline) {
+std::vector<int> RendezvousClient::meet(std::string_view name, Deadline deadline, int participants) {
   require_registered("barrier");
+  if (participants < 0 || participants > world_size_) participants = world_size_;
   auto delay = std::chrono::milliseconds(1);
   WireWriter body;
   body.u32(op(RendezvousOp::kBarrier)).str(name).i32(rank_);
@@ -236,8 +238,8 @@ std::vector<int> RendezvousClient::meet(std::string_view name, Deadline deadline
     std::set<int> arrived;
     const std::uint64_t count = reader.u64();
     for (std::uint64_t i = 0; i < count; ++i) arrived.insert(reader.i32());
-    if (static_cast<int>(arrived.size()) >= world_size_) return {};
-    if (!backoff(delay, deadline)) return absent_ranks(world_size_, arrived);
+    std::vector<int> missing = absent_ranks(participants, arrived);
+    if (missing.empty() || !backoff(delay, deadline)) return missing;
   }
 }
 

@@ -46,10 +46,11 @@ class RendezvousClient {
   // Blocks until every rank has called barrier(`name`). A name is used once per job (use
   // "step-12/..." style names). TimeoutError lists the ranks missing. Requires register_rank.
   void barrier(std::string_view name, Deadline deadline);
-  // The same meeting, for finding out who is there: waits until every rank has arrived at
-  // `name` or `deadline` has passed, and returns the ranks still missing then (empty: all met).
-  // Throws (TimeoutError, CommError) only when the server itself does not answer or fails.
-  std::vector<int> meet(std::string_view name, Deadline deadline);
+  // The same meeting, for finding out who is there: waits until ranks 0..participants-1
+  // (default: every rank) have arrived at `name` or `deadline` has passed, and returns those
+  // still missing then (empty: all met). Throws only when the server does not answer
+  // (TimeoutError) or the job is broken or aborted (CommError, ConfigError).
+  std::vector<int> meet(std::string_view name, Deadline deadline, int participants = -1);
 
   // Tells the store that this rank failed (`message`: its error): every later request of any
   // rank throws "rendezvous: rank R failed: message", so ranks waiting at the store stop at

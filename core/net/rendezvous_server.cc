@@ -50,6 +50,11 @@ bool RendezvousServer::wait_abort_delivered(Deadline deadline) const {
   return true;
 }
 
+std::string RendezvousServer::abort_message() const {
+  std::lock_guard lock(abort_mutex_);
+  return abort_message_;
+}
+
 void RendezvousServer::serve() {
   try {
     while (!stop_) {
@@ -73,6 +78,10 @@ void RendezvousServer::serve() {
                            identity.size());
       const std::string bytes = state_->answer(id, payload.bytes());
       abort_delivered_ = state_->abort_delivered();
+      if (!state_->abort_message().empty()) {
+        std::lock_guard lock(abort_mutex_);
+        if (abort_message_.empty()) abort_message_ = state_->abort_message();
+      }
       // ROUTER drops (does not block on) a reply to a client that has gone: fine.
       zmq_send(socket_.handle(), id.data(), id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
       zmq_send(socket_.handle(), bytes.data(), bytes.size(), ZMQ_DONTWAIT);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -41,6 +42,9 @@ class RendezvousServer {
   // been answered with it, or `deadline`; true if all were. For the rank that serves the store
   // and failed: its store must outlive the news. Thread-safe.
   bool wait_abort_delivered(Deadline deadline) const;
+  // The first rank's abort ("rendezvous: rank R failed: ..."), or "" without one: the job's
+  // first failure, for a launcher whose ranks all fail once it is known. Thread-safe.
+  std::string abort_message() const;
 
  private:
   void serve();
@@ -52,6 +56,8 @@ class RendezvousServer {
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
   std::atomic<bool> abort_delivered_{false};  // state_->abort_delivered(), for other threads
+  mutable std::mutex abort_mutex_;
+  std::string abort_message_;  // state_->abort_message(), under abort_mutex_
   std::exception_ptr error_;  // written by the thread before failed_ is set
   std::thread thread_;
 };

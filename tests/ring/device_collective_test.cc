@@ -11,6 +11,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 #include "core/net/rendezvous_client.h"
@@ -56,14 +57,16 @@ std::unique_ptr<net::RendezvousClient> joined(const net::RendezvousServer& serve
   return client;
 }
 
+// Ranks 0-2 are the collective's (workers); rank 3 is a parameter-server shard of the job,
+// which never comes to the check and must not be named.
 TEST(StallCheck, TheSurvivorsOfASilentPeerNameItAndKeepTheirErrorsType) {
   net::RendezvousServer server(net::Context::create(), "127.0.0.1", 0);
   std::atomic<int> named{0};
-  run_ranks(3, [&](int rank) {
-    auto client = joined(server, rank, 3);
-    if (rank == 2) return;  // the stopped peer: never comes to the check
+  run_ranks(4, [&](int rank) {
+    auto client = joined(server, rank, 4);
+    if (rank >= 2) return;  // rank 2: the stopped peer, never comes to the check; rank 3: a shard
     auto collective = with_stall_check(std::make_unique<ScriptedCollective>(rank, Failure::timeout), *client,
-                                       "dense", 0.5);
+                                       "dense", 3, 0.5);
     try {
       collective->synchronize();
       ADD_FAILURE() << "rank " << rank << ": no error";
@@ -79,10 +82,11 @@ TEST(StallCheck, TheSurvivorsOfASilentPeerNameItAndKeepTheirErrorsType) {
 
 TEST(StallCheck, WhenEveryRankComesAllAreAliveAndTheErrorSaysSo) {
   net::RendezvousServer server(net::Context::create(), "127.0.0.1", 0);
-  run_ranks(3, [&](int rank) {
-    auto client = joined(server, rank, 3);
+  run_ranks(4, [&](int rank) {
+    auto client = joined(server, rank, 4);
+    if (rank == 3) return;  // a shard: not the collective's
     auto collective = with_stall_check(std::make_unique<ScriptedCollective>(rank, Failure::comm), *client,
-                                       "dense", 5.0);
+                                       "dense", 3, 5.0);
     try {
       collective->wait_for_compute();
       ADD_FAILURE() << "rank " << rank << ": no error";
@@ -100,14 +104,15 @@ TEST(StallCheck, AStoreThatDoesNotAnswerPointsAtRankZeroAndOnlyTheFirstFailureIs
   rank0.register_rank(0, 2, {}, net::deadline_after(10));
   auto client = joined(*server, 1, 2);
   server.reset();  // rank 0 is gone, and its store with it
-  auto collective = with_stall_check(std::make_unique<ScriptedCollective>(1, Failure::comm), *client, "dense", 0.3);
+  auto collective = with_stall_check(std::make_unique<ScriptedCollective>(1, Failure::comm), *client, "dense", 2, 0.3);
   try {
     float x = 0;
     collective->allreduce(&x, 1, ReduceOp::kSum);
     ADD_FAILURE() << "no error";
   } catch (const CommError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("remote process exited; stall check: the rendezvous store on rank 0 did not "
-                                    "answer, so rank 0 may be the one missing"));
+    EXPECT_THAT(e.what(), HasSubstr("remote process exited; stall check: the rendezvous store did not answer, so "
+                                    "its server (rank 0 under an outer launcher, else the local launcher) may be "
+                                    "what is missing"));
   }
   try {
     collective->synchronize();
@@ -115,6 +120,30 @@ TEST(StallCheck, AStoreThatDoesNotAnswerPointsAtRankZeroAndOnlyTheFirstFailureIs
   } catch (const CommError& e) {
     EXPECT_STREQ(e.what(), "rank 1 synchronize: remote process exited");
   }
+}
+
+// Another rank's failure, reported to the store while the check waits, cuts it short and is
+// named (not taken for a store that does not answer).
+TEST(StallCheck, AFailureReportedMeanwhileCutsTheCheckShortAndIsNamed) {
+  net::RendezvousServer server(net::Context::create(), "127.0.0.1", 0);
+  run_ranks(3, [&](int rank) {
+    auto client = joined(server, rank, 3);
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others are at the check
+      client->abort("CUDA error: an illegal memory access", false, net::deadline_after(5));
+      return;
+    }
+    auto collective = with_stall_check(std::make_unique<ScriptedCollective>(rank, Failure::timeout), *client,
+                                       "dense", 3, 10.0);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      collective->synchronize();
+      ADD_FAILURE() << "rank " << rank << ": no error";
+    } catch (const TimeoutError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("stall check cut short: rendezvous: rank 2 failed: CUDA error"));
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  });
 }
 
 TEST(StallCheck, MakeDeviceCollectiveChecksOnlyWhereItCanMeetTheOthers) {

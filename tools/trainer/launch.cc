@@ -274,6 +274,11 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
         if (failed && result.exit_status == 0 && forwarded == 0) {
           result.exit_status = exit_status_of(status);
           result.failure = fmt::format("{} (pid {}) {}", rank_name(cluster, r), pid, describe_status(status));
+          // The first process to exit may be one that only heard of another's failure at the
+          // store: name the failure that came first.
+          if (const std::string first = rendezvous.abort_message(); !first.empty()) {
+            result.failure += fmt::format(" (the first failure: {})", first);
+          }
           log->error("{}; stopping the other processes", result.failure);
           stop_all(SIGTERM);
           kill_at = Clock::now() + std::chrono::seconds(10);

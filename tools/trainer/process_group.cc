@@ -287,14 +287,14 @@ void ProcessGroup::barrier() {
 }
 
 void ProcessGroup::report_failure(const std::string& message, bool config_error) noexcept {
-  // Ranks in a ring or shard operation learn of the failure from the closed connections; the
-  // store's news is for those waiting at it, who poll it every 50 ms at most.
+  // Ranks waiting at the store poll it every 50 ms at most; those in a ring or shard operation
+  // learn of the failure from the closed connections once this process exits.
   constexpr double kStoreLingerSeconds = 3.0;
   try {
-    rendezvous_->abort(message, config_error, net::deadline_after(1.0));
+    rendezvous_->abort(message, config_error, net::deadline_after(0.5));
     if (rendezvous_server_ && !rendezvous_server_->wait_abort_delivered(net::deadline_after(kStoreLingerSeconds))) {
-      log::get("trainer")->info("not every rank was waiting at the rendezvous store to hear of this failure: the "
-                                "others learn of it from the closed connections");
+      log::get("trainer")->info("not every rank waiting at the rendezvous store has heard of this failure within {} s",
+                                kStoreLingerSeconds);
     }
   } catch (const std::exception& e) {
     log::get("trainer")->warn("could not tell the rendezvous store of this failure: {}", e.what());

@@ -37,27 +37,32 @@ std::string RendezvousState::answer(const std::string& identity, std::span<const
 void RendezvousState::handle(const std::string& identity, WireReader& request,
                              WireWriter& reply) {
   const auto op = static_cast<RendezvousOp>(request.u32());
+  const auto now = std::chrono::steady_clock::now();
+  const int sender = rank_of(identity);
   if (op == RendezvousOp::kAbort) {
     const int rank = request.i32();
     const std::uint32_t kind = request.u32();
     const std::string message = request.str();
     request.finish();
     // The first failure is the job's (a later one is likely its consequence); a job already
-    // broken at registration keeps that error.
-    if (fatal_.empty()) {
+    // broken at registration keeps that error, which every rank has been getting anyway.
+    if (!abort_seen_ && fatal_.empty()) {
       fatal_ = fmt::format("rendezvous: rank {} failed: {}", rank, message);
       aborted_by_ = rank;
       abort_kind_ = kind == static_cast<std::uint32_t>(AbortKind::kConfig) ? kind : 0;
       log::get("net")->error("{}", fatal_);
+      for (const auto& [r, at] : last_request_) {
+        if (r != rank && now - at <= kWaitingWindow) waiting_at_abort_.insert(r);
+      }
     }
+    abort_seen_ = true;
     told_.insert(rank);
     ok(reply);
     return;
   }
+  if (sender >= 0) last_request_[sender] = now;
   if (aborted_by_ >= 0) {
-    for (const auto& [rank, entry] : ranks_) {
-      if (entry.identity == identity) told_.insert(rank);
-    }
+    if (sender >= 0) told_.insert(sender);
     reply.u32(static_cast<std::uint32_t>(RendezvousStatus::kAborted)).u32(abort_kind_).str(fatal_);
     return;
   }
@@ -119,11 +124,18 @@ void RendezvousState::handle(const std::string& identity, WireReader& request,
 }
 
 bool RendezvousState::abort_delivered() const {
-  if (aborted_by_ < 0) return false;
-  for (const auto& [rank, entry] : ranks_) {
+  if (!abort_seen_) return false;
+  for (int rank : waiting_at_abort_) {
     if (!told_.count(rank)) return false;
   }
   return true;
+}
+
+int RendezvousState::rank_of(const std::string& identity) const {
+  for (const auto& [rank, entry] : ranks_) {
+    if (entry.identity == identity) return rank;
+  }
+  return -1;
 }
 
 void RendezvousState::register_rank(const std::string& identity, int rank, int world,

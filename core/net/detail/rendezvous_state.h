@@ -3,6 +3,7 @@
 // fuzz harness tests/fuzz/rendezvous_fuzz.cc drives it with bytes directly.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <map>
 #include <set>
@@ -22,9 +23,15 @@ class RendezvousState {
   // the state unchanged; never throws for bad bytes.
   std::string answer(const std::string& identity, std::span<const std::byte> request);
 
-  // After an abort: whether every registered rank but the one that failed has been answered
-  // with it since (so the failed rank may take the store down).
+  // After an abort: whether every rank that was waiting at the store then (a request within
+  // the last kWaitingWindow: waiting ranks poll every 50 ms at most) has been answered with it
+  // since, so the failed rank may take the store down. Ranks busy elsewhere (ring, shards)
+  // learn of the failure from the closed connections instead.
   bool abort_delivered() const;
+  // The first abort's message ("rendezvous: rank R failed: ..."), or "" without one.
+  const std::string& abort_message() const { return aborted_by_ >= 0 ? fatal_ : no_abort_; }
+
+  static constexpr std::chrono::milliseconds kWaitingWindow{250};
 
  private:
   struct Entry {
@@ -43,9 +50,16 @@ class RendezvousState {
   std::map<std::string, std::string> kv_;
   std::map<std::string, std::set<int>> barriers_;
   std::string fatal_;  // non-empty once the job is broken
+  // The rank of the connection `identity` registered, or -1.
+  int rank_of(const std::string& identity) const;
+
   int aborted_by_ = -1;  // the rank whose abort set fatal_
   std::uint32_t abort_kind_ = 0;
-  std::set<int> told_;   // ranks answered with an abort's error since
+  bool abort_seen_ = false;                   // an abort arrived (even after fatal_ was set)
+  std::map<int, std::chrono::steady_clock::time_point> last_request_;  // by rank
+  std::set<int> waiting_at_abort_;            // ranks polling the store when the abort came
+  std::set<int> told_;                        // ranks answered with the abort since
+  std::string no_abort_;
 };
 
 }  // namespace aiacc::net::detail

@@ -122,28 +122,45 @@ TEST(Rendezvous, AnAbortEndsEveryWaitAtOnceNamingTheRankAndKeepingItsKind) {
         ++told;
       }
       EXPECT_LT(seconds_since(start), 5.0);
-      // A second abort changes nothing: the first rank's failure is the job's.
+      // A second abort changes nothing: the first rank's failure is the job's, of its kind.
+      client.abort("a later failure", !config_error, deadline_after(5));
       try {
-        client.abort("a later failure", !config_error, deadline_after(5));
-      } catch (const CommError&) {
-      } catch (const ConfigError&) {
+        client.barrier("after", deadline_after(1));
+        ADD_FAILURE() << "the barrier passed";
+      } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("rank 1 failed: cannot access d/train.tsv"));
+        EXPECT_EQ(dynamic_cast<const ConfigError*>(&e) != nullptr, config_error) << e.what();
       }
-      EXPECT_THROW(client.barrier("after", deadline_after(1)), Error);
     });
     EXPECT_EQ(told.load(), 2);
   }
 }
 
-TEST(Rendezvous, AnAbortNobodyWaitsForIsNotReportedDelivered) {
+// The failed rank 0 keeps its store up until the ranks that were waiting at it have been told;
+// a rank busy elsewhere (no request for longer than the polling interval) does not hold it up.
+TEST(Rendezvous, AnAbortIsDeliveredOnceTheRanksWaitingAtTheStoreWereTold) {
   RendezvousServer server(Context::create(), "127.0.0.1", 0);
   RendezvousClient failing(Context::create(), server.endpoint());
+  RendezvousClient waiting(Context::create(), server.endpoint());
   RendezvousClient busy(Context::create(), server.endpoint());
-  failing.register_rank(0, 2, {}, deadline_after(10));
-  busy.register_rank(1, 2, {}, deadline_after(10));
+  failing.register_rank(0, 3, {}, deadline_after(10));
+  busy.register_rank(2, 3, {}, deadline_after(10));
+  waiting.register_rank(1, 3, {}, deadline_after(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // longer than the polling window
   EXPECT_FALSE(server.wait_abort_delivered(deadline_after(0.05)));  // no abort yet
+  const std::byte value[] = {std::byte{1}};
+  waiting.set("progress", value, deadline_after(5));  // rank 1 is at the store
   failing.abort("out of memory", false, deadline_after(5));
   EXPECT_FALSE(server.wait_abort_delivered(deadline_after(0.2)));  // rank 1 has not asked since
-  EXPECT_THROW(busy.get_string("anything", deadline_after(5)), CommError);
+  try {
+    waiting.get_string("anything", deadline_after(5));
+    FAIL() << "expected the abort";
+  } catch (const TimeoutError& e) {
+    FAIL() << e.what();
+  } catch (const CommError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 0 failed: out of memory"));
+  }
+  // Rank 2, idle since it registered, is not waited for.
   EXPECT_TRUE(server.wait_abort_delivered(deadline_after(5)));
 }
 
