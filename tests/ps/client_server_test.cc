@@ -358,20 +358,32 @@ TEST(PsClientServer, ABufferHandedOverIsKeptUntilItsHeldPullIsAnswered) {
 namespace aiacc::ps {
 namespace {
 
+// Two shards, and a client (timeout 60 s, the given reconnect grace) that created table "t"
+// (dim 4) and pulled ids 0..63 once.
+struct TwoShardJob {
+  testing::Cluster cluster{2};
+  std::shared_ptr<PsClient> client;
+  std::vector<std::int64_t> ids;
+  std::vector<float> rows;
+
+  static TableConfig table() { return testing::table_config("t", 4, "sgd"); }
+  explicit TwoShardJob(double reconnect_grace_s) : ids(64), rows(64 * 4) {
+    ClientOptions options;
+    options.timeout_s = 60;
+    options.reconnect_grace_s = reconnect_grace_s;
+    client = cluster.client(0, options);
+    client->create_table(table());
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+    client->wait(client->pull("t", ids, rows.data(), 0));
+  }
+};
+
 TEST(PsClientServer, ADeadShardFailsItsRequestsAfterTheReconnectGraceNotTheTimeout) {
   // Shard 1 goes away (its socket closes, as when its process dies); requests to it fail with
   // a CommError naming it soon after reconnect_grace_s, far before timeout_s; shard 0 still
   // answers.
-  testing::Cluster cluster(2);
-  ClientOptions options;
-  options.timeout_s = 60;
-  options.reconnect_grace_s = 1.0;
-  auto client = cluster.client(0, options);
-  client->create_table(testing::table_config("t", 4, "sgd"));
-  std::vector<std::int64_t> ids(64);
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
-  std::vector<float> rows(ids.size() * 4);
-  client->wait(client->pull("t", ids, rows.data(), 0));
+  TwoShardJob job(1.0);
+  auto& [cluster, client, ids, rows] = job;
 
   cluster.servers[1].reset();
   const auto start = std::chrono::steady_clock::now();
@@ -403,17 +415,8 @@ TEST(PsClientServer, AShardRestartedWithinTheGraceFailsTheRequestsInsteadOfServi
   // is registered again (as a supervisor restarting it, resuming an older checkpoint, would):
   // its rows are fresh, so a pull would succeed with rows that lost their training. The
   // client sees the shard's new incarnation and fails, naming the shard and the restart.
-  testing::Cluster cluster(2);
-  ClientOptions options;
-  options.timeout_s = 60;
-  options.reconnect_grace_s = 30;
-  auto client = cluster.client(0, options);
-  const TableConfig config = testing::table_config("t", 4, "sgd");
-  client->create_table(config);
-  std::vector<std::int64_t> ids(64);
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
-  std::vector<float> rows(ids.size() * 4);
-  client->wait(client->pull("t", ids, rows.data(), 0));
+  TwoShardJob job(30);
+  auto& [cluster, client, ids, rows] = job;
   const std::vector<float> grads(ids.size() * 4, 1.0f);
   client->wait(client->push("t", ids, grads.data(), 0.5, 0));
 
@@ -424,7 +427,9 @@ TEST(PsClientServer, AShardRestartedWithinTheGraceFailsTheRequestsInsteadOfServi
   restarted.bind = cluster.servers[1]->endpoint();
   cluster.servers[1].reset();
   cluster.servers[1] = std::make_unique<PsServer>(restarted);
-  cluster.client(1, options)->create_table(config);
+  ClientOptions options;
+  options.timeout_s = 60;
+  cluster.client(1, options)->create_table(TwoShardJob::table());
 
   const auto start = std::chrono::steady_clock::now();
   for (int attempt = 0; attempt < 2; ++attempt) {  // the next request fails too

@@ -590,28 +590,39 @@ TEST(DistributedTrain, StartUpCheckNamesTheRankWithADifferentConfig) {
   EXPECT_NE(r.output.find("start-up check failed", first + 1), std::string::npos) << r.output;
 }
 
-// The same config whose relative data path resolves to files of different sizes on the two
-// workers (started in different folders): the start-up check names the data sizes, where the
-// workers used to train different step counts and fail later waiting for each other.
-TEST(DistributedTrain, StartUpCheckNamesWorkersReadingDataOfDifferentSizes) {
-  for (int w = 0; w < 2; ++w) {
-    fs::create_directories(scratch() / fmt::format("datasize{}", w) / "d");
-    std::ofstream train(scratch() / fmt::format("datasize{}", w) / "d" / "train.tsv");
-    std::ofstream test(scratch() / fmt::format("datasize{}", w) / "d" / "test.tsv");
-    for (int i = 0; i < (w == 0 ? 200 : 100); ++i) train << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
+// A small Criteo-style job whose data path (d/train.tsv, d/test.tsv) is relative, so workers
+// started in different folders read different files: writes `train_rows` examples into
+// <scratch>/<folder>/d (none: the folder without data) and returns the config's path.
+fs::path relative_data_job(const std::string& name, const std::vector<std::pair<std::string, int>>& folders,
+                           const std::string& cluster_extra = "") {
+  for (const auto& [folder, train_rows] : folders) {
+    fs::create_directories(scratch() / folder);
+    if (train_rows == 0) continue;
+    fs::create_directories(scratch() / folder / "d");
+    std::ofstream train(scratch() / folder / "d" / "train.tsv");
+    std::ofstream test(scratch() / folder / "d" / "test.tsv");
+    for (int i = 0; i < train_rows; ++i) train << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
     for (int i = 0; i < 40; ++i) test << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
   }
-  const fs::path config = scratch() / "datasize.yaml";
-  std::ofstream(config) << fmt::format(R"(job: {{name: datasize, run_dir: {}}}
+  const fs::path config = scratch() / (name + ".yaml");
+  std::ofstream(config) << fmt::format(R"(job: {{name: {}, run_dir: {}}}
 model: {{type: wide_deep, wide_deep: {{embedding_dim: 4, hidden: [8]}}}}
 data:
   batch_size: 16
   train: {{type: criteo_tsv, criteo_tsv: {{train_file: d/train.tsv, num_integer: 3, num_categorical: 2}}}}
   test: {{type: criteo_tsv, criteo_tsv: {{test_file: d/test.tsv, num_integer: 3, num_categorical: 2}}}}
 train: {{epochs: 1}}
-cluster: {{workers: 2, launcher: external}}
+cluster: {{workers: 2, launcher: external{}}}
 )",
-                                       scratch().string());
+                                       name, scratch().string(), cluster_extra);
+  return config;
+}
+
+// The same config whose relative data path resolves to files of different sizes on the two
+// workers (started in different folders): the start-up check names the data sizes, where the
+// workers used to train different step counts and fail later waiting for each other.
+TEST(DistributedTrain, StartUpCheckNamesWorkersReadingDataOfDifferentSizes) {
+  const fs::path config = relative_data_job("datasize", {{"datasize0", 200}, {"datasize1", 100}});
   const std::string env = external_env(2, 37);
   auto r = aiacc::testing::run_command(fmt::format(
       "(cd {dir}1 && RANK=1 {env} {prog} {cfg} > {out}.1 2>&1 &); "
@@ -628,25 +639,7 @@ cluster: {{workers: 2, launcher: external}}
 // data missing on its host: started in another folder) tells the rendezvous store, and worker
 // 0, waiting there for its data size, stops at once naming it, not at cluster.start_timeout_s.
 TEST(DistributedTrain, AWorkerFailingAtStartEndsTheWaitingWorkersAtOnceNamingIt) {
-  fs::create_directories(scratch() / "abort0" / "d");
-  fs::create_directories(scratch() / "abort1");
-  {
-    std::ofstream train(scratch() / "abort0" / "d" / "train.tsv");
-    std::ofstream test(scratch() / "abort0" / "d" / "test.tsv");
-    for (int i = 0; i < 200; ++i) train << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
-    for (int i = 0; i < 40; ++i) test << i % 2 << "\t1\t2\t3\ta" << i % 7 << "\tb" << i % 5 << "\n";
-  }
-  const fs::path config = scratch() / "abort.yaml";
-  std::ofstream(config) << fmt::format(R"(job: {{name: abort, run_dir: {}}}
-model: {{type: wide_deep, wide_deep: {{embedding_dim: 4, hidden: [8]}}}}
-data:
-  batch_size: 16
-  train: {{type: criteo_tsv, criteo_tsv: {{train_file: d/train.tsv, num_integer: 3, num_categorical: 2}}}}
-  test: {{type: criteo_tsv, criteo_tsv: {{test_file: d/test.tsv, num_integer: 3, num_categorical: 2}}}}
-train: {{epochs: 1}}
-cluster: {{workers: 2, launcher: external, start_timeout_s: 60}}
-)",
-                                       scratch().string());
+  const fs::path config = relative_data_job("abort", {{"abort0", 200}, {"abort1", 0}}, ", start_timeout_s: 60");
   const std::string env = external_env(2, 41);
   const auto start = std::chrono::steady_clock::now();
   auto r = aiacc::testing::run_command(fmt::format(
