@@ -125,17 +125,20 @@ int run(int argc, char** argv) {
   app.add_option("config", config_path, "job config (YAML); see configs/reference.yaml");
   app.add_option("--set", overrides, "override a config key: --set optimizer.lr=0.05 (repeatable)")
       ->type_name("KEY=VALUE");
-  app.add_flag("--dry-run", dry_run, "print the resolved config and the plan, then exit");
+  auto* dry_run_flag = app.add_flag("--dry-run", dry_run, "print the resolved config and the plan, then exit");
   app.add_flag("--print-reference", print_reference,
                "print every config key with its default and doc (configs/reference.yaml)");
-  app.add_option("--eval", eval_checkpoint,
-                 "evaluate this checkpoint folder (a run's checkpoints/step-N) on the test split, "
-                 "distributed like training, instead of training")
-      ->type_name("CHECKPOINT");
+  auto* eval_option = app.add_option("--eval", eval_checkpoint,
+                                     "evaluate this checkpoint folder (a run's checkpoints/step-N) on the test "
+                                     "split, distributed like training, instead of training")
+                          ->type_name("CHECKPOINT");
+  // The emitted files train: an evaluation or a dry run would be lost in them without a word.
   app.add_option("--emit", emit_target,
                  "print an sbatch script (slurm) or a Kubernetes manifest (kubernetes) that runs "
                  "this job on a cluster, then exit")
-      ->check(CLI::IsMember({"slurm", "kubernetes"}));
+      ->check(CLI::IsMember({"slurm", "kubernetes"}))
+      ->excludes(eval_option)
+      ->excludes(dry_run_flag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,12 +1,12 @@
 // Located YAML nodes and --set overrides.
 #include "core/config/node.h"
 
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
-
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 
@@ -59,6 +59,11 @@ Document Document::from_string(const std::string& text, const std::string& name)
 }
 
 Document Document::from_file(const std::string& path) {
+  // A folder opens as an empty stream on Linux: it would read as a config of defaults.
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw ConfigError(fmt::format("{}: is a folder, not a config file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot open the config file", path));
   std::stringstream text;
@@ -75,6 +80,12 @@ void Document::apply_override(const std::string& assignment) {
   }
   const std::string path = assignment.substr(0, equals);
   const std::string text = assignment.substr(equals + 1);
+  // YAML reads "" and "~" as null, which the schema takes for "not set": the key would fall
+  // back to its default without a word.
+  if (text.find_first_not_of(" \t") == std::string::npos || text == "~" || text == "null") {
+    throw ConfigError(fmt::format("{}: no value (to give the key its default, leave it out; for an empty "
+                                  "string, write {}='')", shown, path));
+  }
   auto parts = split_path(path);
   for (const auto& part : parts) {
     if (part.empty()) throw ConfigError(fmt::format("{}: empty key in '{}'", shown, path));

@@ -42,13 +42,24 @@ struct NoCheck {
   std::string operator()(const T&) const { return {}; }
 };
 
+// A bound is no bound for an infinite float (.inf passes ">= 0"): bounded keys want finite values.
+template <class V>
+bool finite_if_float(const V& v) {
+  if constexpr (std::is_floating_point_v<V>) return std::isfinite(v);
+  return true;
+}
+
 template <class T>
 auto at_least(T low) {
-  return [low](const auto& v) { return v >= low ? std::string() : fmt::format("expected a value >= {}", low); };
+  return [low](const auto& v) {
+    return v >= low && finite_if_float(v) ? std::string() : fmt::format("expected a finite value >= {}", low);
+  };
 }
 template <class T>
 auto greater_than(T low) {
-  return [low](const auto& v) { return v > low ? std::string() : fmt::format("expected a value > {}", low); };
+  return [low](const auto& v) {
+    return v > low && finite_if_float(v) ? std::string() : fmt::format("expected a finite value > {}", low);
+  };
 }
 template <class T>
 auto in_range(T low, T high) {

@@ -105,7 +105,9 @@ TEST(Config, WrongTypeSaysWhatWasExpected) {
 }
 
 TEST(Config, OutOfRangeAndChoices) {
-  EXPECT_THAT(error_of([] { parse("lr: 0\n"); }), HasSubstr("lr: expected a value > 0, got 0.0"));
+  EXPECT_THAT(error_of([] { parse("lr: 0\n"); }), HasSubstr("lr: expected a finite value > 0, got 0.0"));
+  EXPECT_THAT(error_of([] { parse("lr: .inf\n"); }), HasSubstr("lr: expected a finite value > 0"));
+  EXPECT_THAT(error_of([] { parse("lr: .nan\n"); }), HasSubstr("lr: expected a number"));
   EXPECT_THAT(error_of([] { parse("type: adma\n"); }),
               HasSubstr("expected one of: sgd, adam (did you mean 'adam'?)"));
   EXPECT_THAT(error_of([] { parse("steps: 5\nschedule: {warmup_steps: 9}\n"); }),
@@ -135,6 +137,16 @@ TEST(Config, OverridesApplyAndAreNamedInErrors) {
   auto not_map = Document::from_string("lr: 0.5\n", "job.yaml");
   EXPECT_THAT(error_of([&] { not_map.apply_override("lr.x=1"); }), HasSubstr("'lr' is not a section"));
   EXPECT_THAT(error_of([&] { not_map.apply_override("novalue"); }), HasSubstr("expected key.path=value"));
+  // No value would read as null, that is "not set": the key's default without a word.
+  for (const char* empty : {"lr=", "lr= ", "lr=~", "lr=null"}) {
+    EXPECT_THAT(error_of([&] { not_map.apply_override(empty); }), HasSubstr(": no value (to give the key its default"))
+        << empty;
+  }
+  not_map.apply_override("schedule.type=''");  // an empty string, said so, is a value
+}
+
+TEST(Config, AFolderIsNotAConfigFile) {
+  EXPECT_THAT(error_of([] { Document::from_file(::testing::TempDir()); }), HasSubstr("is a folder, not a config file"));
 }
 
 TEST(Config, WriterRoundTripsResolvedValues) {

@@ -87,6 +87,36 @@ TEST(Cli, UsageErrorsExitTwo) {
   aiacc::testing::CommandResult missing = run("/nonexistent/job.yaml");
   EXPECT_EQ(missing.status, 2);
   EXPECT_THAT(missing.output, HasSubstr("/nonexistent/job.yaml"));
+  // A folder read as an empty config would train the default job.
+  aiacc::testing::CommandResult folder = run(std::filesystem::temp_directory_path().string() + " --dry-run");
+  EXPECT_EQ(folder.status, 2);
+  EXPECT_THAT(folder.output, HasSubstr("is a folder, not a config file"));
+  // The emitted files train: --eval or --dry-run would be lost in them.
+  const std::string config = write_temp("cli_emit.yaml", kSmallJob);
+  for (const char* lost : {"--eval /tmp/x", "--dry-run"}) {
+    aiacc::testing::CommandResult emit = run(config + " --emit slurm " + lost);
+    EXPECT_EQ(emit.status, 2) << lost;
+    EXPECT_THAT(emit.output, HasSubstr("excludes")) << emit.output;
+  }
+  // No value is not "the default".
+  aiacc::testing::CommandResult empty = run(config + " --dry-run --set optimizer.lr=");
+  EXPECT_EQ(empty.status, 2);
+  EXPECT_THAT(empty.output, HasSubstr("--set optimizer.lr=: no value"));
+  // A job name is one folder inside run_dir.
+  aiacc::testing::CommandResult escape = run(config + " --dry-run --set job.name=../escaped");
+  EXPECT_EQ(escape.status, 2);
+  EXPECT_THAT(escape.output, HasSubstr("job.name: expected a non-empty name without '/'"));
+}
+
+TEST(Cli, EvalOfSomethingThatIsNotACheckpointSaysWhatItIs) {
+  const std::string config = write_temp("cli_eval.yaml", kSmallJob);
+  aiacc::testing::CommandResult missing = run(config + " --eval /nonexistent/step-1");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_THAT(missing.output, HasSubstr("checkpoint /nonexistent/step-1: no such folder"));
+  const auto run_folder = std::filesystem::temp_directory_path() / "cli_eval_run";
+  std::filesystem::create_directories(run_folder / "checkpoints");
+  aiacc::testing::CommandResult folder = run(config + " --eval " + run_folder.string());
+  EXPECT_THAT(folder.output, HasSubstr("a run folder, not a checkpoint: name one of its checkpoints/step-N folders"));
 }
 
 TEST(Cli, DryRunPrintsResolvedConfigAndPlan) {

@@ -84,9 +84,17 @@ const nlohmann::json* field(const nlohmann::json& object, const char* key) {
 nlohmann::json read_manifest(const fs::path& directory) {
   const fs::path path = directory / kManifestName;
   std::error_code error;
+  if (!fs::is_directory(directory, error)) {
+    throw DataError(fmt::format("checkpoint {}: {}", directory.string(),
+                                fs::exists(directory, error) ? "not a folder" : "no such folder"));
+  }
   if (!fs::is_regular_file(path, error)) {
-    throw DataError(fmt::format("checkpoint {}: {} is missing (the save did not complete)",
-                                directory.string(), kManifestName));
+    if (fs::is_directory(directory / "checkpoints", error)) {
+      throw DataError(fmt::format("checkpoint {}: a run folder, not a checkpoint: name one of its "
+                                  "checkpoints/step-N folders", directory.string()));
+    }
+    throw DataError(fmt::format("checkpoint {}: {} is missing (not a checkpoint folder, or its save did not "
+                                "complete)", directory.string(), kManifestName));
   }
   auto bytes = fs_call("read", path, [&] { return fs::file_size(path); });
   if (bytes > (std::uintmax_t{64} << 20)) {

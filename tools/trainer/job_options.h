@@ -26,7 +26,13 @@ struct JobSection {
 
   template <class V>
   void visit(V& v) {
-    v.field("name", name, "job name; outputs go to <run_dir>/<name>", config::non_empty());
+    v.field("name", name, "job name; outputs go to <run_dir>/<name>", [](const std::string& value) {
+      // A name is one folder inside run_dir: "../x" or "a/b" would put the run elsewhere.
+      if (value.empty() || value == "." || value == ".." || value.find('/') != std::string::npos) {
+        return std::string("expected a non-empty name without '/' (one folder inside run_dir)");
+      }
+      return std::string();
+    });
     v.field("run_dir", run_dir, "folder for metrics, logs and checkpoints", config::non_empty());
     v.field("seed", seed, "seed of initialisation, shuffling and augmentation");
     v.field("threads", threads,

@@ -48,17 +48,17 @@ TEST(OptimizerOptions, DefaultsAndTypedValues) {
 }
 
 TEST(OptimizerOptions, OutOfBoundsValuesNameTheirKey) {
-  EXPECT_THAT(error_of("lr: 0\n"), HasSubstr("opt.yaml:1:5: lr: expected a value > 0"));
+  EXPECT_THAT(error_of("lr: 0\n"), HasSubstr("opt.yaml:1:5: lr: expected a finite value > 0"));
   EXPECT_THAT(error_of("type: adma\n"), HasSubstr("did you mean 'adam'"));
   EXPECT_THAT(error_of("beta2: 1.0\n"), HasSubstr("beta2: expected a value in [0, 1)"));
   EXPECT_THAT(error_of("momentum: -0.1\n"), HasSubstr("momentum: expected a value in [0, 1)"));
-  EXPECT_THAT(error_of("eps: 0\n"), HasSubstr("eps: expected a value > 0"));
-  EXPECT_THAT(error_of("weight_decay: -1\n"), HasSubstr("weight_decay: expected a value >= 0"));
+  EXPECT_THAT(error_of("eps: 0\n"), HasSubstr("eps: expected a finite value > 0"));
+  EXPECT_THAT(error_of("weight_decay: -1\n"), HasSubstr("weight_decay: expected a finite value >= 0"));
   EXPECT_THAT(error_of("dampening: 2\n"), HasSubstr("dampening: expected a value in [0, 1]"));
   EXPECT_THAT(error_of("schedule: {type: cos}\n"), HasSubstr("schedule.type: expected one of"));
   EXPECT_THAT(error_of("schedule: {warmup_steps: -1}\n"), HasSubstr("schedule.warmup_steps"));
   EXPECT_THAT(error_of("schedule: {gamma: 0}\n"),
-              HasSubstr("schedule.gamma: expected a value > 0"));
+              HasSubstr("schedule.gamma: expected a finite value > 0"));
   EXPECT_THAT(error_of("schedule: {step_size: 0}\n"), HasSubstr("schedule.step_size"));
   EXPECT_THAT(error_of("momentun: 0.9\n"), HasSubstr("did you mean 'momentum'"));
 }
