@@ -1,6 +1,7 @@
 // Checkpoint and resume: a job stopped right after a checkpoint at step k and resumed with
 // `resume: auto` ends with bitwise the same parameters and buffers as a job that never stopped
 // (dropout masks, augmentation, shuffling, optimiser state, schedule and data position included).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -98,6 +99,19 @@ TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
   // finished job finds nothing left to do.
   { Trainer t(job); TrainResult r = t.run(); EXPECT_EQ(r.resumed_from_step, 12); EXPECT_EQ(r.steps, 12); }
   job.train.checkpoint.resume = "never";
+  // Starting afresh next to an earlier run's checkpoints would mix the two runs' checkpoints
+  // (a later resume: auto takes the higher step of either): refused, naming the folder.
+  try {
+    Trainer t(job);
+    t.run();
+    ADD_FAILURE() << "resume: never ran beside an earlier run's checkpoints";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("resume: never starts afresh, but"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("newest step-000000000012"));
+  }
+  // A run that saves nothing mixes nothing: it starts afresh.
+  job.train.checkpoint.at_end = false;
+  job.train.checkpoint.every_steps = 0;
   { Trainer t(job); EXPECT_EQ(t.run().resumed_from_step, -1); }
 }
 

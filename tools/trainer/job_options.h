@@ -69,7 +69,8 @@ struct CheckpointOptions {
     v.field("at_end", at_end, "save a checkpoint when training ends");
     v.field("keep_last", keep_last, "complete checkpoints to keep (0: all)", config::at_least(0));
     v.field("resume", resume,
-            "auto: continue from the newest complete checkpoint in the run folder; never: start fresh",
+            "auto: continue from the newest complete checkpoint in the run folder; never: start fresh (refused "
+            "beside an earlier run's checkpoints when this run saves any)",
             config::one_of({"auto", "never"}));
   }
 };

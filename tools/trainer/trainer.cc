@@ -892,6 +892,18 @@ TrainResult Trainer::run(const RunControl& control) {
   CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
   TrainResult result;
   std::int64_t step = 0, first_epoch = 0, first_batch = 0;
+  const bool saves = o.train.checkpoint.at_end || o.train.checkpoint.every_steps > 0;
+  if (o.train.checkpoint.resume == "never" && saves) {
+    // A fresh run's checkpoints would mix with the old run's, and a later resume: auto would
+    // take whichever step is higher, from either run.
+    if (const auto existing = checkpoints.list(); !existing.empty()) {
+      throw ConfigError(fmt::format(
+          "train.checkpoint.resume: never starts afresh, but {} already holds {} checkpoint(s) of an earlier run "
+          "(newest {}): its checkpoints would mix with this run's; use another job.name or job.run_dir, remove "
+          "them, or set resume: auto",
+          checkpoints.directory().string(), existing.size(), existing.back().filename().string()));
+    }
+  }
   if (o.train.checkpoint.resume == "auto") {
     // Worker 0 picks the checkpoint (the run folder must be shared by all workers); every
     // worker loads that one.
