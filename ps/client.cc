@@ -392,6 +392,11 @@ void PsClient::load_rows(const std::string& table,
   wait(Ticket(t));
 }
 
-void PsClient::shutdown_servers() { broadcast(Op::shutdown, 0, "", {}); }
+void PsClient::shutdown_servers() {
+  expect_shard_exits();
+  broadcast(Op::shutdown, 0, "", {});
+}
+
+void PsClient::expect_shard_exits() { io_->expect_shard_exits(); }
 
 }  // namespace aiacc::ps

@@ -116,6 +116,9 @@ class PsClient {
   void load_rows(const std::string& table, const std::vector<std::pair<std::string, Tensor>>& rows);
   // Asks every shard process to exit (blocking until each acknowledged).
   void shutdown_servers();
+  // This client's job is done and a worker will shut the shards down: their connections
+  // closing is expected from now on (logged at debug, not warned about).
+  void expect_shard_exits();
 
  private:
   const TableConfig& table_config(const std::string& name) const;

@@ -116,9 +116,12 @@ void ClientIo::read_monitor(int shard) {
         if (!link.down_since) {
           link.down_since = net::Clock::now();
           link.why = "its process died or closed the connection, or the network to it is cut";
-          log::get("ps")->warn("ps shard {} ({}): connection lost; waiting up to {:.1f} s for it "
-                               "to come back",
-                               shard, endpoint, options_.reconnect_grace_s);
+          if (shard_exits_expected_) {
+            log::get("ps")->debug("ps shard {} ({}): connection closed at the end of the job", shard, endpoint);
+          } else {
+            log::get("ps")->warn("ps shard {} ({}): connection lost; waiting up to {:.1f} s for it to come back",
+                                 shard, endpoint, options_.reconnect_grace_s);
+          }
         }
         break;
       case net::ConnectionEvents::Meaning::up:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -85,6 +86,9 @@ class ClientIo {
   // Thread-safe. Throws CommError when the I/O thread has stopped.
   void submit(std::vector<OutRequest> requests);
   const std::string& endpoint(int shard) const { return endpoints_[static_cast<std::size_t>(shard)]; }
+  // The shards are about to exit (the job is done): a lost connection is expected, not warned
+  // about. Thread-safe.
+  void expect_shard_exits() { shard_exits_expected_ = true; }
 
  private:
   struct InFlight {
@@ -115,6 +119,7 @@ class ClientIo {
                                     // an unreadable reply): every request to it fails so
   };
   std::vector<Link> links_;  // I/O thread only
+  std::atomic<bool> shard_exits_expected_{false};
   void read_monitor(int shard);
   // The error for shard k when it is broken (restarted, unreadable replies), or its connection
   // has been down longer than the grace, else "".

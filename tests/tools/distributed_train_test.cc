@@ -296,7 +296,8 @@ TEST(DistributedTrain, ComputeThreadsFollowOmpNumThreadsAndPinning) {
   auto from_env = train("threads", yaml, "OMP_NUM_THREADS=3", "", "--set train.max_steps=1");
   ASSERT_EQ(from_env.status, 0) << from_env.output;
   EXPECT_THAT(from_env.output, HasSubstr("[worker 1] [trainer] 3 compute threads (job.threads 0)"));
-  auto pinned = train("threads", yaml, "", "", "--set train.max_steps=1 --set cluster.pin_cores=true");
+  auto pinned = train("threads", yaml, "", "",
+                      "--set train.max_steps=1 --set cluster.pin_cores=true --set job.name=threads_pinned");
   ASSERT_EQ(pinned.status, 0) << pinned.output;
   EXPECT_THAT(pinned.output, HasSubstr("[worker 1] [trainer] 1 compute thread (job.threads 0)"));
 }

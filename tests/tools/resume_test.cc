@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/job_options.h"
+#include "tools/trainer/run_folder_lock.h"
 #include "tools/trainer/trainer.h"
 
 namespace aiacc::trainer {
@@ -113,6 +115,34 @@ TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
   job.train.checkpoint.at_end = false;
   job.train.checkpoint.every_steps = 0;
   { Trainer t(job); EXPECT_EQ(t.run().resumed_from_step, -1); }
+}
+
+// Two jobs in one run folder would interleave their checkpoints and metrics (the second resuming
+// from the first's steps while it writes them): a job's leader holds the folder's lock while it
+// trains, and a second job is refused at once, naming the folder and the holder.
+TEST(Resume, ASecondJobInTheSameRunFolderIsRefusedWhileTheFirstRuns) {
+  auto base = std::filesystem::temp_directory_path() / "aiacc_resume_lock";
+  JobOptions job = job_in(base, "model: {type: mlp, mlp: {hidden: [8]}}\n",
+                          "data:\n  batch_size: 16\n"
+                          "  train: {type: synthetic_images, synthetic_images: {size: 64, height: 8, width: 8}}\n"
+                          "  test: {type: synthetic_images, synthetic_images: {size: 16, height: 8, width: 8}}\n");
+  const auto folder = std::filesystem::path(job.job.run_dir) / job.job.name;
+  std::filesystem::create_directories(folder);
+  {
+    RunFolderLock running(folder);  // the first job, training
+    try {
+      Trainer second(job);
+      second.run();
+      ADD_FAILURE() << "a second job ran in a folder in use";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("the run folder " + folder.string() + " is in use by another job (pid " +
+                                                 std::to_string(::getpid()) + " on "));
+    }
+    EXPECT_FALSE(std::filesystem::exists(folder / "checkpoints")) << "the refused job wrote checkpoints";
+  }
+  // Once the first job has ended (however: the kernel drops the lock with its process), the folder is free.
+  Trainer later(job);
+  EXPECT_EQ(later.run().steps, 12);
 }
 
 // A full disk (here: the file-size limit, which fails writes with EFBIG as ENOSPC would) while

@@ -303,6 +303,8 @@ void ProcessGroup::report_failure(const std::string& message, bool config_error)
 
 void ProcessGroup::finish() {
   if (!is_worker()) return;
+  // After this barrier worker 0 shuts the shards down: no worker should warn of their exit.
+  if (ps_client_) ps_client_->expect_shard_exits();
   barrier();
   if (role_.rank == 0 && cluster_.servers > 0) ps_client()->shutdown_servers();
 }

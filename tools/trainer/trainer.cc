@@ -43,6 +43,7 @@
 #include "tools/trainer/placement_probe.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/replicated_embedding_store.h"
+#include "tools/trainer/run_folder_lock.h"
 
 namespace aiacc::trainer {
 
@@ -876,6 +877,9 @@ TrainResult Trainer::run(const RunControl& control) {
   std::error_code ec;
   std::filesystem::create_directories(s.run_path, ec);
   if (ec) throw IoError(fmt::format("cannot create the run folder {}: {}", s.run_path.string(), ec.message()));
+  // The leader writes the folder's metrics and checkpoints: one job at a time.
+  std::optional<RunFolderLock> run_lock;
+  if (s.leader()) run_lock.emplace(s.run_path);
   if (s.leader()) {
     s.metrics.open(s.run_path / "metrics.jsonl", std::ios::app);
     if (!s.metrics) throw IoError(fmt::format("cannot write {}", (s.run_path / "metrics.jsonl").string()));
