@@ -194,6 +194,11 @@ TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("data.batch_size 200 leaves no full batch in 256 training examples for each of 2 "
                                   "workers"));
+  // A table placed on ps in a job without servers: refused as the ranks would refuse it.
+  o = run(job + " --dry-run --set model.type=wide_deep --set data.train.type=synthetic_ctr "
+                "--set data.test.type=synthetic_ctr --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("table 'deep.C1' is placed on ps but cluster.servers is 0"));
 }
 
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {

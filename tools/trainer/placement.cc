@@ -23,6 +23,15 @@ std::string rule_for(const ClusterOptions& cluster, const std::string& name) {
   return "auto";
 }
 
+std::string checked_rule_for(const ClusterOptions& cluster, const std::string& name) {
+  std::string rule = rule_for(cluster, name);
+  if (rule == "ps" && cluster.servers == 0) {
+    throw ConfigError(fmt::format("cluster.placement: table '{}' is placed on ps but cluster.servers is 0; add "
+                                  "servers or place it on the ring", name));
+  }
+  return rule;
+}
+
 PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& name,
                               const std::string& shape, std::int64_t bytes) {
   PlacementDecision d{name, shape, bytes, false, Placement::ring, "dense tensor: all-reduced"};
@@ -41,12 +50,8 @@ PlacementDecision place_sparse(const ClusterOptions& cluster, const std::string&
   d.name = name;
   d.sparse = true;
   d.shape = fmt::format("[ids, {}]", probe.dim);
-  const std::string rule = rule_for(cluster, name);
+  const std::string rule = checked_rule_for(cluster, name);
   if (rule == "ps") {
-    if (cluster.servers == 0) {
-      throw ConfigError(fmt::format("cluster.placement: table '{}' is placed on ps but "
-                                    "cluster.servers is 0; add servers or place it on the ring", name));
-    }
     d.choice = Placement::ps;
     d.reason = "placement rule";
     d.bytes = -1;

@@ -42,6 +42,9 @@ struct PlacementDecision {
 
 // The first rule matching `name`, or "auto". ConfigError if a rule's glob is malformed.
 std::string rule_for(const ClusterOptions& cluster, const std::string& name);
+// rule_for(), checked against the cluster: ConfigError naming the table when a rule puts it on
+// ps in a job without servers.
+std::string checked_rule_for(const ClusterOptions& cluster, const std::string& name);
 
 PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& name,
                               const std::string& shape, std::int64_t bytes);

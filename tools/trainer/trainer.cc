@@ -802,7 +802,8 @@ void Trainer::describe_distributed(std::ostream& out) const {
                        "dense", fmt::format("ring: all-reduced over {} workers", cluster.workers));
   }
   for (const auto& [name, store] : s.stores) {
-    const std::string rule = rule_for(cluster, name);
+    // Checked as the ranks check it at start: a dry run must not approve what they refuse.
+    const std::string rule = checked_rule_for(cluster, name);
     std::string where;
     if (rule == "ps" || (rule == "auto" && cluster.servers > 0)) {
       where = rule == "ps" ? "ps (placement rule)" : "auto: ring or ps, decided at start from the first batches' rows";
