@@ -201,6 +201,17 @@ TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
   EXPECT_THAT(o.output, HasSubstr("table 'deep.C1' is placed on ps but cluster.servers is 0"));
 }
 
+// A listener address this host does not have (192.0.2.1 is TEST-NET-1): the error names the key,
+// and the local launcher's last line names that first failure, not just the exit status.
+TEST(Cli, AnInterfaceThisHostLacksIsNamedWithItsKey) {
+  const std::string job = write_temp("cli_interface.yaml", kSmallJob);
+  const auto r = run(job + " --set cluster.workers=2 --set cluster.ring.interface=192.0.2.1 --set job.name=cli_iface");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("worker 0: joining the dense ring on cluster.ring.interface 192.0.2.1: zmq_bind"));
+  EXPECT_THAT(r.output, HasSubstr("job failed: worker"));
+  EXPECT_THAT(r.output, HasSubstr("(the first failure: rendezvous: rank"));
+}
+
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {
   std::string job = write_temp("aiacc_cli_data.yaml",
                                "data:\n  train: {type: idx_images, idx_images: {directory: /nonexistent}}\n");

@@ -93,8 +93,13 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
   }
   const auto deadline = net::deadline_after(cluster.start_timeout_s);
   if (role.serves_rendezvous) {
-    rendezvous_server_ = std::make_unique<net::RendezvousServer>(context_, bind_host(role.rendezvous, cluster),
-                                                                 port_of(role.rendezvous));
+    try {
+      rendezvous_server_ = std::make_unique<net::RendezvousServer>(context_, bind_host(role.rendezvous, cluster),
+                                                                   port_of(role.rendezvous));
+    } catch (const CommError& e) {
+      throw CommError(fmt::format("rank 0 cannot serve the rendezvous store at {} (MASTER_ADDR:MASTER_PORT, else "
+                                  "cluster.master_addr and cluster.master_port): {}", role.rendezvous, e.what()));
+    }
     log->info("serving the rendezvous store on {}", rendezvous_server_->endpoint());
   }
   rendezvous_ = std::make_unique<net::RendezvousClient>(context_, role.rendezvous);
@@ -116,15 +121,33 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
                 "handshakes prove the job token");
     }
   }
-  dense_ = ring::Communicator::connect(dense_context, *rendezvous_, role.rank, cluster.workers,
-                                       dense_options, "dense");
+  // A listener that cannot bind (an address this host does not have) is the interface key's fault.
+  const auto joining = [&](const char* ring, auto&& connect) {
+    try {
+      return connect();
+    } catch (const TimeoutError& e) {
+      report_failure(e.what(), false);
+      throw;
+    } catch (const CommError& e) {
+      const std::string message = fmt::format("{}: joining the {} ring on cluster.ring.interface {}: {}", name(),
+                                              ring, cluster.ring.comm.interface, e.what());
+      report_failure(message, false);  // the others wait for this rank at the store
+      throw CommError(message);
+    }
+  };
+  dense_ = joining("dense", [&] {
+    return ring::Communicator::connect(dense_context, *rendezvous_, role.rank, cluster.workers, dense_options,
+                                       "dense");
+  });
   ring::CommunicatorOptions control_options = cluster.ring.comm;
   control_options.streams = 1;
   // Always under the job's context (CURVE when on): a tcp choice meant for the dense ring
   // (encrypt_ring: false) becomes auto here, which picks zmq under CURVE.
   if (control_options.transport == "tcp") control_options.transport = "auto";
-  control_ = ring::Communicator::connect(context_, *rendezvous_, role.rank, cluster.workers,
-                                         control_options, "control");
+  control_ = joining("control", [&] {
+    return ring::Communicator::connect(context_, *rendezvous_, role.rank, cluster.workers, control_options,
+                                       "control");
+  });
 }
 
 std::shared_ptr<ps::PsClient> ProcessGroup::ps_client() {
