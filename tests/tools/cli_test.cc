@@ -36,6 +36,13 @@ const char* kSmallJob =
     "  train: {type: synthetic_images, synthetic_images: {size: 256}}\n"
     "  test: {type: synthetic_images, synthetic_images: {size: 64}}\n";
 
+// The program exits 2 (a configuration or usage error) saying `expected`.
+void expect_config_error(const std::string& arguments, const std::string& expected) {
+  const aiacc::testing::CommandResult r = run(arguments);
+  EXPECT_EQ(r.status, 2) << arguments << "\n" << r.output;
+  EXPECT_THAT(r.output, HasSubstr(expected)) << arguments;
+}
+
 TEST(Cli, UnknownKeyFromSetExitsTwoAndNamesKey) {
   std::string job = write_temp("aiacc_cli_job.yaml", kSmallJob);
   aiacc::testing::CommandResult o = run(job + " --set model.no_such_key=1 --dry-run");
@@ -88,24 +95,15 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(missing.status, 2);
   EXPECT_THAT(missing.output, HasSubstr("/nonexistent/job.yaml"));
   // A folder read as an empty config would train the default job.
-  aiacc::testing::CommandResult folder = run(std::filesystem::temp_directory_path().string() + " --dry-run");
-  EXPECT_EQ(folder.status, 2);
-  EXPECT_THAT(folder.output, HasSubstr("is a folder, not a config file"));
-  // The emitted files train: --eval or --dry-run would be lost in them.
+  expect_config_error(std::filesystem::temp_directory_path().string() + " --dry-run", "is a folder, not a config file");
   const std::string config = write_temp("cli_emit.yaml", kSmallJob);
-  for (const char* lost : {"--eval /tmp/x", "--dry-run"}) {
-    aiacc::testing::CommandResult emit = run(config + " --emit slurm " + lost);
-    EXPECT_EQ(emit.status, 2) << lost;
-    EXPECT_THAT(emit.output, HasSubstr("excludes")) << emit.output;
-  }
+  // The emitted files train: --eval or --dry-run would be lost in them.
+  expect_config_error(config + " --emit slurm --eval /tmp/x", "excludes");
+  expect_config_error(config + " --emit slurm --dry-run", "excludes");
   // No value is not "the default".
-  aiacc::testing::CommandResult empty = run(config + " --dry-run --set optimizer.lr=");
-  EXPECT_EQ(empty.status, 2);
-  EXPECT_THAT(empty.output, HasSubstr("--set optimizer.lr=: no value"));
+  expect_config_error(config + " --dry-run --set optimizer.lr=", "--set optimizer.lr=: no value");
   // A job name is one folder inside run_dir.
-  aiacc::testing::CommandResult escape = run(config + " --dry-run --set job.name=../escaped");
-  EXPECT_EQ(escape.status, 2);
-  EXPECT_THAT(escape.output, HasSubstr("job.name: expected a non-empty name without '/'"));
+  expect_config_error(config + " --dry-run --set job.name=../escaped", "job.name: expected a non-empty name without '/'");
 }
 
 TEST(Cli, EvalOfSomethingThatIsNotACheckpointSaysWhatItIs) {

@@ -90,12 +90,17 @@ TEST(Resume, WideDeepWithSparseTablesInLocalStores) {
       "wide_deep");
 }
 
+// An MLP on 64 8x8 images, batch 16: 4 steps an epoch, 3 epochs, checkpoints every 5 steps.
+JobOptions tiny_mlp_job(const std::filesystem::path& run_dir) {
+  return job_in(run_dir, "model: {type: mlp, mlp: {hidden: [8]}}\n",
+                "data:\n  batch_size: 16\n"
+                "  train: {type: synthetic_images, synthetic_images: {size: 64, height: 8, width: 8}}\n"
+                "  test: {type: synthetic_images, synthetic_images: {size: 16, height: 8, width: 8}}\n");
+}
+
 TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
   auto base = std::filesystem::temp_directory_path() / "aiacc_resume_never";
-  JobOptions job = job_in(base, "model: {type: mlp, mlp: {hidden: [8]}}\n",
-                          "data:\n  batch_size: 16\n"
-                          "  train: {type: synthetic_images, synthetic_images: {size: 64, height: 8, width: 8}}\n"
-                          "  test: {type: synthetic_images, synthetic_images: {size: 16, height: 8, width: 8}}\n");
+  JobOptions job = tiny_mlp_job(base);
   { Trainer t(job); EXPECT_EQ(t.run().resumed_from_step, -1); }
   // 64 examples / batch 16 = 4 steps per epoch, 3 epochs: the job ends at step 12. Resuming a
   // finished job finds nothing left to do.
@@ -122,10 +127,7 @@ TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
 // trains, and a second job is refused at once, naming the folder and the holder.
 TEST(Resume, ASecondJobInTheSameRunFolderIsRefusedWhileTheFirstRuns) {
   auto base = std::filesystem::temp_directory_path() / "aiacc_resume_lock";
-  JobOptions job = job_in(base, "model: {type: mlp, mlp: {hidden: [8]}}\n",
-                          "data:\n  batch_size: 16\n"
-                          "  train: {type: synthetic_images, synthetic_images: {size: 64, height: 8, width: 8}}\n"
-                          "  test: {type: synthetic_images, synthetic_images: {size: 16, height: 8, width: 8}}\n");
+  JobOptions job = tiny_mlp_job(base);
   const auto folder = std::filesystem::path(job.job.run_dir) / job.job.name;
   std::filesystem::create_directories(folder);
   {
