@@ -80,12 +80,6 @@ void Document::apply_override(const std::string& assignment) {
   }
   const std::string path = assignment.substr(0, equals);
   const std::string text = assignment.substr(equals + 1);
-  // YAML reads "" and "~" as null, which the schema takes for "not set": the key would fall
-  // back to its default without a word.
-  if (text.find_first_not_of(" \t") == std::string::npos || text == "~" || text == "null") {
-    throw ConfigError(fmt::format("{}: no value (to give the key its default, leave it out; for an empty "
-                                  "string, write {}='')", shown, path));
-  }
   auto parts = split_path(path);
   for (const auto& part : parts) {
     if (part.empty()) throw ConfigError(fmt::format("{}: empty key in '{}'", shown, path));
@@ -96,6 +90,12 @@ void Document::apply_override(const std::string& assignment) {
     if (!value.IsDefined()) value = YAML::Node(text);
   } catch (const YAML::Exception&) {
     value = YAML::Node(text);  // not YAML: take it as a plain string
+  }
+  // YAML reads "", "~", "null", "# ..." as null, which the schema takes for "not set": the key
+  // would fall back to its default without a word.
+  if (value.IsNull()) {
+    throw ConfigError(fmt::format("{}: no value (to give the key its default, leave it out; for an empty string, "
+                                  "write --set \"{}=''\")", shown, path));
   }
   // yaml-cpp nodes are handles: walk with copies that alias the tree and assign in place.
   YAML::Node current = root_;

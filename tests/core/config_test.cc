@@ -138,7 +138,7 @@ TEST(Config, OverridesApplyAndAreNamedInErrors) {
   EXPECT_THAT(error_of([&] { not_map.apply_override("lr.x=1"); }), HasSubstr("'lr' is not a section"));
   EXPECT_THAT(error_of([&] { not_map.apply_override("novalue"); }), HasSubstr("expected key.path=value"));
   // No value would read as null, that is "not set": the key's default without a word.
-  for (const char* empty : {"lr=", "lr= ", "lr=~", "lr=null"}) {
+  for (const char* empty : {"lr=", "lr= ", "lr=~", "lr=null", "lr=NULL", "lr=# a comment"}) {
     EXPECT_THAT(error_of([&] { not_map.apply_override(empty); }), HasSubstr(": no value (to give the key its default"))
         << empty;
   }

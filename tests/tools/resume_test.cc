@@ -116,6 +116,10 @@ TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("resume: never starts afresh, but"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("newest step-000000000012"));
   }
+  // The refused run wrote nothing: the folder's config still describes its checkpoints.
+  std::ifstream config(std::filesystem::path(job.job.run_dir) / job.job.name / "config.yaml");
+  const std::string text((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, ::testing::HasSubstr("resume: auto"));
   // A run that saves nothing mixes nothing: it starts afresh.
   job.train.checkpoint.at_end = false;
   job.train.checkpoint.every_steps = 0;

@@ -93,12 +93,17 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
   }
   const auto deadline = net::deadline_after(cluster.start_timeout_s);
   if (role.serves_rendezvous) {
+    const std::string host = bind_host(role.rendezvous, cluster);
     try {
-      rendezvous_server_ = std::make_unique<net::RendezvousServer>(context_, bind_host(role.rendezvous, cluster),
-                                                                   port_of(role.rendezvous));
+      rendezvous_server_ = std::make_unique<net::RendezvousServer>(context_, host, port_of(role.rendezvous));
     } catch (const CommError& e) {
-      throw CommError(fmt::format("rank 0 cannot serve the rendezvous store at {} (MASTER_ADDR:MASTER_PORT, else "
-                                  "cluster.master_addr and cluster.master_port): {}", role.rendezvous, e.what()));
+      // The port is MASTER_PORT's (else cluster.master_port); the address is loopback for a
+      // loopback MASTER_ADDR, else this rank's cluster.ring.interface.
+      throw CommError(fmt::format("rank 0 cannot serve the rendezvous store on {}:{} (the port of MASTER_PORT, else "
+                                  "cluster.master_port; {}): {}", host, port_of(role.rendezvous),
+                                  host == "127.0.0.1" ? "loopback, as MASTER_ADDR is"
+                                                      : "the address of cluster.ring.interface",
+                                  e.what()));
     }
     log->info("serving the rendezvous store on {}", rendezvous_server_->endpoint());
   }
@@ -125,10 +130,13 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
   const auto joining = [&](const char* ring, auto&& connect) {
     try {
       return connect();
-    } catch (const TimeoutError& e) {
-      report_failure(e.what(), false);
-      throw;
     } catch (const CommError& e) {
+      // Another rank's failure heard at the store is that rank's, not this one's interface.
+      if (std::string_view(e.what()).starts_with("rendezvous: rank ")) throw;
+      if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {
+        report_failure(e.what(), false);
+        throw;
+      }
       const std::string message = fmt::format("{}: joining the {} ring on cluster.ring.interface {}: {}", name(),
                                               ring, cluster.ring.comm.interface, e.what());
       report_failure(message, false);  // the others wait for this rank at the store

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace aiacc::trainer {
 namespace {
@@ -51,6 +52,15 @@ RunFolderLock::RunFolderLock(const std::filesystem::path& run_folder) {
           "the run folder {} is in use by another job ({}): two jobs in one folder would mix their checkpoints "
           "and metrics; wait for it to end, or use another job.name or job.run_dir",
           run_folder.string(), holder_of(fd_.get())));
+    }
+    if (errno == ENOSYS || errno == EOPNOTSUPP || errno == ENOLCK || errno == EINVAL) {
+      // A shared filesystem without locks (Lustre without flock, NFS without a lock manager):
+      // the job runs, unguarded, rather than not at all.
+      log::get("trainer")->warn("cannot lock the run folder {} ({}: this filesystem has no locks): nothing stops "
+                                "a second job from using it at the same time", run_folder.string(),
+                                std::strerror(errno));
+      fd_ = io::FileDescriptor();
+      return;
     }
     throw IoError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(errno)));
   }

@@ -881,6 +881,20 @@ TrainResult Trainer::run(const RunControl& control) {
   // The leader writes the folder's metrics and checkpoints: one job at a time.
   std::optional<RunFolderLock> run_lock;
   if (s.leader()) run_lock.emplace(s.run_path);
+  CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
+  // Before anything is written into the folder (config.yaml, metrics).
+  const bool saves = o.train.checkpoint.at_end || o.train.checkpoint.every_steps > 0;
+  if (o.train.checkpoint.resume == "never" && saves) {
+    // A fresh run's checkpoints would mix with the old run's, and a later resume: auto would
+    // take whichever step is higher, from either run.
+    if (const auto existing = checkpoints.list(); !existing.empty()) {
+      throw ConfigError(fmt::format(
+          "train.checkpoint.resume: never starts afresh, but {} already holds {} checkpoint(s) of an earlier run "
+          "(newest {}): its checkpoints would mix with this run's; use another job.name or job.run_dir, remove "
+          "them, or set resume: auto",
+          checkpoints.directory().string(), existing.size(), existing.back().filename().string()));
+    }
+  }
   if (s.leader()) {
     s.metrics.open(s.run_path / "metrics.jsonl", std::ios::app);
     if (!s.metrics) throw IoError(fmt::format("cannot write {}", (s.run_path / "metrics.jsonl").string()));
@@ -894,21 +908,8 @@ TrainResult Trainer::run(const RunControl& control) {
                  fmt::format("worker {}", s.rank()));
     trace::set_thread_name("training");
   }
-  CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
   TrainResult result;
   std::int64_t step = 0, first_epoch = 0, first_batch = 0;
-  const bool saves = o.train.checkpoint.at_end || o.train.checkpoint.every_steps > 0;
-  if (o.train.checkpoint.resume == "never" && saves) {
-    // A fresh run's checkpoints would mix with the old run's, and a later resume: auto would
-    // take whichever step is higher, from either run.
-    if (const auto existing = checkpoints.list(); !existing.empty()) {
-      throw ConfigError(fmt::format(
-          "train.checkpoint.resume: never starts afresh, but {} already holds {} checkpoint(s) of an earlier run "
-          "(newest {}): its checkpoints would mix with this run's; use another job.name or job.run_dir, remove "
-          "them, or set resume: auto",
-          checkpoints.directory().string(), existing.size(), existing.back().filename().string()));
-    }
-  }
   if (o.train.checkpoint.resume == "auto") {
     // Worker 0 picks the checkpoint (the run folder must be shared by all workers); every
     // worker loads that one.
