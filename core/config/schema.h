@@ -49,16 +49,25 @@ bool finite_if_float(const V& v) {
   return true;
 }
 
+template <class V>
+constexpr const char* finite_word() {
+  return std::is_floating_point_v<V> ? "finite " : "";
+}
+
 template <class T>
 auto at_least(T low) {
   return [low](const auto& v) {
-    return v >= low && finite_if_float(v) ? std::string() : fmt::format("expected a finite value >= {}", low);
+    using V = std::decay_t<decltype(v)>;
+    return v >= low && finite_if_float(v) ? std::string()
+                                          : fmt::format("expected a {}value >= {}", finite_word<V>(), low);
   };
 }
 template <class T>
 auto greater_than(T low) {
   return [low](const auto& v) {
-    return v > low && finite_if_float(v) ? std::string() : fmt::format("expected a finite value > {}", low);
+    using V = std::decay_t<decltype(v)>;
+    return v > low && finite_if_float(v) ? std::string()
+                                         : fmt::format("expected a {}value > {}", finite_word<V>(), low);
   };
 }
 template <class T>
