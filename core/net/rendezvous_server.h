@@ -38,9 +38,10 @@ class RendezvousServer {
   const std::string& endpoint() const { return endpoint_; }
   // Rethrows an error that stopped the background thread, if any. Thread-safe.
   void check() const;
-  // After a rank's abort (RendezvousClient::abort): blocks until every registered rank has
-  // been answered with it, or `deadline`; true if all were. For the rank that serves the store
-  // and failed: its store must outlive the news. Thread-safe.
+  // After a rank's abort (RendezvousClient::abort): blocks until every rank that was waiting at
+  // the store then has been answered with it (RendezvousState::abort_delivered), or `deadline`;
+  // true if all were. For the rank that serves the store and failed: its store must outlive
+  // the news. Thread-safe.
   bool wait_abort_delivered(Deadline deadline) const;
   // The first rank's abort ("rendezvous: rank R failed: ..."), or "" without one: the job's
   // first failure, for a launcher whose ranks all fail once it is known. Thread-safe.
