@@ -137,8 +137,9 @@ std::string Node::override_for(const std::string& path) const {
   // The longest overridden prefix of `path` explains where the value came from.
   std::string best;
   for (const auto& [key, shown] : info_->overrides) {
+    // "a.b" explains "a.b.c" and, for a list value, "a.b[0].c".
     if (path == key || (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
-                        path[key.size()] == '.')) {
+                        (path[key.size()] == '.' || path[key.size()] == '['))) {
       if (best.empty() || key.size() > best.size()) best = key;
     }
   }

@@ -12,6 +12,7 @@ namespace aiacc::config {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct ScheduleOptions {
   std::string type = "cosine";
@@ -143,6 +144,13 @@ TEST(Config, OverridesApplyAndAreNamedInErrors) {
         << empty;
   }
   not_map.apply_override("schedule.type=''");  // an empty string, said so, is a value
+
+  // An error inside a list given by --set names the --set, not a line of the file.
+  auto list = Document::from_string("lr: 0.5\n", "job.yaml");
+  list.apply_override("milestones=[5, x]");
+  message = error_of([&] { read<OptimOptions>(list.root()); });
+  EXPECT_THAT(message, HasSubstr("--set milestones=[5, x]"));
+  EXPECT_THAT(message, Not(HasSubstr("job.yaml")));
 }
 
 TEST(Config, AFolderIsNotAConfigFile) {
