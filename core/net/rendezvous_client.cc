@@ -112,7 +112,7 @@ std::string RendezvousClient::request(std::span<const std::byte> body, Deadline 
       const auto kind = static_cast<AbortKind>(reader.u32());
       const std::string message = fmt::format("{} (rank {} during: {})", reader.str(), rank_, what);
       if (kind == AbortKind::kConfig) throw ConfigError(message);
-      throw CommError(message);
+      throw PeerFailedError(message);
     }
     if (not_yet) *not_yet = status == RendezvousStatus::kNotYet;
     const auto rest = reply.bytes().subspan(sizeof(std::uint64_t) + sizeof(std::uint32_t));

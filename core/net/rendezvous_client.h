@@ -12,12 +12,21 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "core/net/address_table.h"
 #include "core/net/context.h"
 #include "core/net/deadline.h"
 #include "core/net/socket.h"
 
 namespace aiacc::net {
+
+// Another rank's failure, reported to the store (RendezvousClient::abort) and heard by this
+// rank's request: the failure is that rank's, not this one's. (A configuration error's abort is
+// heard as a ConfigError instead.)
+class PeerFailedError : public CommError {
+ public:
+  using CommError::CommError;
+};
 
 class RendezvousClient {
  public:
@@ -54,7 +63,8 @@ class RendezvousClient {
 
   // Tells the store that this rank failed (`message`: its error): every later request of any
   // rank throws "rendezvous: rank R failed: message", so ranks waiting at the store stop at
-  // once instead of at their deadlines: a ConfigError where `config_error`, else a CommError.
+  // once instead of at their deadlines: a ConfigError where `config_error`, else a
+  // PeerFailedError.
   // The first abort wins. Requires register_rank.
   void abort(std::string_view message, bool config_error, Deadline deadline);
 

@@ -130,13 +130,12 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
   const auto joining = [&](const char* ring, auto&& connect) {
     try {
       return connect();
+    } catch (const net::PeerFailedError&) {
+      throw;  // another rank's failure heard at the store: that rank's, not this one's interface
+    } catch (const TimeoutError& e) {
+      report_failure(e.what(), false);
+      throw;
     } catch (const CommError& e) {
-      // Another rank's failure heard at the store is that rank's, not this one's interface.
-      if (std::string_view(e.what()).starts_with("rendezvous: rank ")) throw;
-      if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {
-        report_failure(e.what(), false);
-        throw;
-      }
       const std::string message = fmt::format("{}: joining the {} ring on cluster.ring.interface {}: {}", name(),
                                               ring, cluster.ring.comm.interface, e.what());
       report_failure(message, false);  // the others wait for this rank at the store
