@@ -1,16 +1,33 @@
 // Subsystem loggers sharing one set of sinks, so the role prefix and file output apply to all.
 #include "core/log.h"
 
+#include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
+#include "core/config/suggest.h"
 #include "core/error.h"
 
 namespace aiacc::log {
 namespace {
+
+// The framework's subsystems: every name its log::get calls use (tests/core/check_test.cc checks).
+const char* const kBuiltinSubsystems[] = {"checkpoint", "cluster", "cuda", "data",  "io",    "launcher", "memory",
+                                          "model",      "net",     "ps",   "ring", "trace", "trainer"};
+
+std::mutex& registry_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::vector<std::string>& registered_subsystems() {
+  static std::vector<std::string> names;
+  return names;
+}
 
 struct LogState {
   std::mutex mutex;
@@ -45,6 +62,38 @@ void refresh_locked(LogState& s) {
 
 }  // namespace
 
+std::vector<std::string> subsystems() {
+  std::vector<std::string> names(std::begin(kBuiltinSubsystems), std::end(kBuiltinSubsystems));
+  std::lock_guard lock(registry_mutex());
+  for (const auto& name : registered_subsystems()) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+void register_subsystem(const std::string& name) {
+  std::lock_guard lock(registry_mutex());
+  registered_subsystems().push_back(name);
+}
+
+std::string check_levels(const std::map<std::string, std::string>& levels) {
+  const std::vector<std::string> known = subsystems();
+  for (const auto& [name, value] : levels) {
+    // A misspelt subsystem would leave the one meant at the default level without a word.
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      const std::string close = config::closest_name(name, known);
+      return fmt::format("no subsystem '{}'{} (subsystems: {}; user code adds its own with "
+                         "log::register_subsystem)",
+                         name, close.empty() ? "" : fmt::format(" (did you mean '{}'?)", close),
+                         config::join_names(known));
+    }
+    if (const std::string problem = LogOptions::level_check()(value); !problem.empty()) {
+      return "level of '" + name + "': " + problem;
+    }
+  }
+  return {};
+}
+
 spdlog::level::level_enum parse_level(const std::string& text) {
   static const std::map<std::string, spdlog::level::level_enum> kLevels = {
       {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
@@ -67,7 +116,9 @@ void set_role(const std::string& role) {
 
 void configure(const LogOptions& options) {
   parse_level(options.level);
-  for (const auto& [name, level] : options.levels) parse_level(level);
+  if (const std::string problem = check_levels(options.levels); !problem.empty()) {
+    throw ConfigError("log.levels: " + problem);
+  }
   auto& s = state();
   std::lock_guard lock(s.mutex);
   s.options = options;

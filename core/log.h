@@ -8,8 +8,19 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace aiacc::log {
+
+// The subsystems whose levels log.levels may set: the framework's own (kept in step with its
+// log::get calls by tests/core/check_test.cc) and those added by register_subsystem.
+std::vector<std::string> subsystems();
+// Declares a subsystem of user code (e.g. a registered model's own logger), so log.levels
+// accepts it. Call before the config is read (at static initialisation, as models register).
+void register_subsystem(const std::string& name);
+// "" when every key of `levels` names a subsystem and every value a level; else what is wrong,
+// with the closest subsystem name.
+std::string check_levels(const std::map<std::string, std::string>& levels);
 
 struct LogOptions {
   std::string level = "info";                  // default level for every subsystem
@@ -19,13 +30,10 @@ struct LogOptions {
   void visit(V& v) {
     v.field("level", level, "default log level: trace | debug | info | warn | error | off",
             level_check());
-    v.field("levels", levels, "per-subsystem levels, e.g. {ring: debug, data: warn}",
-            [](const std::map<std::string, std::string>& m) {
-              for (const auto& [name, value] : m) {
-                if (!level_check()(value).empty()) return "level of '" + name + "': " + level_check()(value);
-              }
-              return std::string();
-            });
+    v.field("levels", levels,
+            "per-subsystem levels, e.g. {ring: debug, data: warn}; subsystems: checkpoint, cluster, cuda, "
+            "data, io, launcher, memory, model, net, ps, ring, trace, trainer",
+            check_levels);
   }
   // Constraint for a level string ("" when valid).
   static std::string (*level_check())(const std::string&) {

@@ -6,6 +6,13 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+
 #include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -63,6 +70,45 @@ TEST(Log, LevelsPerSubsystem) {
   EXPECT_THROW(log::configure(options), ConfigError);
   log::configure(log::LogOptions{});
   EXPECT_EQ(log::get("ring")->level(), spdlog::level::info);
+}
+
+// A misspelt subsystem used to be accepted, leaving the one meant at the default level.
+TEST(Log, AnUnknownSubsystemIsRefusedWithTheClosestName) {
+  EXPECT_EQ(log::check_levels({{"ring", "debug"}, {"ps", "warn"}}), "");
+  const std::string problem = log::check_levels({{"rnig", "debug"}});
+  EXPECT_THAT(problem, HasSubstr("no subsystem 'rnig' (did you mean 'ring'?)"));
+  EXPECT_THAT(log::check_levels({{"ring", "loud"}}), HasSubstr("level of 'ring': expected one of"));
+  log::LogOptions options;
+  options.levels["my_model"] = "debug";
+  EXPECT_THROW(log::configure(options), ConfigError);
+  log::register_subsystem("my_model");  // user code declares its own logger's subsystem
+  log::configure(options);
+  EXPECT_EQ(log::get("my_model")->level(), spdlog::level::debug);
+  log::configure(log::LogOptions{});
+}
+
+// Every subsystem the sources log under is one log.levels accepts: the list in core/log.cc is
+// kept in step with the log::get("...") calls.
+TEST(Log, EverySubsystemInTheSourcesIsKnown) {
+  const char* root = std::getenv("AIACC_SOURCE_ROOT");
+  if (root == nullptr) GTEST_SKIP() << "AIACC_SOURCE_ROOT is not set (run through meson test)";
+  const std::vector<std::string> known = log::subsystems();
+  const std::regex call(R"re(log::get\("([^"]+)"\))re");
+  int calls = 0;
+  for (const char* folder : {"core", "ring", "ps", "data", "models", "tools"}) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(std::filesystem::path(root) / folder)) {
+      const auto ext = entry.path().extension();
+      if (!entry.is_regular_file() || (ext != ".cc" && ext != ".h" && ext != ".cu")) continue;
+      std::ifstream in(entry.path());
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (std::sregex_iterator it(text.begin(), text.end(), call), end; it != end; ++it) {
+        ++calls;
+        EXPECT_NE(std::find(known.begin(), known.end(), (*it)[1].str()), known.end())
+            << entry.path() << " logs under '" << (*it)[1] << "', which log.levels does not know";
+      }
+    }
+  }
+  EXPECT_GT(calls, 50);
 }
 
 }  // namespace
