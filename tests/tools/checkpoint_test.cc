@@ -111,6 +111,25 @@ TEST(CheckpointTest, KeepLastPrunesOldestAndTmpLeftovers) {
   EXPECT_EQ(keep_all.list().size(), 4u);
 }
 
+// An incomplete checkpoint (here: a file gone) is not counted in keep_last: it used to take the
+// place of a complete one, leaving fewer to resume from than asked for. It is removed once it
+// is older than the complete ones kept.
+TEST(CheckpointTest, KeepLastCountsCompleteCheckpointsOnly) {
+  TempDir run;
+  CheckpointManager manager(run.path(), 3);
+  for (std::int64_t step : {10, 20, 30}) manager.save(make_checkpoint(step));
+  fs::remove(manager.path_for(30) / "model.safetensors");
+  manager.save(make_checkpoint(40));
+  EXPECT_THAT(list_names(manager.directory()),
+              ElementsAre("step-000000000010", "step-000000000020", "step-000000000030", "step-000000000040"));
+  manager.save(make_checkpoint(50));
+  EXPECT_THAT(list_names(manager.directory()), ElementsAre("step-000000000020", "step-000000000030",
+                                                           "step-000000000040", "step-000000000050"));
+  manager.save(make_checkpoint(60));
+  EXPECT_THAT(list_names(manager.directory()),
+              ElementsAre("step-000000000040", "step-000000000050", "step-000000000060"));
+}
+
 TEST(CheckpointTest, SavingAnOlderStepKeepsNewerCheckpoints) {
   TempDir run;
   CheckpointManager manager(run.path(), 1);

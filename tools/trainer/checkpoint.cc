@@ -221,6 +221,38 @@ fs::path CheckpointManager::save(const Checkpoint& checkpoint) const {
   return final_path;
 }
 
+namespace {
+
+// Why `directory` is not a complete checkpoint by what is cheap to see (its manifest parses and
+// every file it lists is there with the recorded size), or "" when it looks complete. Unlike
+// load() it reads no tensors and no CRCs: prune() runs after every save.
+std::string incompleteness(const fs::path& directory) {
+  nlohmann::json manifest;
+  try {
+    manifest = read_manifest(directory);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  for (const char* section : {"files", "external"}) {
+    const nlohmann::json* entries = field(manifest, section);
+    if (entries == nullptr && std::string_view(section) == "external") continue;
+    if (entries == nullptr || !entries->is_object()) return fmt::format("the manifest has no {}", section);
+    for (const auto& [key, info] : entries->items()) {
+      const nlohmann::json* recorded = field(info, "bytes");
+      const fs::path path = directory / (std::string_view(section) == "files" ? key + ".safetensors" : key);
+      std::error_code error;
+      const std::uintmax_t bytes = fs::file_size(path, error);
+      if (error || recorded == nullptr || !recorded->is_number_unsigned() ||
+          bytes != recorded->get<std::uint64_t>()) {
+        return fmt::format("{} is missing or not of the recorded size", path.filename().string());
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 void CheckpointManager::prune(std::int64_t saved_step) const {
   // The save has succeeded by now; failing to tidy up must not make it look failed.
   try {
@@ -241,11 +273,23 @@ void CheckpointManager::prune(std::int64_t saved_step) const {
       remove_tree(path);
     }
     if (keep_last_ == 0) return;
-    std::sort(older.begin(), older.end());
-    const std::size_t keep_older = static_cast<std::size_t>(keep_last_ - 1);
-    for (std::size_t i = 0; i + keep_older < older.size(); ++i) {
-      logger()->info("removing old checkpoint {}", older[i].second.string());
-      remove_tree(older[i].second);
+    // Newest first, the keep_last - 1 complete ones kept. An incomplete one does not count (it
+    // could not be resumed from): it would otherwise take the place of a good one. It is kept
+    // (to be looked at) while newer than the oldest kept checkpoint, removed once older.
+    std::sort(older.rbegin(), older.rend());
+    std::size_t kept = 0;
+    const auto keep_older = static_cast<std::size_t>(keep_last_ - 1);
+    for (const auto& [step, path] : older) {
+      if (kept < keep_older) {
+        if (const std::string why = incompleteness(path); !why.empty()) {
+          logger()->warn("checkpoint {} is incomplete ({}): not counted in keep_last", path.string(), why);
+        } else {
+          ++kept;
+        }
+        continue;
+      }
+      logger()->info("removing old checkpoint {}", path.string());
+      remove_tree(path);
     }
   } catch (const IoError& e) {
     logger()->warn("could not remove old checkpoints: {}", e.what());

@@ -68,8 +68,10 @@ class CheckpointManager {
   // Writes `checkpoint` as checkpoints/step-<12-digit step>/ and returns that directory. A
   // checkpoint of the same step already there is replaced. After a successful save, stale
   // .tmp directories are removed and, of the checkpoints with a lower step, only the newest
-  // keep_last - 1 are kept (checkpoints with a higher step, from an abandoned longer run, are
-  // left alone); failures while removing them are logged, not thrown. Blocks until everything
+  // keep_last - 1 complete ones are kept (checkpoints with a higher step, from an abandoned
+  // longer run, are left alone; one whose manifest is missing or a file of the wrong size does
+  // not count, and is removed once older than those kept); failures while removing them are
+  // logged, not thrown. Blocks until everything
   // is durable (fsync). Not thread-safe: one manager per run directory. Tensors must be on the
   // CPU. Throws IoError on filesystem failures (the previous checkpoints are intact then, and
   // the partial .tmp directory is removed), InternalError on a bad key or negative step.
