@@ -273,6 +273,8 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
       {"RANK=x WORLD_SIZE=2", "RANK='x' is not a rank or count"},
       {"RANK=2 WORLD_SIZE=2", "RANK=2 is outside the world of 2"},
       {"RANK=0", "RANK is set (0) but WORLD_SIZE is not"},
+      // Without a rank every process would start a whole local job of its own.
+      {"WORLD_SIZE=2", "WORLD_SIZE is set (2) but RANK is not"},
       {"RANK=0 WORLD_SIZE=3", "says the job has 3 processes"},
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=0", "MASTER_PORT='0' is not a TCP port"},
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=70000", "MASTER_PORT='70000' is not a TCP port"},

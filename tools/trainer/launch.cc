@@ -154,6 +154,16 @@ std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) 
     role.serves_rendezvous = role.rank == 0;
     return role;
   }
+  // A torchrun-style world without a rank (a hand-written manifest that forgot RANK) would make
+  // every process start a whole local job of its own.
+  if (cluster.launcher != "local") {
+    if (auto size = env("WORLD_SIZE")) {
+      throw ConfigError(fmt::format("WORLD_SIZE is set ({}) but RANK is not: a torchrun-style launch gives every "
+                                    "process RANK and WORLD_SIZE (with MASTER_ADDR and MASTER_PORT); set RANK, or "
+                                    "unset WORLD_SIZE (or set cluster.launcher: local) to start the job here",
+                                    *size));
+    }
+  }
   return std::nullopt;
 }
 
