@@ -47,7 +47,17 @@ Document::Document(std::string name, YAML::Node root)
 
 Document Document::from_string(const std::string& text, const std::string& name) {
   try {
-    YAML::Node root = YAML::Load(text);
+    // yaml-cpp's Load reads the first document only: a second one (after "---") would be
+    // dropped without a word, and with it whatever the user meant it to set.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    for (std::size_t i = 1; i < documents.size(); ++i) {
+      if (documents[i].IsDefined() && !documents[i].IsNull()) {
+        throw ConfigError(fmt::format("{}: a second YAML document (after '---'); a config file holds one job, "
+                                      "so merge the documents or split them into files",
+                                      mark_text(name, documents[i].Mark())));
+      }
+    }
+    YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
     if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
       throw ConfigError(fmt::format("{}: the top level must be a map of sections (job:, model:, ...)",
                                     mark_text(name, root.Mark())));

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/config/diff.h"
 #include "core/config/node.h"
 #include "core/config/schema.h"
 #include "core/error.h"
@@ -119,6 +120,33 @@ TEST(Config, SyntaxErrorNamesLine) {
   std::string message = error_of([] { parse("lr: 0.5\nschedule: {type: step\nsteps: 3\n"); });
   EXPECT_THAT(message, HasSubstr("job.yaml:"));
   EXPECT_THAT(message, HasSubstr("YAML syntax error"));
+}
+
+// yaml-cpp's Load reads the first document: a second one used to be dropped in silence.
+TEST(Config, ASecondYamlDocumentIsRefusedWithItsLine) {
+  std::string message = error_of([] { parse("lr: 0.5\n---\nlr: 0.1\n"); });
+  EXPECT_THAT(message, HasSubstr("job.yaml:3:1: a second YAML document (after '---')"));
+  // A document marker before the one document, or an empty document after it, is fine.
+  EXPECT_DOUBLE_EQ(parse("---\nlr: 0.25\n").lr, 0.25);
+  EXPECT_DOUBLE_EQ(parse("lr: 0.25\n---\n").lr, 0.25);
+  EXPECT_DOUBLE_EQ(parse("lr: 0.25\n...\n").lr, 0.25);
+}
+
+// Keys, not lines: a list grown by one item is one difference, not every later line shifted.
+TEST(Config, DifferencesAreNamedByKey) {
+  const std::string a = "job: {name: a, seed: 1}\nopt:\n  milestones: [5, 6]\n  lr: 0.1\nrules:\n  - {m: x, p: ring}\n";
+  const std::string b = "job: {name: a, seed: 2}\nopt:\n  milestones: [5, 6, 7]\n  lr: 0.1\nrules:\n  - {m: y, p: ring}\n"
+                        "extra: true\n";
+  const auto d = yaml_differences(a, b);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(format_differences(d), "job.seed: 1 -> 2; opt.milestones: [5, 6] -> [5, 6, 7]; rules[0].m: x -> y; "
+                                   "extra: (absent) -> true");
+  EXPECT_EQ(format_differences(d, 2), "job.seed: 1 -> 2; opt.milestones: [5, 6] -> [5, 6, 7]; and 2 more");
+  EXPECT_TRUE(yaml_differences(a, a).empty());
+  EXPECT_EQ(yaml_value_at(a, "opt.lr"), "0.1");
+  EXPECT_EQ(yaml_value_at(a, "opt.milestones"), "[5, 6]");
+  EXPECT_EQ(yaml_value_at(a, "opt.nothing"), "");
+  EXPECT_EQ(yaml_differences("lr: 0.1\n", "lr: [\n").back().key, "(document)");
 }
 
 TEST(Config, OverridesApplyAndAreNamedInErrors) {
