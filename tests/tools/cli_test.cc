@@ -117,6 +117,49 @@ TEST(Cli, EvalOfSomethingThatIsNotACheckpointSaysWhatItIs) {
   EXPECT_THAT(folder.output, HasSubstr("a run folder, not a checkpoint: name one of its checkpoints/step-N folders"));
 }
 
+// The metrics of a checkpoint's evaluation: "test loss ... (N examples)".
+std::string eval_metrics(const std::string& output) {
+  const auto start = output.find("test loss");
+  const auto end = output.find("examples)", start);
+  return start == std::string::npos || end == std::string::npos ? "<no evaluation>" : output.substr(start, end - start);
+}
+
+// Evaluating needs the model and the tables' rows, not the optimisers' state: a checkpoint
+// evaluates alike under other optimizers (dense and sparse), on the shards or in one process.
+// It used to fail, blaming the optimizer. Resuming under another optimizer is refused, naming
+// both types.
+TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
+  std::filesystem::remove_all("/tmp/aiacc_cli_evalopt");
+  const std::string job =
+      write_temp("aiacc_cli_evalopt.yaml",
+                 "job: {name: evalopt, run_dir: /tmp/aiacc_cli_evalopt}\n"
+                 "model: {type: wide_deep, wide_deep: {embedding_dim: 4, hidden: [8]}}\n"
+                 "data:\n  batch_size: 64\n"
+                 "  train: {type: synthetic_ctr, synthetic_ctr: {size: 512, num_categorical: 4, num_integer: 2}}\n"
+                 "  test: {type: synthetic_ctr, synthetic_ctr: {size: 128, num_categorical: 4, num_integer: 2}}\n"
+                 "optimizer: {type: adam, lr: 0.01}\n"
+                 "sparse_optimizer: {type: adagrad}\n"
+                 "cluster: {workers: 2, servers: 2, placement: [{match: '*', place: ps}]}\n");
+  aiacc::testing::CommandResult o = run(job);
+  ASSERT_EQ(o.status, 0) << o.output;
+  const std::string checkpoint = " --eval /tmp/aiacc_cli_evalopt/evalopt/checkpoints/step-000000000004";
+  o = run(job + checkpoint);
+  ASSERT_EQ(o.status, 0) << o.output;
+  const std::string reference = eval_metrics(o.output);
+  EXPECT_THAT(reference, HasSubstr("auc"));
+  for (const std::string& other : {std::string(" --set optimizer.type=sgd --set sparse_optimizer.type=adam"),
+                                   std::string(" --set sparse_optimizer.type=ftrl --set cluster.workers=1 "
+                                               "--set cluster.servers=0 --set cluster.placement=[]")}) {
+    o = run(job + checkpoint + other);
+    ASSERT_EQ(o.status, 0) << other << "\n" << o.output;
+    EXPECT_EQ(eval_metrics(o.output), reference) << other;
+  }
+  o = run(job + " --set optimizer.type=sgd --set train.epochs=2");
+  EXPECT_NE(o.status, 0);
+  EXPECT_THAT(o.output, HasSubstr("(the checkpoint was written with optimizer.type adam; this job has sgd)"));
+  std::filesystem::remove_all("/tmp/aiacc_cli_evalopt");
+}
+
 TEST(Cli, DryRunPrintsResolvedConfigAndPlan) {
   std::string job = write_temp("aiacc_cli_dry.yaml", kSmallJob);
   aiacc::testing::CommandResult o = run(job + " --set optimizer.lr=0.05 --dry-run");
@@ -163,6 +206,8 @@ TEST(Cli, AMidEpochResumeWithAnotherDataOrderIsWarnedAbout) {
   o = run(job + " --set train.max_steps=4");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, Not(HasSubstr("this job's order")));
+  // The configuration warning names the keys that changed (it used to name none).
+  EXPECT_THAT(o.output, HasSubstr("written with a different configuration (train.max_steps: 3 -> 4)"));
   o = run(job + " --set train.max_steps=5 --set job.seed=2");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, HasSubstr("the checkpoint stopped 128 examples into epoch 1 of an order from "
@@ -197,6 +242,32 @@ TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
                 "--set data.test.type=synthetic_ctr --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("table 'deep.C1' is placed on ps but cluster.servers is 0"));
+}
+
+// A placement rule that applies to no parameter is a typo: it used to leave the table it meant on
+// auto in silence. So is a rule every parameter of which an earlier rule places first.
+TEST(Cli, APlacementRuleThatAppliesToNothingIsRefused) {
+  const std::string job = write_temp("aiacc_cli_rules.yaml", std::string(kSmallJob) +
+                                                                 "cluster: {workers: 2, servers: 1}\n") +
+                          " --set model.type=wide_deep --set data.train.type=synthetic_ctr "
+                          "--set data.test.type=synthetic_ctr";
+  aiacc::testing::CommandResult o = run(job + " --dry-run --set 'cluster.placement=[{match: \"wide.*\", place: ps}]'");
+  ASSERT_EQ(o.status, 0) << o.output;
+  o = run(job + " --dry-run --set 'cluster.placement=[{match: \"wide.C1\", place: ps}, {match: \"deep.C1x\", "
+                "place: ps}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.placement[1].match: 'deep.C1x' matches no parameter (did you mean "
+                                  "'deep.C1'?); the model's parameters are: "));
+  o = run(job + " --dry-run --set 'cluster.placement=[{match: \"*.C1\", place: ps}, {match: \"wide.C1\", "
+                "place: ring}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.placement[1].match: 'wide.C1' never applies: cluster.placement[0] ('*.C1') "
+                                  "places wide.C1 first"));
+  // One process: the rules are not used, but a misspelt one is still a mistake in the config.
+  o = run(job + " --dry-run --set cluster.workers=1 --set cluster.servers=0 "
+                "--set 'cluster.placement=[{match: \"wide*C99\", place: ring}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("'wide*C99' matches no parameter"));
 }
 
 // A listener address this host does not have (192.0.2.1 is TEST-NET-1): the error names the key,

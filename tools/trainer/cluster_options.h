@@ -164,8 +164,8 @@ struct ClusterOptions {
             "(needs train.checkpoint.resume: auto)",
             config::in_range(0, 1000));
     v.field("placement", placement,
-            "rules [{match: GLOB, place: auto|ring|ps}], first match wins; dense tensors always "
-            "use the ring");
+            "rules [{match: GLOB, place: auto|ring|ps}], first match wins (a rule that places no "
+            "parameter is an error); dense tensors always use the ring");
     v.field("placement_probe_batches", placement_probe_batches,
             "auto placement: batches read at start to measure the rows each table touches",
             config::in_range(1, 1000));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fnmatch.h>
 
+#include "core/config/suggest.h"
 #include "core/error.h"
 
 namespace aiacc::trainer {
@@ -21,6 +22,54 @@ std::string rule_for(const ClusterOptions& cluster, const std::string& name) {
     }
   }
   return "auto";
+}
+
+namespace {
+// The first few of `names` for an error message: a ResNet has over a hundred parameters.
+std::string some_names(const std::vector<std::string>& names) {
+  constexpr std::size_t kShown = 12;
+  if (names.size() <= kShown) return config::join_names(names);
+  const std::vector<std::string> shown(names.begin(), names.begin() + kShown);
+  return fmt::format("{} and {} more", config::join_names(shown), names.size() - kShown);
+}
+}  // namespace
+
+void check_placement_rules(const ClusterOptions& cluster, const std::vector<std::string>& names) {
+  // first_rule[k]: the rule that places names[k] (the first that matches it), or -1.
+  std::vector<std::ptrdiff_t> first_rule(names.size(), -1);
+  for (std::size_t i = 0; i < cluster.placement.size(); ++i) {
+    const auto& rule = cluster.placement[i];
+    std::vector<std::string> matched, taken_by_earlier;
+    std::ptrdiff_t earlier = -1;
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      const int result = fnmatch(rule.match.c_str(), names[k].c_str(), 0);
+      if (result != 0 && result != FNM_NOMATCH) {
+        throw ConfigError(fmt::format("cluster.placement[{}].match: '{}' is not a valid glob", i, rule.match));
+      }
+      if (result != 0) continue;
+      matched.push_back(names[k]);
+      if (first_rule[k] < 0) {
+        first_rule[k] = static_cast<std::ptrdiff_t>(i);
+      } else {
+        taken_by_earlier.push_back(names[k]);
+        if (earlier < 0) earlier = first_rule[k];
+      }
+    }
+    if (matched.empty()) {
+      const std::string close = config::closest_name(rule.match, names);
+      throw ConfigError(fmt::format("cluster.placement[{}].match: '{}' matches no parameter{}; the model's "
+                                    "parameters are: {}",
+                                    i, rule.match,
+                                    close.empty() ? "" : fmt::format(" (did you mean '{}'?)", close),
+                                    some_names(names)));
+    }
+    if (taken_by_earlier.size() == matched.size()) {
+      throw ConfigError(fmt::format("cluster.placement[{}].match: '{}' never applies: cluster.placement[{}] "
+                                    "('{}') places {} first (the first matching rule wins)",
+                                    i, rule.match, earlier, cluster.placement[static_cast<std::size_t>(earlier)].match,
+                                    some_names(taken_by_earlier)));
+    }
+  }
 }
 
 std::string checked_rule_for(const ClusterOptions& cluster, const std::string& name) {

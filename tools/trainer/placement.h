@@ -51,6 +51,11 @@ PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& 
 // ConfigError when the rule asks for ps and the job has no servers (naming the rule).
 PlacementDecision place_sparse(const ClusterOptions& cluster, const std::string& name,
                                const TableProbe& probe);
+// ConfigError naming the rule when a placement rule applies to none of the model's parameters
+// (`names`): it matches none (a misspelt name would otherwise leave its table on auto), or every
+// name it matches is placed by an earlier rule (the first match wins).
+void check_placement_rules(const ClusterOptions& cluster, const std::vector<std::string>& names);
+
 // Whether any sparse table's rule is auto with servers present (only then is a probe needed).
 bool needs_probe(const ClusterOptions& cluster, const std::vector<std::string>& sparse_names);
 

@@ -21,12 +21,14 @@
 
 #include "core/device_ops.h"
 #include "core/embedding/local_embedding_store.h"
+#include "core/config/diff.h"
 #include "core/error.h"
 #include "core/io/safetensors.h"
 #include "core/log.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
+#include "core/optim/sparse_row_optimizer.h"
 #include "core/trace.h"
 #include "core/util/float_mode.h"
 #include "data/dataset.h"
@@ -447,19 +449,61 @@ struct Trainer::State {
 
   // Restores everything a checkpoint holds; returns the data position it saved (epoch, and the
   // batch of the job that saved it: resume_batch() maps it to this job's).
-  std::pair<std::int64_t, std::int64_t> restore(const Checkpoint& checkpoint, const std::string& where) {
+  // `rows` (a table's ids, values and state) with the state replaced by a fresh row's state under
+  // this job's sparse optimiser.
+  NamedTensors with_fresh_state(const std::string& table, NamedTensors rows, std::int64_t dim) const {
+    const optim::SparseRowOptimizer rule(options.sparse_optimizer);
+    const int state_floats = rule.state_floats(static_cast<int>(dim));
+    for (auto& [name, tensor] : rows) {
+      if (name != table + ".state" || tensor.rank() != 2) continue;
+      Tensor fresh = Tensor::zeros(Shape{tensor.dim(0), state_floats});
+      float* out = fresh.data<float>();
+      for (std::int64_t r = 0; r < tensor.dim(0); ++r) rule.init_state(out + r * state_floats, static_cast<int>(dim));
+      tensor = std::move(fresh);
+    }
+    return rows;
+  }
+
+  // `scope` weights: what evaluating the checkpoint needs (the model and the tables' rows), not
+  // the dense optimiser's state, so a checkpoint evaluates whatever optimizer the config names.
+  enum class RestoreScope { training, weights };
+  std::pair<std::int64_t, std::int64_t> restore(const Checkpoint& checkpoint, const std::string& where,
+                                                RestoreScope scope = RestoreScope::training) {
     auto part = [&](const std::string& key) -> const NamedTensors& {
       auto it = checkpoint.files.find(key);
       if (it == checkpoint.files.end()) throw DataError(fmt::format("{}: no {} file", where, key));
       return it->second;
     };
-    restore_by_name(part("model"), model_tensors(), "model file", where);
-    optimizer->load_state(part("optimizer"));
+    const std::string saved_config = checkpoint.state.value("config", std::string());
+    // "" when the checkpoint's config does not say, or says what this job says too.
+    const auto saved_unlike_this = [&](const std::string& key, const std::string& ours) -> std::string {
+      const std::string saved = config::yaml_value_at(saved_config, key);
+      return saved.empty() || saved == ours
+                 ? std::string()
+                 : fmt::format(" (the checkpoint was written with {} {}; this job has {})", key, saved, ours);
+    };
+    try {
+      restore_by_name(part("model"), model_tensors(), "model file", where);
+    } catch (const DataError& e) {
+      throw DataError(fmt::format("{}{}", e.what(), saved_unlike_this("model.type", options.model.type)));
+    }
+    if (scope == RestoreScope::training) {
+      try {
+        optimizer->load_state(part("optimizer"));
+      } catch (const DataError& e) {
+        throw DataError(fmt::format("{}: {}{}", where, e.what(), saved_unlike_this("optimizer.type", options.optimizer.type)));
+      }
+    }
     if (!stores.empty()) {
       // Sharded tables come back through the shards when the checkpoint holds one file per
       // shard of this job; otherwise (another shard count, or this job keeps the table in a
       // store of its own) their rows are read from the shard files and routed like any rows.
-      bool shard_files = !remote.empty() && group != nullptr;
+      // Evaluating under another sparse optimiser: the stores take each row with state of this
+      // job's rule (fresh, as for a new row; evaluation never reads it), so the rows go through
+      // the workers, not from the shards' own files, which hold the other rule's state.
+      const bool fresh_state = scope == RestoreScope::weights &&
+                               !saved_unlike_this("sparse_optimizer.type", options.sparse_optimizer.type).empty();
+      bool shard_files = !remote.empty() && group != nullptr && !fresh_state;
       for (int k = 0; shard_files && k < options.cluster.servers; ++k) {
         shard_files = checkpoint.external.count(ps::shard_checkpoint_name(k, options.cluster.servers)) > 0;
       }
@@ -484,7 +528,7 @@ struct Trainer::State {
         }
         // A sharded table is loaded into the shards once, by worker 0.
         if (sharded && !leader()) continue;
-        store->load_rows(it->second);
+        store->load_rows(fresh_state ? with_fresh_state(name, it->second, store->spec().dim) : it->second);
       }
       if (!remote.empty() && shard_files && leader()) group->ps_client()->load_checkpoint(where);
       if (!remote.empty() && multi_worker()) group->barrier();
@@ -495,9 +539,11 @@ struct Trainer::State {
       const nlohmann::json& scale = checkpoint.state.at("loss_scale");
       loss_scaler->restore(scale.at("scale").get<double>(), scale.at("clean_steps").get<std::int64_t>());
     }
-    if (checkpoint.state.value("config", std::string()) != resolved_yaml(options)) {
-      log->warn("{}: the checkpoint was written with a different configuration; continuing with "
-                "the current one", where);
+    if (const std::string current = resolved_yaml(options); saved_config != current) {
+      log->warn("{}: the checkpoint was written with a different configuration ({}); continuing with "
+                "the current one", where,
+                saved_config.empty() ? "it records none"
+                                     : config::format_differences(config::yaml_differences(saved_config, current)));
     }
     return {checkpoint.state.at("epoch").get<std::int64_t>(),
             checkpoint.state.at("batch").get<std::int64_t>()};
@@ -701,6 +747,11 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     });
     s.sparse_params.push_back(p);
   }
+  {
+    std::vector<std::string> names;
+    for (Parameter* p : s.model->parameters()) names.push_back(p->name());
+    check_placement_rules(cluster, names);  // a rule that applies to nothing is a typo
+  }
   s.optimizer = std::make_unique<optim::Optimizer>(options.optimizer, s.dense_params);
 
   if (s.group) {
@@ -844,7 +895,7 @@ EvalResult Trainer::evaluate_checkpoint(const std::string& directory) {
   State& s = *state_;
   CheckpointManager checkpoints(s.run_path, s.options.train.checkpoint.keep_last);
   const Checkpoint checkpoint = checkpoints.load(directory);
-  s.restore(checkpoint, directory);
+  s.restore(checkpoint, directory, State::RestoreScope::weights);
   s.broadcast_model();
   const EvalResult eval = evaluate();
   const bool binary = s.test_data->spec().task == Task::binary;
