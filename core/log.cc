@@ -71,6 +71,13 @@ std::vector<std::string> subsystems() {
   return names;
 }
 
+const char* levels_doc() {
+  static const std::string doc =
+      fmt::format("per-subsystem levels, e.g. {{ring: debug, data: warn}}; subsystems: {}",
+                  config::join_names(std::vector<std::string>(std::begin(kBuiltinSubsystems), std::end(kBuiltinSubsystems))));
+  return doc.c_str();
+}
+
 void register_subsystem(const std::string& name) {
   std::lock_guard lock(registry_mutex());
   registered_subsystems().push_back(name);

@@ -22,6 +22,9 @@ void register_subsystem(const std::string& name);
 // with the closest subsystem name.
 std::string check_levels(const std::map<std::string, std::string>& levels);
 
+// The doc of log.levels, listing the framework's subsystems.
+const char* levels_doc();
+
 struct LogOptions {
   std::string level = "info";                  // default level for every subsystem
   std::map<std::string, std::string> levels;   // per-subsystem overrides, e.g. {ring: debug}
@@ -30,10 +33,7 @@ struct LogOptions {
   void visit(V& v) {
     v.field("level", level, "default log level: trace | debug | info | warn | error | off",
             level_check());
-    v.field("levels", levels,
-            "per-subsystem levels, e.g. {ring: debug, data: warn}; subsystems: checkpoint, cluster, cuda, "
-            "data, io, launcher, memory, model, net, ps, ring, trace, trainer",
-            check_levels);
+    v.field("levels", levels, levels_doc(), check_levels);
   }
   // Constraint for a level string ("" when valid).
   static std::string (*level_check())(const std::string&) {
@@ -49,7 +49,7 @@ struct LogOptions {
 // Sets the prefix shown on every line, e.g. "worker 3" or "launcher". Thread-safe.
 void set_role(const std::string& role);
 
-// Applies levels; throws ConfigError naming the bad level string.
+// Applies levels; throws ConfigError naming the bad level string or the unknown subsystem.
 void configure(const LogOptions& options);
 
 // Also writes every subsequent line to `path` (appending).

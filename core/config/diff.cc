@@ -30,18 +30,25 @@ bool all_scalars(const YAML::Node& sequence) {
 
 std::string scalar_text(const YAML::Node& node) { return node.IsNull() ? "null" : node.Scalar(); }
 
-void flatten(const YAML::Node& node, const std::string& key, Flat& out) {
-  if (node.IsMap()) {
+// Configs nest a few levels; an alias of an enclosing node (`&a {b: *a}`) nests for ever.
+constexpr int kMaxDepth = 32;
+
+void flatten(const YAML::Node& node, const std::string& key, Flat& out, int depth = 0) {
+  if (depth > kMaxDepth) {
+    out.emplace_back(key, "(nested too deep)");
+  } else if (node.IsMap()) {
     if (node.size() == 0) out.emplace_back(key, "{}");
-    for (const auto& entry : node) flatten(entry.second, child_key(key, entry.first.as<std::string>()), out);
+    for (const auto& entry : node) {
+      flatten(entry.second, child_key(key, entry.first.as<std::string>()), out, depth + 1);
+    }
   } else if (node.IsSequence() && all_scalars(node)) {
     std::vector<std::string> items;
     for (const auto& item : node) items.push_back(scalar_text(item));
     out.emplace_back(key, fmt::format("[{}]", fmt::join(items, ", ")));
   } else if (node.IsSequence()) {
-    for (std::size_t i = 0; i < node.size(); ++i) flatten(node[i], fmt::format("{}[{}]", key, i), out);
+    for (std::size_t i = 0; i < node.size(); ++i) flatten(node[i], fmt::format("{}[{}]", key, i), out, depth + 1);
   } else {
-    out.emplace_back(key, scalar_text(node));
+    out.emplace_back(key.empty() ? "(document)" : key, scalar_text(node));
   }
 }
 

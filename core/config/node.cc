@@ -4,9 +4,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 
 #include "core/error.h"
 
@@ -34,6 +37,46 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
+// Records where the first node of a document after the first one starts, if any has one.
+class LaterDocumentFinder : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> found;
+  int documents = 0;
+
+  void OnDocumentStart(const YAML::Mark&) override { ++documents; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}  // an empty document is harmless
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (documents > 1 && !found) found = mark;
+  }
+};
+
+// Where a document after the first one holds something. Walks the event stream itself, with a
+// bound on documents: yaml-cpp 0.7's LoadAll never returns on some malformed input (",job").
+std::optional<YAML::Mark> later_document_content(const std::string& text) {
+  constexpr int kMaxDocuments = 64;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  LaterDocumentFinder finder;
+  for (int i = 0; i < kMaxDocuments && !finder.found && parser.HandleNextDocument(finder); ++i) {
+  }
+  return finder.found;
+}
+
 }  // namespace
 
 std::string join_path(const std::string& parent, const std::string& key) {
@@ -47,17 +90,14 @@ Document::Document(std::string name, YAML::Node root)
 
 Document Document::from_string(const std::string& text, const std::string& name) {
   try {
-    // yaml-cpp's Load reads the first document only: a second one (after "---") would be
-    // dropped without a word, and with it whatever the user meant it to set.
-    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
-    for (std::size_t i = 1; i < documents.size(); ++i) {
-      if (documents[i].IsDefined() && !documents[i].IsNull()) {
-        throw ConfigError(fmt::format("{}: a second YAML document (after '---'); a config file holds one job, "
-                                      "so merge the documents or split them into files",
-                                      mark_text(name, documents[i].Mark())));
-      }
+    YAML::Node root = YAML::Load(text);
+    // Load reads the first document only: a second one (after "---") would be dropped without
+    // a word, and with it whatever the user meant it to set.
+    if (const auto second = later_document_content(text)) {
+      throw ConfigError(fmt::format("{}: a second YAML document (after '---'); a config file holds one job, "
+                                    "so merge the documents or split them into files",
+                                    mark_text(name, *second)));
     }
-    YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
     if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
       throw ConfigError(fmt::format("{}: the top level must be a map of sections (job:, model:, ...)",
                                     mark_text(name, root.Mark())));

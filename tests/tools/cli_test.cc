@@ -125,7 +125,7 @@ std::string eval_metrics(const std::string& output) {
 }
 
 // Evaluating needs the model and the tables' rows, not the optimisers' state: a checkpoint
-// evaluates alike under other optimizers (dense and sparse), on the shards or in one process.
+// evaluates alike under other optimizers and their settings, on the shards or in one process.
 // It used to fail, blaming the optimizer. Resuming under another optimizer is refused, naming
 // both types.
 TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
@@ -138,7 +138,7 @@ TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
                  "  train: {type: synthetic_ctr, synthetic_ctr: {size: 512, num_categorical: 4, num_integer: 2}}\n"
                  "  test: {type: synthetic_ctr, synthetic_ctr: {size: 128, num_categorical: 4, num_integer: 2}}\n"
                  "optimizer: {type: adam, lr: 0.01}\n"
-                 "sparse_optimizer: {type: adagrad}\n"
+                 "sparse_optimizer: {type: sgd}\n"
                  "cluster: {workers: 2, servers: 2, placement: [{match: '*', place: ps}]}\n");
   aiacc::testing::CommandResult o = run(job);
   ASSERT_EQ(o.status, 0) << o.output;
@@ -147,7 +147,9 @@ TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
   ASSERT_EQ(o.status, 0) << o.output;
   const std::string reference = eval_metrics(o.output);
   EXPECT_THAT(reference, HasSubstr("auc"));
-  for (const std::string& other : {std::string(" --set optimizer.type=sgd --set sparse_optimizer.type=adam"),
+  // sgd's momentum gives its rows state of another width: the type alone does not tell.
+  for (const std::string& other : {std::string(" --set optimizer.type=sgd --set sparse_optimizer.momentum=0.9"),
+                                   std::string(" --set sparse_optimizer.type=adam"),
                                    std::string(" --set sparse_optimizer.type=ftrl --set cluster.workers=1 "
                                                "--set cluster.servers=0 --set cluster.placement=[]")}) {
     o = run(job + checkpoint + other);
@@ -253,21 +255,22 @@ TEST(Cli, APlacementRuleThatAppliesToNothingIsRefused) {
                           "--set data.test.type=synthetic_ctr";
   aiacc::testing::CommandResult o = run(job + " --dry-run --set 'cluster.placement=[{match: \"wide.*\", place: ps}]'");
   ASSERT_EQ(o.status, 0) << o.output;
-  o = run(job + " --dry-run --set 'cluster.placement=[{match: \"wide.C1\", place: ps}, {match: \"deep.C1x\", "
-                "place: ps}]'");
-  EXPECT_EQ(o.status, 2) << o.output;
-  EXPECT_THAT(o.output, HasSubstr("cluster.placement[1].match: 'deep.C1x' matches no parameter (did you mean "
-                                  "'deep.C1'?); the model's parameters are: "));
-  o = run(job + " --dry-run --set 'cluster.placement=[{match: \"*.C1\", place: ps}, {match: \"wide.C1\", "
-                "place: ring}]'");
-  EXPECT_EQ(o.status, 2) << o.output;
-  EXPECT_THAT(o.output, HasSubstr("cluster.placement[1].match: 'wide.C1' never applies: cluster.placement[0] ('*.C1') "
-                                  "places wide.C1 first"));
+  expect_config_error(job + " --dry-run --set 'cluster.placement=[{match: \"wide.C1\", place: ps}, "
+                            "{match: \"deep.C1x\", place: ps}]'",
+                      "cluster.placement[1].match: 'deep.C1x' matches no parameter (did you mean 'deep.C1'?); "
+                      "the model's parameters are: ");
+  expect_config_error(job + " --dry-run --set 'cluster.placement=[{match: \"*.C1\", place: ps}, "
+                            "{match: \"wide.C1\", place: ring}]'",
+                      "cluster.placement[1].match: 'wide.C1' never applies: earlier rules place all it matches (the "
+                      "first matching rule wins): wide.C1 ([0])");
+  expect_config_error(job + " --dry-run --set 'cluster.placement=[{match: \"wide.*\", place: ps}, "
+                            "{match: \"deep.*\", place: ring}, {match: \"*.C1\", place: ring}]'",
+                      "cluster.placement[2].match: '*.C1' never applies: earlier rules place all it matches (the first "
+                      "matching rule wins): wide.C1 ([0]), deep.C1 ([1])");
   // One process: the rules are not used, but a misspelt one is still a mistake in the config.
-  o = run(job + " --dry-run --set cluster.workers=1 --set cluster.servers=0 "
-                "--set 'cluster.placement=[{match: \"wide*C99\", place: ring}]'");
-  EXPECT_EQ(o.status, 2) << o.output;
-  EXPECT_THAT(o.output, HasSubstr("'wide*C99' matches no parameter"));
+  expect_config_error(job + " --dry-run --set cluster.workers=1 --set cluster.servers=0 "
+                            "--set 'cluster.placement=[{match: \"wide*C99\", place: ring}]'",
+                      "'wide*C99' matches no parameter");
 }
 
 // A listener address this host does not have (192.0.2.1 is TEST-NET-1): the error names the key,

@@ -156,8 +156,9 @@ std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) 
   }
   // A torchrun-style world without a rank (a hand-written manifest that forgot RANK) would make
   // every process start a whole local job of its own.
+  // (WORLD_SIZE=1, which some environments export for any process, starts a one-process job.)
   if (cluster.launcher != "local") {
-    if (auto size = env("WORLD_SIZE")) {
+    if (auto size = env("WORLD_SIZE"); size && *size != "1") {
       throw ConfigError(fmt::format("WORLD_SIZE is set ({}) but RANK is not: a torchrun-style launch gives every "
                                     "process RANK and WORLD_SIZE (with MASTER_ADDR and MASTER_PORT); set RANK, or "
                                     "unset WORLD_SIZE (or set cluster.launcher: local) to start the job here",

@@ -39,8 +39,7 @@ void check_placement_rules(const ClusterOptions& cluster, const std::vector<std:
   std::vector<std::ptrdiff_t> first_rule(names.size(), -1);
   for (std::size_t i = 0; i < cluster.placement.size(); ++i) {
     const auto& rule = cluster.placement[i];
-    std::vector<std::string> matched, taken_by_earlier;
-    std::ptrdiff_t earlier = -1;
+    std::vector<std::string> matched, taken_by_earlier;  // the latter as "name (cluster.placement[j])"
     for (std::size_t k = 0; k < names.size(); ++k) {
       const int result = fnmatch(rule.match.c_str(), names[k].c_str(), 0);
       if (result != 0 && result != FNM_NOMATCH) {
@@ -51,8 +50,7 @@ void check_placement_rules(const ClusterOptions& cluster, const std::vector<std:
       if (first_rule[k] < 0) {
         first_rule[k] = static_cast<std::ptrdiff_t>(i);
       } else {
-        taken_by_earlier.push_back(names[k]);
-        if (earlier < 0) earlier = first_rule[k];
+        taken_by_earlier.push_back(fmt::format("{} ([{}])", names[k], first_rule[k]));
       }
     }
     if (matched.empty()) {
@@ -64,10 +62,9 @@ void check_placement_rules(const ClusterOptions& cluster, const std::vector<std:
                                     some_names(names)));
     }
     if (taken_by_earlier.size() == matched.size()) {
-      throw ConfigError(fmt::format("cluster.placement[{}].match: '{}' never applies: cluster.placement[{}] "
-                                    "('{}') places {} first (the first matching rule wins)",
-                                    i, rule.match, earlier, cluster.placement[static_cast<std::size_t>(earlier)].match,
-                                    some_names(taken_by_earlier)));
+      throw ConfigError(fmt::format("cluster.placement[{}].match: '{}' never applies: earlier rules place all it "
+                                    "matches (the first matching rule wins): {}",
+                                    i, rule.match, some_names(taken_by_earlier)));
     }
   }
 }

@@ -447,8 +447,6 @@ struct Trainer::State {
     return {{"train_examples", train_data->size()}, {"seed", options.job.seed}, {"shuffle", options.data.shuffle}};
   }
 
-  // Restores everything a checkpoint holds; returns the data position it saved (epoch, and the
-  // batch of the job that saved it: resume_batch() maps it to this job's).
   // `rows` (a table's ids, values and state) with the state replaced by a fresh row's state under
   // this job's sparse optimiser.
   NamedTensors with_fresh_state(const std::string& table, NamedTensors rows, std::int64_t dim) const {
@@ -464,6 +462,8 @@ struct Trainer::State {
     return rows;
   }
 
+  // Restores everything a checkpoint holds; returns the data position it saved (epoch, and the
+  // batch of the job that saved it: resume_batch() maps it to this job's).
   // `scope` weights: what evaluating the checkpoint needs (the model and the tables' rows), not
   // the dense optimiser's state, so a checkpoint evaluates whatever optimizer the config names.
   enum class RestoreScope { training, weights };
@@ -501,8 +501,15 @@ struct Trainer::State {
       // Evaluating under another sparse optimiser: the stores take each row with state of this
       // job's rule (fresh, as for a new row; evaluation never reads it), so the rows go through
       // the workers, not from the shards' own files, which hold the other rule's state.
-      const bool fresh_state = scope == RestoreScope::weights &&
-                               !saved_unlike_this("sparse_optimizer.type", options.sparse_optimizer.type).empty();
+      // Any setting may change the state's layout (sgd's momentum adds planes), and a checkpoint
+      // without its config says nothing: then too.
+      bool fresh_state = false;
+      if (scope == RestoreScope::weights) {
+        const auto changes = config::yaml_differences(saved_config, resolved_yaml(options));
+        fresh_state = saved_config.empty() || std::any_of(changes.begin(), changes.end(), [](const auto& change) {
+                        return change.key.starts_with("sparse_optimizer.");
+                      });
+      }
       bool shard_files = !remote.empty() && group != nullptr && !fresh_state;
       for (int k = 0; shard_files && k < options.cluster.servers; ++k) {
         shard_files = checkpoint.external.count(ps::shard_checkpoint_name(k, options.cluster.servers)) > 0;
@@ -512,7 +519,12 @@ struct Trainer::State {
       if (checkpoint.files.count("embeddings")) tables = group_by_table(part("embeddings"));
       if (!checkpoint.external.empty()) {
         bool needed = false;
-        for (const auto& [name, store] : stores) needed = needed || !(shard_files && remote.count(name));
+        for (const auto& [name, store] : stores) {
+          // Routed rows of a sharded table are loaded by worker 0 alone (below): the others need
+          // not read a table that may not fit them.
+          const bool sharded = remote.count(name) > 0;
+          needed = needed || (!(shard_files && sharded) && (!sharded || leader()));
+        }
         if (needed) {
           std::vector<NamedTensors> shards;
           for (const auto& [file, path] : checkpoint.external) shards.push_back(io::read_safetensors(path.string()).tensors);
@@ -522,12 +534,12 @@ struct Trainer::State {
       for (const auto& [name, store] : stores) {
         const bool sharded = remote.count(name) > 0;
         if (sharded && shard_files) continue;  // the shards load their own files, below
+        // A sharded table is loaded into the shards once, by worker 0.
+        if (sharded && !leader()) continue;
         auto it = tables.find(name);
         if (it == tables.end()) {
           throw DataError(fmt::format("{}: the checkpoint has no rows of table '{}'", where, name));
         }
-        // A sharded table is loaded into the shards once, by worker 0.
-        if (sharded && !leader()) continue;
         store->load_rows(fresh_state ? with_fresh_state(name, it->second, store->spec().dim) : it->second);
       }
       if (!remote.empty() && shard_files && leader()) group->ps_client()->load_checkpoint(where);
@@ -539,11 +551,12 @@ struct Trainer::State {
       const nlohmann::json& scale = checkpoint.state.at("loss_scale");
       loss_scaler->restore(scale.at("scale").get<double>(), scale.at("clean_steps").get<std::int64_t>());
     }
-    if (const std::string current = resolved_yaml(options); saved_config != current) {
+    // (Texts that differ in form only, e.g. an older program's key order, are no difference.)
+    if (const auto changes = config::yaml_differences(saved_config, resolved_yaml(options));
+        saved_config.empty() || !changes.empty()) {
       log->warn("{}: the checkpoint was written with a different configuration ({}); continuing with "
                 "the current one", where,
-                saved_config.empty() ? "it records none"
-                                     : config::format_differences(config::yaml_differences(saved_config, current)));
+                saved_config.empty() ? "it records none" : config::format_differences(changes));
     }
     return {checkpoint.state.at("epoch").get<std::int64_t>(),
             checkpoint.state.at("batch").get<std::int64_t>()};
