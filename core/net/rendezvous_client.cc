@@ -202,6 +202,16 @@ std::string RendezvousClient::get_string(std::string_view key, Deadline deadline
   }
 }
 
+std::optional<std::string> RendezvousClient::lookup_string(std::string_view key, Deadline deadline) {
+  WireWriter body;
+  body.u32(op(RendezvousOp::kGet)).str(key);
+  bool not_yet = false;
+  const std::string fields = request(body.bytes(), deadline, fmt::format("look up key '{}'", key), &not_yet);
+  if (not_yet) return std::nullopt;
+  WireReader reader(as_bytes(fields), "rendezvous value from " + server_);
+  return reader.str();
+}
+
 std::vector<std::byte> RendezvousClient::get(std::string_view key, Deadline deadline) {
   const std::string value = get_string(key, deadline);
   const auto bytes = as_bytes(value);

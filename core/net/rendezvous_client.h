@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,8 @@ class RendezvousClient {
   // Blocks until `key` is set (by any rank), then returns its value. TimeoutError names it.
   std::vector<std::byte> get(std::string_view key, Deadline deadline);
   std::string get_string(std::string_view key, Deadline deadline);
+  // One look: the value of `key`, or nullopt when it is not set yet (no waiting for it).
+  std::optional<std::string> lookup_string(std::string_view key, Deadline deadline);
 
   // Blocks until every rank has called barrier(`name`). A name is used once per job (use
   // "step-12/..." style names). TimeoutError lists the ranks missing. Requires register_rank.

@@ -74,6 +74,17 @@ TEST(Rendezvous, GetOfAKeyNeverSetTimesOutNamingIt) {
   }
 }
 
+// lookup_string looks once: nothing before the key is set (no waiting), the value after.
+TEST(Rendezvous, LookupOfAKeyDoesNotWaitForIt) {
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  RendezvousClient client(Context::create(), server.endpoint());
+  const auto start = Clock::now();
+  EXPECT_EQ(client.lookup_string("stop/signal", deadline_after(10)), std::nullopt);
+  EXPECT_LT(seconds_since(start), 1.0);
+  client.set_string("stop/signal", "15", deadline_after(10));
+  EXPECT_EQ(client.lookup_string("stop/signal", deadline_after(10)), std::optional<std::string>("15"));
+}
+
 TEST(Rendezvous, BarrierReleasesNoRankBeforeTheLastArrives) {
   const int world = 4;
   RendezvousServer server(Context::create(), "127.0.0.1", 0);
