@@ -92,7 +92,7 @@ struct ServerOptions {
   // Tests: drop the replies to the first N pushes (they are applied), so clients retry.
   int drop_push_replies_for_testing = 0;
   // Tests: on the first push of a step beyond this one, send this signal to the shard's own
-  // process (SIGKILL: a crash; SIGSTOP: a hung host). -1: never.
+  // process, once (SIGKILL: a crash; SIGSTOP: a hung host; SIGTERM: a stop request). -1: never.
   std::int64_t fault_after_step_for_testing = -1;
   int fault_signal_for_testing = 0;
   // Tests: applying this step of a sync table fails (as running out of memory would). -1: never.

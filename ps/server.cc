@@ -449,7 +449,7 @@ class PsServer::Impl {
     Received& r = *request;
     const RequestHeader& h = r.header;
     if (options_.fault_after_step_for_testing >= 0 &&
-        static_cast<std::int64_t>(h.step) > options_.fault_after_step_for_testing) {
+        static_cast<std::int64_t>(h.step) > options_.fault_after_step_for_testing && !fault_injected_.exchange(true)) {
       log_->warn("{}: test fault injection: signal {} at a push of step {}", label_,
                  options_.fault_signal_for_testing, h.step);
       std::raise(options_.fault_signal_for_testing);
@@ -662,6 +662,7 @@ class PsServer::Impl {
   ServerOptions options_;
   std::uint64_t incarnation_ = 0;  // in every reply: tells this process from a restarted shard
   std::shared_ptr<spdlog::logger> log_;
+  std::atomic<bool> fault_injected_{false};  // the test fault is raised once (SIGTERM is caught)
   net::Socket monitor_;  // socket_'s connection events (request thread); declared first, so
                          // socket_ (whose close stops the monitor) is destroyed before it
   net::Socket socket_;  // used by the request thread only, once it runs

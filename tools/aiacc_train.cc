@@ -20,6 +20,7 @@
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
 #include "tools/trainer/process_group.h"
+#include "tools/trainer/stop_signal.h"
 #include "tools/trainer/trainer.h"
 #include <dlfcn.h>
 
@@ -91,20 +92,27 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   try {
     group->check_agreement("resolved configuration", trainer::agreement_yaml(job));
     if (!group->is_worker()) {
-      group->serve_shard();
-      return 0;
+      // A shard outlives a stop signal until the workers have saved their checkpoint (it holds
+      // the tables' rows) and shut it down; a signal that reaches it alone reaches the workers
+      // through the store. A second signal ends it at once.
+      std::optional<trainer::StopSignals> stop_signals;
+      if (job.train.checkpoint.on_signal) stop_signals.emplace();
+      group->serve_shard([&] { return stop_signals ? stop_signals->received() : 0; });
+      return 0;  // shut down by the workers: whether the job stopped is theirs to say
     }
     if (group->worker() == 0) {
       log::get("trainer")->info("resolved configuration:\n{}", trainer::resolved_yaml(job));
     }
     register_device(job, role.local_rank);
     trainer::Trainer trainer(job, group);
+    int stopped_by_signal = 0;
     if (eval_checkpoint.empty()) {
-      trainer.run();
+      stopped_by_signal = trainer.run().stopped_by_signal;
     } else {
       trainer.evaluate_checkpoint(eval_checkpoint);
     }
     group->finish();
+    if (stopped_by_signal != 0) return trainer::stopped_exit_status(stopped_by_signal);
   } catch (const std::exception& e) {
     // Under an outer launcher nobody else ends the other ranks: those waiting at the store
     // hear of it there.
@@ -181,9 +189,9 @@ int run(int argc, char** argv) {
   if (!dry_run && cluster.distributed()) {
     aiacc::log::set_role("launcher");
     std::vector<std::string> args(argv, argv + argc);
-    const auto result = aiacc::trainer::launch_local(cluster, args);
+    const auto result = aiacc::trainer::launch_local(cluster, args, job.train.checkpoint.on_signal);
     if (result.exit_status != 0) {
-      std::fprintf(stderr, "aiacc-train: job failed: %s\n", result.failure.c_str());
+      std::fprintf(stderr, "aiacc-train: job %s: %s\n", result.stopped ? "stopped" : "failed", result.failure.c_str());
     }
     return result.exit_status;
   }
@@ -203,8 +211,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   aiacc::log::get("trainer")->info("resolved configuration:\n{}", aiacc::trainer::resolved_yaml(job));
-  trainer.run();
-  return 0;
+  const int stopped_by_signal = trainer.run().stopped_by_signal;
+  return stopped_by_signal != 0 ? aiacc::trainer::stopped_exit_status(stopped_by_signal) : 0;
 }
 
 }  // namespace

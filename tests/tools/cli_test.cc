@@ -246,6 +246,26 @@ TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
   EXPECT_THAT(o.output, HasSubstr("table 'deep.C1' is placed on ps but cluster.servers is 0"));
 }
 
+// One process, train.checkpoint.on_signal: a SIGTERM after step 7 stops the job at the next
+// check (step 10), after a checkpoint there, with exit status 143; false: the signal ends it.
+TEST(Cli, AStopSignalSavesACheckpointAndExits143) {
+  std::filesystem::remove_all("/tmp/aiacc_cli_signal");
+  const std::string job = write_temp("aiacc_cli_signal.yaml", std::string(kSmallJob) +
+                                                                  "train: {epochs: 10, max_steps: 30, eval_each_epoch: false}\n") +
+                          " --set job.run_dir=/tmp/aiacc_cli_signal";
+  aiacc::testing::CommandResult o =
+      aiacc::testing::run_command("AIACC_TEST_KILL_AT=0:7:term " + g_program + " " + job + " 2>&1");
+  EXPECT_EQ(o.status, 143) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("stopped by signal 15 (Terminated) on 1 of 1 workers after step 10"));
+  EXPECT_TRUE(std::filesystem::exists("/tmp/aiacc_cli_signal/cli_test/checkpoints/step-000000000010"));
+  o = aiacc::testing::run_command("AIACC_TEST_KILL_AT=0:7:term " + g_program + " " + job +
+                                  " --set train.checkpoint.on_signal=false --set train.checkpoint.resume=never "
+                                  "--set job.name=off 2>&1");
+  EXPECT_EQ(o.status, 128 + 15) << o.output;  // killed by the signal: the shell's 128 + 15
+  EXPECT_FALSE(std::filesystem::exists("/tmp/aiacc_cli_signal/off/checkpoints"));
+  std::filesystem::remove_all("/tmp/aiacc_cli_signal");
+}
+
 // A placement rule that applies to no parameter is a typo: it used to leave the table it meant on
 // auto in silence. So is a rule every parameter of which an earlier rule places first.
 TEST(Cli, APlacementRuleThatAppliesToNothingIsRefused) {

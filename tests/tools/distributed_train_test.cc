@@ -12,6 +12,7 @@
 //     job ends;
 //   - mpirun -np 3 runs the same job (when OpenMPI's mpirun is installed).
 #include <gmock/gmock.h>
+#include <csignal>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -510,6 +511,55 @@ TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun
   EXPECT_NEAR(evals[0].at("auc").get<double>(), evals[1].at("auc").get<double>(), 1e-12);
   EXPECT_NEAR(evals[0].at("log_loss").get<double>(), evals[1].at("log_loss").get<double>(), 1e-9);
   EXPECT_GT(evals[0].at("auc").get<double>(), 0.5);
+}
+
+// train.checkpoint.on_signal: a SIGTERM that reaches worker 1 alone after step 12 stops both
+// workers together at their next check (step 15, with signal_check_steps 5), after a checkpoint
+// there; the job exits with 128 + 15 and says it stopped; resumed, it ends exactly where a job
+// that never stopped does. A SIGTERM to the local launcher stops the job the same way (it used
+// to end every process at once, losing the steps since the last checkpoint).
+TEST(DistributedTrain, AStopSignalCheckpointsAtAStepTheWorkersAgreeOn) {
+  const std::string cluster = "  workers: 2\n  servers: 1\n  placement: [{match: 'wide.*', place: ps}]\n";
+  auto whole = train("wd_signal_whole", wide_deep_job("wd_signal_whole", 32, cluster));
+  ASSERT_EQ(whole.status, 0) << whole.output;
+
+  const std::string checks = "--set train.checkpoint.signal_check_steps=5";
+  auto stopped = train("wd_signal", wide_deep_job("wd_signal", 32, cluster), "AIACC_TEST_KILL_AT=1:12:term", "", checks);
+  EXPECT_EQ(stopped.status, 128 + SIGTERM) << stopped.output;
+  EXPECT_THAT(stopped.output, HasSubstr("stopped by signal 15 (Terminated) on 1 of 2 workers after step 15"));
+  EXPECT_THAT(stopped.output, HasSubstr("job stopped: worker"));
+  EXPECT_THAT(stopped.output, Not(HasSubstr("killed by signal")));
+  EXPECT_TRUE(fs::exists(scratch() / "wd_signal" / "checkpoints" / "step-000000000015"));
+  EXPECT_FALSE(fs::exists(scratch() / "wd_signal" / "checkpoints" / fmt::format("step-{:012d}", kSteps)));
+  auto resumed = train("wd_signal", wide_deep_job("wd_signal", 32, cluster), "", "", checks);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed from"));
+  EXPECT_THAT(resumed.output, HasSubstr("step 15"));
+  expect_same_state("wd_signal_whole", "wd_signal", 1e-6);
+
+  // The shard alone gets it (its pod evicted): the workers hear of it through the store (the
+  // shard looks at its flag every 0.5 s: a job of 6250 steps leaves it the time).
+  auto shard = train("wd_signal_shard", wide_deep_job("wd_signal_shard", 32, cluster), "AIACC_TEST_KILL_AT=2:12:term",
+                     "", checks + " --set train.epochs=50 --set train.max_steps=0");
+  EXPECT_EQ(shard.status, 128 + SIGTERM) << shard.output;
+  EXPECT_THAT(shard.output, HasSubstr("stopped by signal 15 (Terminated) on 0 of 2 workers and a parameter-server "
+                                      "shard after step"));
+  EXPECT_THAT(shard.output, HasSubstr("job stopped: worker"));
+
+  // The launcher gets the signal (a user's kill, a scheduler's stop) once the job is under way.
+  const fs::path config = scratch() / "wd_signal_launcher.yaml";
+  std::ofstream(config) << wide_deep_job("wd_signal_launcher", 32, cluster);
+  const fs::path log = scratch() / "wd_signal_launcher.log";
+  const auto r = aiacc::testing::run_command(fmt::format(
+      "{} {} {} --set train.epochs=50 --set train.max_steps=0 > {} 2>&1 & pid=$!; "
+      "for i in $(seq 1200); do grep -q 'step 20/' {} && break; sleep 0.05; done; "
+      "kill -TERM $pid; wait $pid; echo status=$?; cat {}",
+      g_program, config.string(), checks, log.string(), log.string(), log.string()));
+  EXPECT_THAT(r.output, HasSubstr("status=143")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the workers stop at their next check and save a checkpoint"));
+  EXPECT_THAT(r.output, HasSubstr("on 2 of 2 workers"));
+  EXPECT_THAT(r.output, HasSubstr("job stopped: stopped by signal 15"));
+  EXPECT_THAT(r.output, Not(HasSubstr("killed by signal")));
 }
 
 TEST(DistributedTrain, AKilledShardStopsTheJobOrTheJobRestartsFromItsNewestCheckpoint) {

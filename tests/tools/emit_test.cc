@@ -102,6 +102,7 @@ TEST_F(EmitTest, KubernetesManifestIsAnIndexedJobWithHeadlessService) {
   EXPECT_EQ(spec["backoffLimit"].as<int>(), 0);
   const YAML::Node pod = spec["template"]["spec"];
   EXPECT_EQ(pod["restartPolicy"].as<std::string>(), "Never");
+  EXPECT_EQ(pod["terminationGracePeriodSeconds"].as<int>(), 300);  // time to save on SIGTERM
 
   // The Service is headless, selects the job's pods and is their subdomain.
   EXPECT_EQ(service["spec"]["clusterIP"].as<std::string>(), "None");

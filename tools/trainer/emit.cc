@@ -274,6 +274,14 @@ stringData:
                             fmt::arg("file", cluster.security.token_file));
   }
 
+  // Kubernetes' default 30 s between SIGTERM and SIGKILL may not cover a checkpoint's save.
+  const std::string grace =
+      job.train.checkpoint.on_signal
+          ? "      # A deleted or preempted pod gets SIGTERM: the workers stop at a step they agree on and\n"
+            "      # save a checkpoint there (train.checkpoint.on_signal) before SIGKILL comes.\n"
+            "      terminationGracePeriodSeconds: 300\n"
+          : "";
+
   // Job, Service and pods share the label aiacc-train/job, so the Service selects exactly this
   // job's pods.
   return fmt::format(
@@ -321,7 +329,7 @@ spec:
     spec:
       subdomain: {name}
       restartPolicy: Never
-      containers:
+{grace}      containers:
         - name: aiacc-train
           # Placeholder: an image with aiacc-train on its PATH and the data the config reads.
           image: aiacc-train:latest
@@ -361,7 +369,8 @@ spec:
       fmt::arg("pod_workdir", kPodWorkingFolder),
       fmt::arg("pod_run_dir", yaml_quote(run_dir_in_pod)),
       fmt::arg("config_text", yaml_literal_block(read_config_text(config_path), 2)),
-      fmt::arg("args", args_lines), fmt::arg("secret", secret), fmt::arg("token_env", token_env));
+      fmt::arg("args", args_lines), fmt::arg("secret", secret), fmt::arg("token_env", token_env),
+      fmt::arg("grace", grace));
 }
 
 std::string emit_cluster_files(const std::string& target, const JobOptions& job,

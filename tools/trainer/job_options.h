@@ -61,6 +61,8 @@ struct CheckpointOptions {
   bool at_end = true;
   int keep_last = 3;
   std::string resume = "auto";
+  bool on_signal = true;
+  std::int64_t signal_check_steps = 10;
 
   template <class V>
   void visit(V& v) {
@@ -72,6 +74,13 @@ struct CheckpointOptions {
             "auto: continue from the newest complete checkpoint in the run folder; never: start fresh (refused "
             "beside an earlier run's checkpoints when this run saves any)",
             config::one_of({"auto", "never"}));
+    v.field("on_signal", on_signal,
+            "SIGINT or SIGTERM (Ctrl-C, preemption): the workers stop together at the next multiple of "
+            "signal_check_steps, save a checkpoint there (when at_end or every_steps saves any) and exit with "
+            "128 + the signal; a second signal (over a second later) ends them at once. false: the signal ends them at once");
+    v.field("signal_check_steps", signal_check_steps,
+            "on_signal: steps between the workers' checks for a stop signal (one 2-number all-reduce each)",
+            config::at_least<std::int64_t>(1));
   }
 };
 

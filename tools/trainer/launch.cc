@@ -22,6 +22,7 @@
 #include "core/net/rendezvous_server.h"
 #include "core/util/cpus.h"
 #include "ring/shared_memory.h"
+#include "tools/trainer/stop_signal.h"
 
 namespace aiacc::trainer {
 
@@ -102,12 +103,13 @@ std::optional<InjectedFault> injected_fault(int rank) {
   long long step = -1;
   char how[16] = "kill";
   const int fields = std::sscanf(spec, "%d:%lld:%15s", &at_rank, &step, how);
-  if (fields < 2 || (std::strcmp(how, "kill") != 0 && std::strcmp(how, "stop") != 0)) {
-    throw ConfigError(fmt::format("AIACC_TEST_KILL_AT='{}': expected RANK:STEP[:kill|stop]", spec));
+  const std::string_view kind = how;
+  if (fields < 2 || (kind != "kill" && kind != "stop" && kind != "term")) {
+    throw ConfigError(fmt::format("AIACC_TEST_KILL_AT='{}': expected RANK:STEP[:kill|stop|term]", spec));
   }
   const auto restart = env(kRestartCountVariable);
   if (at_rank != rank || (restart && *restart != "0")) return std::nullopt;
-  return InjectedFault{step, std::strcmp(how, "stop") == 0 ? SIGSTOP : SIGKILL};
+  return InjectedFault{step, kind == "stop" ? SIGSTOP : kind == "term" ? SIGTERM : SIGKILL};
 }
 
 std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) {
@@ -196,7 +198,7 @@ namespace {
 // never restarted).
 LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& args,
                           const std::vector<std::string>& base_env, net::RendezvousServer& rendezvous,
-                          int attempt, int& forwarded) {
+                          int attempt, int& forwarded, bool ranks_stop_on_signal) {
   auto log = log::get("launcher");
   const int world = cluster.world_size();
   const std::string rendezvous_address = fmt::format("127.0.0.1:{}", rendezvous.port());
@@ -220,6 +222,10 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
   std::vector<pid_t> pids(static_cast<std::size_t>(world), -1);
   std::vector<bool> running(static_cast<std::size_t>(world), false);
   LaunchResult result;
+  // After a failure: ranks that take SIGTERM as a request to checkpoint (ranks_stop_on_signal)
+  // could not agree on a step without the failed one; SIGTERM used to end them at once, as
+  // SIGKILL does.
+  const int failure_signal = ranks_stop_on_signal ? SIGKILL : SIGTERM;
   auto stop_all = [&](int signal) {
     for (int r = 0; r < world; ++r) {
       if (running[static_cast<std::size_t>(r)]) kill(pids[static_cast<std::size_t>(r)], signal);
@@ -239,11 +245,13 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
     }
     if (pid == 0) {
       // A launcher killed outright (SIGKILL, the OOM killer) runs no cleanup: its processes get
-      // SIGTERM from the kernel rather than train on unsupervised. (The forking thread is the
+      // SIGTERM from the kernel rather than train on unsupervised (with
+      // train.checkpoint.on_signal they stop at their next check, with a checkpoint). (The forking thread is the
       // launcher's main thread, whose end is what the kernel watches.) A launcher gone before
       // the call would go unnoticed, hence the check after it.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != launcher_pid) _exit(1);
+      if (ranks_stop_on_signal) setpgid(0, 0);
       if (!cores.empty()) sched_setaffinity(0, sizeof pinned, &pinned);
       execve("/proc/self/exe", args.data(), child_envp[static_cast<std::size_t>(r)].data());
       _exit(127);
@@ -257,17 +265,24 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
   using Clock = std::chrono::steady_clock;
   std::optional<Clock::time_point> kill_at;
   if (result.exit_status != 0) {
-    stop_all(SIGTERM);
+    stop_all(failure_signal);
     kill_at = Clock::now() + std::chrono::seconds(10);
   }
   int alive = 0;
   for (bool r : running) alive += r ? 1 : 0;
+  int signals_forwarded = 0;
   while (alive > 0) {
     if (int sig = g_forwarded_signal.exchange(0); sig != 0) {
-      log->warn("got signal {} ({}): stopping the job", sig, strsignal(sig));
+      ++signals_forwarded;
+      if (ranks_stop_on_signal && signals_forwarded == 1) {
+        log->warn("got signal {} ({}): the workers stop at their next check and save a checkpoint "
+                  "(train.checkpoint.on_signal); a second signal stops them at once", sig, strsignal(sig));
+      } else {
+        log->warn("got signal {} ({}): stopping the job", sig, strsignal(sig));
+        if (!kill_at) kill_at = Clock::now() + std::chrono::seconds(10);
+      }
       stop_all(sig);
       forwarded = sig;
-      if (!kill_at) kill_at = Clock::now() + std::chrono::seconds(10);
     }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -282,8 +297,19 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
           log->info("removed {} shared-memory segment(s) {} (pid {}) left behind", removed, rank_name(cluster, r), pid);
         }
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && result.exit_status == 0 && forwarded == 0) {
+        // A rank that stopped on a signal after its checkpoint (not killed by it): the others
+        // stop at the same step on their own.
+        const bool stopped = WIFEXITED(status) && is_stopped_exit_status(WEXITSTATUS(status));
+        if (stopped && result.exit_status == 0 && forwarded == 0) {
+          result = {WEXITSTATUS(status), fmt::format("{} (pid {}) stopped on a signal", rank_name(cluster, r), pid),
+                    true};
+          log->warn("{}", result.failure);
+        } else if (failed && !stopped && (result.exit_status == 0 || result.stopped) &&
+                   (forwarded == 0 || (ranks_stop_on_signal && signals_forwarded == 1))) {
+          // (After one forwarded signal the ranks are saving a checkpoint: a rank that fails
+          // meanwhile, a full disk or the OOM killer, fails the job, which then has none.)
           result.exit_status = exit_status_of(status);
+          result.stopped = false;
           result.failure = fmt::format("{} (pid {}) {}", rank_name(cluster, r), pid, describe_status(status));
           // The first process to exit may be one that only heard of another's failure at the
           // store: name the failure that came first.
@@ -291,7 +317,7 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
             result.failure += fmt::format(" (the first failure: {})", first);
           }
           log->error("{}; stopping the other processes", result.failure);
-          stop_all(SIGTERM);
+          stop_all(failure_signal);
           kill_at = Clock::now() + std::chrono::seconds(10);
         } else if (failed) {
           log->info("{} (pid {}) {}", rank_name(cluster, r), pid, describe_status(status));
@@ -300,7 +326,7 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
       continue;
     }
     if (kill_at && Clock::now() >= *kill_at) {
-      log->warn("processes still running 10 s after SIGTERM: sending SIGKILL");
+      log->warn("processes still running 10 s after being told to stop: sending SIGKILL");
       stop_all(SIGKILL);
       kill_at = Clock::now() + std::chrono::hours(1);
     }
@@ -311,7 +337,8 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
 
 }  // namespace
 
-LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv) {
+LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv,
+                          bool ranks_stop_on_signal) {
   auto log = log::get("launcher");
   // A process this launcher started never launches again (they would multiply without end).
   if (const auto rank = env(kLaunchers[0].rank)) {
@@ -362,8 +389,8 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
   for (int attempt = 0;; ++attempt) {
     // A fresh store per attempt: the last one holds the failed attempt's ranks and keys.
     net::RendezvousServer rendezvous(context, "127.0.0.1", 0);
-    result = run_job_once(cluster, args, base_env, rendezvous, attempt, forwarded);
-    if (result.exit_status == 0 || forwarded != 0 || attempt >= cluster.max_restarts) break;
+    result = run_job_once(cluster, args, base_env, rendezvous, attempt, forwarded, ranks_stop_on_signal);
+    if (result.exit_status == 0 || forwarded != 0 || result.stopped || attempt >= cluster.max_restarts) break;
     if (result.exit_status == kConfigErrorStatus) {
       // A configuration error (a bad key, a schedule that does not fit): the same again.
       log->error("not restarting: {} (a configuration error; a restart would fail alike)", result.failure);
@@ -382,7 +409,7 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   if (forwarded != 0 && result.exit_status == 0) {
-    result = {128 + forwarded, fmt::format("stopped by signal {} ({})", forwarded, strsignal(forwarded))};
+    result = {128 + forwarded, fmt::format("stopped by signal {} ({})", forwarded, strsignal(forwarded)), true};
   }
   return result;
 }

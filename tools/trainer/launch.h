@@ -51,12 +51,16 @@ std::string rank_name(const ClusterOptions& cluster, int rank);
 // Starts cluster.world_size() copies of this program (`argv`, /proc/self/exe) as local
 // processes with the AIACC_* variables set, serves their rendezvous store, forwards SIGINT and
 // SIGTERM, and waits. When one exits with a failure the others are stopped (SIGTERM, then
-// SIGKILL after a grace period) and the returned message names the first to fail and how
+// SIGKILL after a grace period; SIGKILL at once when the ranks take SIGTERM as a request to
+// checkpoint) and the returned message names the first to fail and how
 // ("worker 1 (pid 1234) was killed by signal 9 (Killed)"). Returns the job's exit status: 0
 // when all succeeded, else the first failure's (128 + signal for a signal).
 struct LaunchResult {
   int exit_status = 0;
   std::string failure;  // empty on success
+  // Stopped by a signal (128 + signal), not failed: never restarted. With the ranks'
+  // train.checkpoint.on_signal, after their checkpoint.
+  bool stopped = false;
 };
 // Runs the job as local processes of this program (argv) and supervises them: one failing
 // stops the others. With cluster.max_restarts > 0 a failed job (not one stopped by a signal)
@@ -64,17 +68,23 @@ struct LaunchResult {
 // complete checkpoint (train.checkpoint.resume: auto), so a crash loses at most the steps
 // since it. Children see the attempt number in AIACC_RESTART_COUNT (0 for the first).
 // Throws InternalError in a process a local launcher started (AIACC_RANK set).
-LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv);
+// `ranks_stop_on_signal` (train.checkpoint.on_signal): the ranks take a forwarded SIGINT or
+// SIGTERM as a request to checkpoint and exit, which takes a while: only a second signal is
+// followed by SIGKILL after the grace period. The ranks then run in process groups of their
+// own, so a terminal's Ctrl-C reaches them once, through this launcher, not twice.
+LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::string>& argv,
+                          bool ranks_stop_on_signal = false);
 
 inline constexpr const char* kRestartCountVariable = "AIACC_RESTART_COUNT";
 
-// Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP[:kill|stop] makes process RANK kill
-// itself (SIGKILL, as a crash would) or freeze (SIGSTOP, as a hung host would) after STEP: a
+// Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP[:kill|stop|term] makes process RANK
+// kill itself (SIGKILL, as a crash would), freeze (SIGSTOP, as a hung host would) or send itself
+// SIGTERM (a stop request that reaches it alone, as a preempted pod's would) after STEP: a
 // worker after that step and its checkpoint, a shard on the first push of a later step. Only
 // the first attempt of a job is hit (AIACC_RESTART_COUNT unset or 0), so a restart recovers.
 struct InjectedFault {
   std::int64_t step = -1;
-  int signal = 0;  // SIGKILL or SIGSTOP
+  int signal = 0;  // SIGKILL, SIGSTOP, or SIGTERM (":term": a stop request only this rank gets)
 };
 std::optional<InjectedFault> injected_fault(int rank);
 

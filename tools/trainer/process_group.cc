@@ -207,7 +207,7 @@ void ProcessGroup::check_worker_agreement(const std::string& what, const std::st
   check(what, text, cluster_.workers);
 }
 
-void ProcessGroup::serve_shard() {
+void ProcessGroup::serve_shard(const std::function<int()>& stop_signal) {
   auto log = log::get("ps");
   ps::ServerOptions options;
   options.shard = role_.rank - cluster_.workers;
@@ -226,8 +226,15 @@ void ProcessGroup::serve_shard() {
                           net::deadline_after(cluster_.start_timeout_s));
   // The workers stop the shard when they are done. A worker that dies instead never will: when
   // a worker's connection has been gone for the grace period, the job is over for this shard too.
+  bool stop_published = false;
   while (!server.wait_stopped(net::deadline_after(0.5))) {
     server.check();
+    if (const int signal = stop_signal ? stop_signal() : 0; signal != 0 && !stop_published) {
+      log->warn("shard {} got signal {} ({}): serving on until the workers have stopped at a step and saved "
+                "their checkpoint", options.shard, signal, strsignal(signal));
+      rendezvous_->set_string(kShardStopKey, std::to_string(signal), net::deadline_after(cluster_.start_timeout_s));
+      stop_published = true;
+    }
     const auto connections = server.connections();
     if (connections.missing_s > cluster_.ps.reconnect_grace_s) {
       const std::string reason = fmt::format(

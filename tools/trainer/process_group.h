@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,7 +54,12 @@ class ProcessGroup {
   void check_worker_agreement(const std::string& what, const std::string& text);
 
   // Server ranks: serves this rank's shard until a worker shuts the servers down.
-  void serve_shard();
+  // `stop_signal` (when given) says which stop signal the shard got (0: none): the first is
+  // published at the store as kShardStopKey, for worker 0's next stop check, since only the
+  // workers can stop the job at a step with its checkpoint.
+  void serve_shard(const std::function<int()>& stop_signal = {});
+  // The store key where a shard publishes a stop signal it got (its number, as text).
+  static constexpr const char* kShardStopKey = "stop/shard-signal";
 
   // Workers only.
   std::shared_ptr<ring::Communicator> dense() const { return dense_; }

@@ -45,6 +45,7 @@
 #include "tools/trainer/placement_probe.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/replicated_embedding_store.h"
+#include "tools/trainer/stop_signal.h"
 #include "tools/trainer/run_folder_lock.h"
 
 namespace aiacc::trainer {
@@ -1072,6 +1073,10 @@ TrainResult Trainer::run(const RunControl& control) {
   const char* nan_env = std::getenv("AIACC_TEST_NAN_AT");
   const std::int64_t nan_at = nan_env ? std::atoll(nan_env) : -1;
   bool stopped = false;
+  // Stop signals wait for the workers' next agreement (each may get one at another step, or only
+  // some get one): all stop at the same step, its checkpoint taken.
+  std::optional<StopSignals> stop_signals;
+  if (o.train.checkpoint.on_signal) stop_signals.emplace();
   try {
   for (std::int64_t epoch = first_epoch; epoch < epochs && step < s.total_steps && !stopped; ++epoch) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
@@ -1249,8 +1254,47 @@ TrainResult Trainer::run(const RunControl& control) {
       // hung host or a cut link would: alive to the kernel, silent to its peers.
       if (kill_at && kill_at->step == step) {
         s.log->warn("AIACC_TEST_KILL_AT: {} this worker after step {}",
-                    kill_at->signal == SIGSTOP ? "freezing" : "killing", step);
+                    kill_at->signal == SIGSTOP ? "freezing" : kill_at->signal == SIGTERM ? "sending SIGTERM to" : "killing",
+                    step);
         std::raise(kill_at->signal);
+      }
+      // (The last step ends the job anyway, with its evaluation.)
+      if (stop_signals && step % o.train.checkpoint.signal_check_steps == 0 && step < s.total_steps) {
+        phase = "checking for a stop signal";
+        // [workers that got a signal, the sum of their signal numbers, shards that got one]
+        std::vector<double> asked{stop_signals->received() != 0 ? 1.0 : 0.0,
+                                  static_cast<double>(stop_signals->received()), 0.0};
+        if (s.leader() && s.group && o.cluster.servers > 0) {
+          // A shard's signal (a Kubernetes eviction of its pod) waits at the store.
+          const auto published = s.group->rendezvous().lookup_string(ProcessGroup::kShardStopKey,
+                                                                     net::deadline_after(o.cluster.start_timeout_s));
+          if (published) {
+            asked[0] += 1;
+            asked[1] += std::atoi(published->c_str());
+            asked[2] = 1;
+          }
+        }
+        if (s.multi_worker()) s.group->sum(asked);
+        if (asked[0] > 0) {
+          // The signal this worker got, else SIGINT where every signal was one (a Ctrl-C), else
+          // SIGTERM.
+          result.stopped_by_signal = stop_signals->received() != 0 ? stop_signals->received()
+                                     : asked[1] == asked[0] * SIGINT ? SIGINT
+                                                                     : SIGTERM;
+          if (last_saved != step && (o.train.checkpoint.at_end || every > 0)) save(next_epoch, next_batch);
+          if (s.leader()) {
+            s.log->warn("stopped by signal {} ({}) on {} of {} workers{} after step {}{}; exiting with status {}",
+                        result.stopped_by_signal, strsignal(result.stopped_by_signal),
+                        static_cast<int>(asked[0] - asked[2]), s.workers(),
+                        asked[2] > 0 ? " and a parameter-server shard" : "", step,
+                        last_saved == step ? fmt::format(" (checkpoint {}: train.checkpoint.resume: auto continues "
+                                                         "from it)", checkpoints.path_for(step).string())
+                                           : std::string(" (no checkpoint: this job saves none)"),
+                        stopped_exit_status(result.stopped_by_signal));
+          }
+          stopped = true;
+          break;
+        }
       }
       if (control.stop_after_step > 0 && step >= control.stop_after_step) {
         stopped = true;

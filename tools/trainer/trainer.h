@@ -41,6 +41,8 @@ struct TrainResult {
   // job.precision: fp16: the loss scale at the end and the steps skipped for overflow.
   double loss_scale = 1;
   std::int64_t overflow_steps = 0;
+  // train.checkpoint.on_signal: the stop signal the job stopped on (its checkpoint taken), or 0.
+  int stopped_by_signal = 0;
 };
 
 class Trainer {
