@@ -170,6 +170,7 @@ TEST_F(EmitTest, SlurmScriptRunsOneRankPerTask) {
   const JobOptions job = load_job(config_path_, {});
   const std::string script = emit_slurm(job, config_path_, {"optimizer.lr=0.05"});
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --ntasks=5\n"));
+  EXPECT_THAT(script, HasSubstr("\n#SBATCH --signal=TERM@120\n"));  // stop with a checkpoint before the time limit
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --job-name=Emit_Test.Job\n"));
   EXPECT_THAT(script, HasSubstr("\n#SBATCH --output=/shared/runs/Emit_Test.Job/slurm-%j.out\n"));
   EXPECT_THAT(script, HasSubstr("\nMASTER_ADDR=$(hostname -I | cut -d' ' -f1)\n"));

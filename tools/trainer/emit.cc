@@ -192,7 +192,7 @@ std::string emit_slurm(const JobOptions& job, const std::string& config_path,
 #SBATCH --job-name={name}
 #SBATCH --ntasks={world}
 #SBATCH --output={output}/slurm-%j.out
-# Slurm packs the tasks onto as few nodes as fit; to give every rank a node of its own,
+{signal}# Slurm packs the tasks onto as few nodes as fit; to give every rank a node of its own,
 # enable these (drop one '#'). Add --time, --partition, --cpus-per-task, --gres=gpu:N.
 ##SBATCH --nodes={world}
 ##SBATCH --ntasks-per-node=1
@@ -223,7 +223,13 @@ srun --kill-on-bad-exit=1 bash -c {command}
       fmt::arg("span", std::min(1000, 65536 - cluster.master_port)),
       fmt::arg("command", shell_quote(join(rank_command, " \\\n  "))),
       // A configured token file is the job's token: do not shadow it with a generated one.
-      fmt::arg("token", cluster.security.curve && cluster.security.token_file.empty() ? kSlurmToken : ""));
+      fmt::arg("token", cluster.security.curve && cluster.security.token_file.empty() ? kSlurmToken : ""),
+      fmt::arg("signal", job.train.checkpoint.on_signal
+                             ? "# At the time limit Slurm sends SIGTERM and, KillWait (often 30 s) later, SIGKILL: the\n"
+                               "# SIGTERM comes 120 s early instead, so the workers stop at a step with a checkpoint\n"
+                               "# (train.checkpoint.on_signal) that the next submission resumes from.\n"
+                               "#SBATCH --signal=TERM@120\n"
+                             : ""));
 }
 
 std::string emit_kubernetes(const JobOptions& job, const std::string& config_path,
