@@ -82,13 +82,6 @@ std::vector<ValueDifference> yaml_differences(const std::string& first, const st
   return out;
 }
 
-std::string yaml_value_at(const std::string& document, const std::string& key) {
-  for (const auto& [k, value] : flat_document(document)) {
-    if (k == key) return value;
-  }
-  return {};
-}
-
 std::string format_differences(const std::vector<ValueDifference>& differences, std::size_t limit) {
   std::vector<std::string> shown;
   for (std::size_t i = 0; i < differences.size() && i < limit; ++i) {

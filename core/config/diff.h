@@ -18,10 +18,6 @@ struct ValueDifference {
 // YAML compares as one value under the key "(document)".
 std::vector<ValueDifference> yaml_differences(const std::string& first, const std::string& second);
 
-// The value of `key` (a dotted path, as yaml_differences names keys) in `document`, or "" when it
-// has none or is not YAML.
-std::string yaml_value_at(const std::string& document, const std::string& key);
-
 // "key: a -> b; key2: c -> d" for the first `limit` differences, with "and N more" after.
 std::string format_differences(const std::vector<ValueDifference>& differences, std::size_t limit = 5);
 

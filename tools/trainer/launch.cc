@@ -245,10 +245,10 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
     }
     if (pid == 0) {
       // A launcher killed outright (SIGKILL, the OOM killer) runs no cleanup: its processes get
-      // SIGTERM from the kernel rather than train on unsupervised (with
-      // train.checkpoint.on_signal they stop at their next check, with a checkpoint). (The forking thread is the
-      // launcher's main thread, whose end is what the kernel watches.) A launcher gone before
-      // the call would go unnoticed, hence the check after it.
+      // SIGTERM from the kernel rather than train on unsupervised (with train.checkpoint.on_signal
+      // they stop at their next check, with a checkpoint). (The forking thread is the launcher's
+      // main thread, whose end is what the kernel watches.) A launcher gone before the call
+      // would go unnoticed, hence the check after it.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != launcher_pid) _exit(1);
       if (ranks_stop_on_signal) setpgid(0, 0);

@@ -19,9 +19,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/config/diff.h"
 #include "core/device_ops.h"
 #include "core/embedding/local_embedding_store.h"
-#include "core/config/diff.h"
 #include "core/error.h"
 #include "core/io/safetensors.h"
 #include "core/log.h"
@@ -45,8 +45,8 @@
 #include "tools/trainer/placement_probe.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/replicated_embedding_store.h"
-#include "tools/trainer/stop_signal.h"
 #include "tools/trainer/run_folder_lock.h"
+#include "tools/trainer/stop_signal.h"
 
 namespace aiacc::trainer {
 
@@ -476,23 +476,25 @@ struct Trainer::State {
       return it->second;
     };
     const std::string saved_config = checkpoint.state.value("config", std::string());
+    const auto changes = config::yaml_differences(saved_config, resolved_yaml(options));
     // "" when the checkpoint's config does not say, or says what this job says too.
-    const auto saved_unlike_this = [&](const std::string& key, const std::string& ours) -> std::string {
-      const std::string saved = config::yaml_value_at(saved_config, key);
-      return saved.empty() || saved == ours
+    const auto saved_unlike_this = [&](const std::string& key) -> std::string {
+      const auto change = std::find_if(changes.begin(), changes.end(), [&](const auto& c) { return c.key == key; });
+      return saved_config.empty() || change == changes.end()
                  ? std::string()
-                 : fmt::format(" (the checkpoint was written with {} {}; this job has {})", key, saved, ours);
+                 : fmt::format(" (the checkpoint was written with {} {}; this job has {})", key, change->first,
+                               change->second);
     };
     try {
       restore_by_name(part("model"), model_tensors(), "model file", where);
     } catch (const DataError& e) {
-      throw DataError(fmt::format("{}{}", e.what(), saved_unlike_this("model.type", options.model.type)));
+      throw DataError(fmt::format("{}{}", e.what(), saved_unlike_this("model.type")));
     }
     if (scope == RestoreScope::training) {
       try {
         optimizer->load_state(part("optimizer"));
       } catch (const DataError& e) {
-        throw DataError(fmt::format("{}: {}{}", where, e.what(), saved_unlike_this("optimizer.type", options.optimizer.type)));
+        throw DataError(fmt::format("{}: {}{}", where, e.what(), saved_unlike_this("optimizer.type")));
       }
     }
     if (!stores.empty()) {
@@ -504,13 +506,11 @@ struct Trainer::State {
       // the workers, not from the shards' own files, which hold the other rule's state.
       // Any setting may change the state's layout (sgd's momentum adds planes), and a checkpoint
       // without its config says nothing: then too.
-      bool fresh_state = false;
-      if (scope == RestoreScope::weights) {
-        const auto changes = config::yaml_differences(saved_config, resolved_yaml(options));
-        fresh_state = saved_config.empty() || std::any_of(changes.begin(), changes.end(), [](const auto& change) {
-                        return change.key.starts_with("sparse_optimizer.");
-                      });
-      }
+      const bool fresh_state =
+          scope == RestoreScope::weights &&
+          (saved_config.empty() || std::any_of(changes.begin(), changes.end(), [](const auto& change) {
+             return change.key.starts_with("sparse_optimizer.");
+           }));
       bool shard_files = !remote.empty() && group != nullptr && !fresh_state;
       for (int k = 0; shard_files && k < options.cluster.servers; ++k) {
         shard_files = checkpoint.external.count(ps::shard_checkpoint_name(k, options.cluster.servers)) > 0;
@@ -553,8 +553,7 @@ struct Trainer::State {
       loss_scaler->restore(scale.at("scale").get<double>(), scale.at("clean_steps").get<std::int64_t>());
     }
     // (Texts that differ in form only, e.g. an older program's key order, are no difference.)
-    if (const auto changes = config::yaml_differences(saved_config, resolved_yaml(options));
-        saved_config.empty() || !changes.empty()) {
+    if (saved_config.empty() || !changes.empty()) {
       log->warn("{}: the checkpoint was written with a different configuration ({}); continuing with "
                 "the current one", where,
                 saved_config.empty() ? "it records none" : config::format_differences(changes));
