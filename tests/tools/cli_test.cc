@@ -256,6 +256,7 @@ TEST(Cli, AStopSignalSavesACheckpointAndExits143) {
   aiacc::testing::CommandResult o =
       aiacc::testing::run_command("AIACC_TEST_KILL_AT=0:7:term " + g_program + " " + job + " 2>&1");
   EXPECT_EQ(o.status, 143) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("got signal 15 (Terminated): stopping after step 10 (the workers' next check)"));
   EXPECT_THAT(o.output, HasSubstr("stopped by signal 15 (Terminated) on 1 of 1 workers after step 10"));
   EXPECT_TRUE(std::filesystem::exists("/tmp/aiacc_cli_signal/cli_test/checkpoints/step-000000000010"));
   o = aiacc::testing::run_command("AIACC_TEST_KILL_AT=0:7:term " + g_program + " " + job +

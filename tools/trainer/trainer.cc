@@ -1076,6 +1076,7 @@ TrainResult Trainer::run(const RunControl& control) {
   // some get one): all stop at the same step, its checkpoint taken.
   std::optional<StopSignals> stop_signals;
   if (o.train.checkpoint.on_signal) stop_signals.emplace();
+  bool stop_announced = false;  // the user hears at once that the signal was taken
   try {
   for (std::int64_t epoch = first_epoch; epoch < epochs && step < s.total_steps && !stopped; ++epoch) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
@@ -1256,6 +1257,14 @@ TrainResult Trainer::run(const RunControl& control) {
                     kill_at->signal == SIGSTOP ? "freezing" : kill_at->signal == SIGTERM ? "sending SIGTERM to" : "killing",
                     step);
         std::raise(kill_at->signal);
+      }
+      if (stop_signals && !stop_announced && stop_signals->received() != 0) {
+        stop_announced = true;
+        const std::int64_t check = o.train.checkpoint.signal_check_steps;
+        s.log->warn("got signal {} ({}): stopping after step {} (the workers' next check) with a checkpoint; "
+                    "a second signal a second or more later stops at once",
+                    stop_signals->received(), strsignal(stop_signals->received()),
+                    std::min(s.total_steps, (step + check - 1) / check * check));
       }
       // (The last step ends the job anyway, with its evaluation.)
       if (stop_signals && step % o.train.checkpoint.signal_check_steps == 0 && step < s.total_steps) {
