@@ -79,7 +79,7 @@ struct CheckpointOptions {
             "signal_check_steps, save a checkpoint there (when at_end or every_steps saves any) and exit with "
             "128 + the signal; a second signal (over a second later) ends them at once. false: the signal ends them at once");
     v.field("signal_check_steps", signal_check_steps,
-            "on_signal: steps between the workers' checks for a stop signal (one 2-number all-reduce each)",
+            "on_signal: steps between the workers' checks for a stop signal (one all-reduce of three numbers each)",
             config::at_least<std::int64_t>(1));
   }
 };
