@@ -448,6 +448,33 @@ struct Trainer::State {
     return {{"train_examples", train_data->size()}, {"seed", options.job.seed}, {"shuffle", options.data.shuffle}};
   }
 
+  // A stop check (train.checkpoint.on_signal), collective over the workers: whether a stop
+  // signal reached any worker or shard and, if so, the signal this worker stops on (its own,
+  // else SIGINT where every signal was one, a Ctrl-C, else SIGTERM). `received`: this worker's.
+  struct StopAgreement {
+    int signal = 0;
+    int workers = 0;     // workers that got one
+    bool shard = false;  // a parameter-server shard got one
+  };
+  std::optional<StopAgreement> agree_on_stop(int received) {
+    // [workers that got a signal, the sum of their signal numbers, shards that got one]
+    std::vector<double> asked{received != 0 ? 1.0 : 0.0, static_cast<double>(received), 0.0};
+    if (leader() && group && options.cluster.servers > 0) {
+      // A shard's signal (a Kubernetes eviction of its pod) waits at the store.
+      const auto published = group->rendezvous().lookup_string(ProcessGroup::kShardStopKey,
+                                                               net::deadline_after(options.cluster.start_timeout_s));
+      if (published) {
+        asked[0] += 1;
+        asked[1] += std::atoi(published->c_str());
+        asked[2] = 1;
+      }
+    }
+    if (multi_worker()) group->sum(asked);
+    if (asked[0] == 0) return std::nullopt;
+    const int signal = received != 0 ? received : asked[1] == asked[0] * SIGINT ? SIGINT : SIGTERM;
+    return StopAgreement{signal, static_cast<int>(asked[0] - asked[2]), asked[2] > 0};
+  }
+
   // `rows` (a table's ids, values and state) with the state replaced by a fresh row's state under
   // this job's sparse optimiser.
   NamedTensors with_fresh_state(const std::string& table, NamedTensors rows, std::int64_t dim) const {
@@ -1269,32 +1296,13 @@ TrainResult Trainer::run(const RunControl& control) {
       // (The last step ends the job anyway, with its evaluation.)
       if (stop_signals && step % o.train.checkpoint.signal_check_steps == 0 && step < s.total_steps) {
         phase = "checking for a stop signal";
-        // [workers that got a signal, the sum of their signal numbers, shards that got one]
-        std::vector<double> asked{stop_signals->received() != 0 ? 1.0 : 0.0,
-                                  static_cast<double>(stop_signals->received()), 0.0};
-        if (s.leader() && s.group && o.cluster.servers > 0) {
-          // A shard's signal (a Kubernetes eviction of its pod) waits at the store.
-          const auto published = s.group->rendezvous().lookup_string(ProcessGroup::kShardStopKey,
-                                                                     net::deadline_after(o.cluster.start_timeout_s));
-          if (published) {
-            asked[0] += 1;
-            asked[1] += std::atoi(published->c_str());
-            asked[2] = 1;
-          }
-        }
-        if (s.multi_worker()) s.group->sum(asked);
-        if (asked[0] > 0) {
-          // The signal this worker got, else SIGINT where every signal was one (a Ctrl-C), else
-          // SIGTERM.
-          result.stopped_by_signal = stop_signals->received() != 0 ? stop_signals->received()
-                                     : asked[1] == asked[0] * SIGINT ? SIGINT
-                                                                     : SIGTERM;
+        if (const auto stop = s.agree_on_stop(stop_signals->received())) {
+          result.stopped_by_signal = stop->signal;
           if (last_saved != step && (o.train.checkpoint.at_end || every > 0)) save(next_epoch, next_batch);
           if (s.leader()) {
             s.log->warn("stopped by signal {} ({}) on {} of {} workers{} after step {}{}; exiting with status {}",
-                        result.stopped_by_signal, strsignal(result.stopped_by_signal),
-                        static_cast<int>(asked[0] - asked[2]), s.workers(),
-                        asked[2] > 0 ? " and a parameter-server shard" : "", step,
+                        result.stopped_by_signal, strsignal(result.stopped_by_signal), stop->workers, s.workers(),
+                        stop->shard ? " and a parameter-server shard" : "", step,
                         last_saved == step ? fmt::format(" (checkpoint {}: train.checkpoint.resume: auto continues "
                                                          "from it)", checkpoints.path_for(step).string())
                                            : std::string(" (no checkpoint: this job saves none)"),
