@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <yaml-cpp/eventhandler.h>
@@ -77,6 +78,26 @@ std::optional<YAML::Mark> later_document_content(const std::string& text) {
   return finder.found;
 }
 
+// The first line of `text` that holds something other than blanks, comments, directives and
+// document markers, as (line, column) counted from 0. yaml-cpp reads some garbage (",job") as
+// an empty document, which would otherwise run the default job.
+std::optional<std::pair<int, int>> first_content(const std::string& text) {
+  std::istringstream in(text);
+  int line_number = 0;
+  for (std::string line; std::getline(in, line); ++line_number) {
+    std::size_t at = 0;
+    if (line.rfind("%", 0) == 0) continue;
+    if (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0) {
+      if (line.size() > 3 && line[3] != ' ' && line[3] != '\t' && line[3] != '\r') return std::pair{line_number, 0};
+      at = 3;
+    }
+    at = line.find_first_not_of(" \t\r", at);
+    if (at == std::string::npos || line[at] == '#') continue;
+    return std::pair{line_number, static_cast<int>(at)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string join_path(const std::string& parent, const std::string& key) {
@@ -98,7 +119,16 @@ Document Document::from_string(const std::string& text, const std::string& name)
                                     "so merge the documents or split them into files",
                                     mark_text(name, *second)));
     }
-    if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
+    if (!root.IsDefined() || root.IsNull()) {
+      if (const auto content = first_content(text)) {
+        YAML::Mark mark;
+        mark.line = content->first;
+        mark.column = content->second;
+        throw ConfigError(fmt::format("{}: reads as an empty YAML document; the top level must be a map of "
+                                      "sections (job:, model:, ...)",
+                                      mark_text(name, mark)));
+      }
+    } else if (!root.IsMap()) {
       throw ConfigError(fmt::format("{}: the top level must be a map of sections (job:, model:, ...)",
                                     mark_text(name, root.Mark())));
     }

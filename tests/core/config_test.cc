@@ -130,9 +130,19 @@ TEST(Config, ASecondYamlDocumentIsRefusedWithItsLine) {
   EXPECT_DOUBLE_EQ(parse("---\nlr: 0.25\n").lr, 0.25);
   EXPECT_DOUBLE_EQ(parse("lr: 0.25\n---\n").lr, 0.25);
   EXPECT_DOUBLE_EQ(parse("lr: 0.25\n...\n").lr, 0.25);
-  // yaml-cpp 0.7's LoadAll never returns on this input (found by the config fuzzer); it reads
-  // as an empty document, as yaml-cpp's Load has it.
-  EXPECT_EQ(error_of([] { parse(",job"); }), "<no ConfigError>");
+  // yaml-cpp 0.7's LoadAll never returns on this input (found by the config fuzzer).
+  EXPECT_THAT(error_of([] { parse(",job"); }), HasSubstr("job.yaml:1:1: reads as an empty YAML document"));
+}
+
+// yaml-cpp reads some garbage as an empty document: it must not run the default job.
+TEST(Config, TextThatReadsAsAnEmptyDocumentIsRefused) {
+  EXPECT_THAT(error_of([] { parse("# a job\n\n  ,job\n"); }), HasSubstr("job.yaml:3:3: reads as an empty YAML document"));
+  EXPECT_THAT(error_of([] { parse("~\n"); }), HasSubstr("job.yaml:1:1: reads as an empty YAML document"));
+  EXPECT_THAT(error_of([] { parse("--- null\n"); }), HasSubstr("job.yaml:1:5: reads as an empty YAML document"));
+  // Blanks, comments, directives and markers alone are an empty config: the defaults.
+  EXPECT_EQ(error_of([] { parse(""); }), "<no ConfigError>");
+  EXPECT_EQ(error_of([] { parse("# nothing yet\n\n--- # a marker\n...\n"); }), "<no ConfigError>");
+  EXPECT_EQ(error_of([] { parse("%YAML 1.2\n---\n"); }), "<no ConfigError>");
 }
 
 // Keys, not lines: a list grown by one item is one difference, not every later line shifted.
