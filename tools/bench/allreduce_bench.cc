@@ -33,6 +33,7 @@
 // and the ratio of the medians (under tools/netemu one sweep: no OpenMPI there). --streams auto tunes the stream count
 // (AutoTuner over 1, 2, 4, ... --max-streams) for each size before measuring it (column K).
 #include <sched.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,7 @@
 #include <iostream>
 #include <map>
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -65,6 +67,7 @@
 #include "ring/auto_tuner.h"
 #include "ring/barrier.h"
 #include "ring/communicator.h"
+#include "tools/bench/bench_args.h"
 #include "tools/bench/ps_bench.h"
 #include "tools/bench/train_bench.h"
 #include "tools/bench/spread.h"
@@ -72,6 +75,9 @@
 namespace {
 
 using namespace aiacc;
+
+// Streams per peer: as many as the trainer's cluster.ring.streams allows.
+constexpr int kMaxStreams = 64;
 
 struct Args {
   int ranks = 2;                 // per host
@@ -99,18 +105,17 @@ struct Args {
   int port = 29555;
 };
 
-std::int64_t parse_bytes(const std::string& text) {
-  std::size_t used = 0;
-  double value = std::stod(text, &used);
-  const std::string unit = text.substr(used);
-  if (unit == "K" || unit == "KiB") value *= 1024;
-  else if (unit == "M" || unit == "MiB") value *= 1 << 20;
-  else if (unit == "G" || unit == "GiB") value *= 1 << 30;
-  else if (!unit.empty()) throw ConfigError(fmt::format("bad size '{}' (use e.g. 4, 64K, 256M)", text));
-  return static_cast<std::int64_t>(value);
+std::vector<std::int64_t> sizes(const Args& a) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t s = std::max<std::int64_t>(4, a.min_bytes); s <= a.max_bytes; s *= 4) out.push_back(s);
+  return out;
 }
 
 Args parse(int argc, char** argv) {
+  using bench::bytes_flag;
+  using bench::integer_flag;
+  using bench::on_off_flag;
+  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 40;
   Args a;
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
@@ -118,60 +123,60 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
       return argv[++i];
     };
-    if (key == "--ranks") a.ranks = std::stoi(value());
-    else if (key == "--streams") a.streams = value();
-    else if (key == "--max-streams") a.max_streams = std::stoi(value());
-    else if (key == "--wire") a.wire = value();
-    else if (key == "--min-bytes") a.min_bytes = (parse_bytes(value()) + 3) / 4 * 4;  // whole floats: the sizes move
-    else if (key == "--max-bytes") a.max_bytes = parse_bytes(value());
+    auto integer = [&](std::int64_t min, std::int64_t max) { return static_cast<int>(integer_flag(key, value(), min, max)); };
+    if (key == "--ranks") a.ranks = integer(1, 1024);
+    else if (key == "--streams") {
+      a.streams = value();
+      if (a.streams != "auto") integer_flag(key, a.streams, 1, kMaxStreams);
+    }
+    else if (key == "--max-streams") a.max_streams = integer(1, kMaxStreams);
+    else if (key == "--wire") {
+      a.wire = value();
+      ring::parse_wire_type(a.wire, "--wire");  // refused here rather than by every rank
+    }
+    else if (key == "--min-bytes") a.min_bytes = (bytes_flag(key, value(), 0, kMaxBytes) + 3) / 4 * 4;  // whole floats: the sizes move
+    else if (key == "--max-bytes") a.max_bytes = bytes_flag(key, value(), 4, kMaxBytes);
     else if (key == "--mpi") a.mpi = value();
-    else if (key == "--chunk-bytes") a.chunk_bytes = parse_bytes(value());
-    else if (key == "--halving-doubling-bytes") a.halving_doubling_bytes = parse_bytes(value());
-    else if (key == "--rebalance") a.rebalance = std::stoi(value());
-    else if (key == "--hierarchical") {
-      const std::string v = value();
-      if (v != "on" && v != "off") throw ConfigError("--hierarchical takes on or off");
-      a.hierarchical = v == "on";
-    }
-    else if (key == "--pin") {
-      const std::string v = value();
-      if (v != "on" && v != "off") throw ConfigError("--pin takes on or off");
-      a.pin = v == "on";
-    }
-    else if (key == "--cpu") a.cpu = std::stoi(value());
+    else if (key == "--chunk-bytes") a.chunk_bytes = bytes_flag(key, value(), 1024, kMaxBytes);
+    else if (key == "--halving-doubling-bytes") a.halving_doubling_bytes = bytes_flag(key, value(), 0, kMaxBytes);
+    else if (key == "--rebalance") a.rebalance = integer(0, 1000000);
+    else if (key == "--hierarchical") a.hierarchical = on_off_flag(key, value());
+    else if (key == "--pin") a.pin = on_off_flag(key, value());
+    else if (key == "--cpu") a.cpu = integer(-1, 1 << 20);
     else if (key == "--json") a.json = value();
-    else if (key == "--seconds") a.seconds = std::stod(value());
-    else if (key == "--repeat") a.repeat = std::stoi(value());
+    else if (key == "--seconds") a.seconds = bench::positive_flag(key, value(), 3600);
+    else if (key == "--repeat") a.repeat = integer(1, 100);
     else if (key == "--no-check") a.check = false;
-    else if (key == "--curve") {
-      const std::string v = value();
-      if (v != "on" && v != "off") throw ConfigError("--curve takes on or off");
-      a.curve = v == "on";
-    }
+    else if (key == "--curve") a.curve = on_off_flag(key, value());
     else if (key == "--transport") {
       a.transport = value();
       if (a.transport != "auto" && a.transport != "tcp" && a.transport != "zmq") {
-        throw ConfigError("--transport takes auto, tcp or zmq");
+        throw ConfigError(fmt::format("--transport takes auto, tcp or zmq, got '{}'", a.transport));
       }
     }
-    else if (key == "--spin-us") a.spin_us = std::stoi(value());
-    else if (key == "--port") a.port = std::stoi(value());
-    else if (key == "--rank") a.rank = std::stoi(value());
-    else if (key == "--world") a.world = std::stoi(value());
+    else if (key == "--spin-us") a.spin_us = integer(-1, 10000000);
+    else if (key == "--port") a.port = integer(0, 65535);
+    else if (key == "--rank") a.rank = integer(0, 1 << 20);
+    else if (key == "--world") a.world = integer(1, 1 << 20);
     else if (key == "--master") a.master = value();
     else if (key == "--interface") a.interface = value();
     else throw ConfigError(fmt::format("unknown option {} (see the comment at the top of allreduce_bench.cc)", key));
   }
-  if (a.ranks < 1) throw ConfigError("--ranks must be >= 1");
-  if (a.repeat < 1) throw ConfigError("--repeat must be >= 1");
   if (a.cpu >= 0 && a.rank < 0) throw ConfigError("--cpu is set by the launcher for its ranks; use --pin on");
+  if (sizes(a).empty()) {
+    throw ConfigError(fmt::format("--min-bytes {} and --max-bytes {} leave no size to measure (sizes run from "
+                                  "--min-bytes, at least 4, up to --max-bytes by factors of 4)", a.min_bytes, a.max_bytes));
+  }
+  if (a.mpi != "none") {
+    std::istringstream list(a.mpi);
+    for (std::string t; std::getline(list, t, ',');) {
+      if (t != "tcp" && t != "shm") {
+        throw ConfigError(fmt::format("--mpi takes tcp, shm, tcp,shm or none, got '{}'", a.mpi));
+      }
+    }
+  }
+  if (!a.json.empty() && a.rank < 0) bench::check_output_path("--json", a.json);
   return a;
-}
-
-std::vector<std::int64_t> sizes(const Args& a) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t s = std::max<std::int64_t>(4, a.min_bytes); s <= a.max_bytes; s *= 4) out.push_back(s);
-  return out;
 }
 
 struct Row {
@@ -185,6 +190,8 @@ double busbw(double bytes, double seconds, int world) {
 }
 
 // --- worker: one rank ---
+int run_rank(const Args& a, const std::shared_ptr<net::Context>& context, net::RendezvousClient& rendezvous);
+
 int run_worker(const Args& a) {
   log::set_role(fmt::format("rank {}", a.rank));
   if (a.cpu >= 0) {
@@ -199,6 +206,21 @@ int run_worker(const Args& a) {
                                      net::curve_keys_from_environment());
   net::RendezvousClient rendezvous(context, a.master);
   rendezvous.register_rank(a.rank, a.world, {}, net::deadline_after(120));
+  try {
+    return run_rank(a, context, rendezvous);
+  } catch (const std::exception& e) {
+    // Told to the store, so that ranks of other (emulated) hosts waiting there stop at once.
+    try {
+      rendezvous.abort(e.what(), dynamic_cast<const ConfigError*>(&e) != nullptr,
+                       net::deadline_after(2));
+    } catch (const std::exception&) {
+      // The store may be gone with its host; this rank's own error is what matters.
+    }
+    throw;
+  }
+}
+
+int run_rank(const Args& a, const std::shared_ptr<net::Context>& context, net::RendezvousClient& rendezvous) {
   const bool tune = a.streams == "auto";
   ring::CommunicatorOptions options;
   options.streams = tune ? a.max_streams : std::stoi(a.streams);
@@ -425,28 +447,53 @@ std::optional<Results> run_aiacc_sweep(const Args& a, int host, int world, const
   for (int local = 0; local < a.ranks; ++local) {
     const int rank = host * a.ranks + local;
     const int cpu = cpus.empty() ? -1 : cpus[static_cast<std::size_t>(rank) % cpus.size()];
-    children.push_back(spawn({exe, "allreduce", "--cpu", std::to_string(cpu), "--rank", std::to_string(rank),
+    std::vector<std::string> argv{exe, "allreduce", "--cpu", std::to_string(cpu), "--rank", std::to_string(rank),
                               "--world", std::to_string(world), "--master", fmt::format("{}:{}", host0, port),
                               "--interface", a.interface, "--streams", a.streams, "--max-streams",
                               std::to_string(a.max_streams), "--wire", a.wire, "--min-bytes", std::to_string(a.min_bytes),
                               "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds),
                               "--hierarchical", a.hierarchical ? "on" : "off", "--chunk-bytes", std::to_string(a.chunk_bytes),
-                              "--halving-doubling-bytes", std::to_string(a.halving_doubling_bytes),
                               "--rebalance", std::to_string(a.rebalance), "--transport", a.transport,
-                              "--spin-us", std::to_string(a.spin_us)}));
+                              "--spin-us", std::to_string(a.spin_us)};
+    if (a.halving_doubling_bytes >= 0) {
+      argv.insert(argv.end(), {"--halving-doubling-bytes", std::to_string(a.halving_doubling_bytes)});
+    }
+    children.push_back(spawn(argv));
   }
-  std::string rank0_output;
-  int failed = 0;
+  // Each rank's output is read on a thread of its own, so that the ranks are waited for in the
+  // order they end: the first to fail stops the others at once, where they would otherwise
+  // wait for it (at the store, or in a collective) until their timeouts.
+  std::vector<std::string> outputs(children.size());
+  std::vector<std::thread> readers;
   for (std::size_t i = 0; i < children.size(); ++i) {
-    std::string text = read_all(children[i].out);
-    if (i == 0) rank0_output = std::move(text);
-    int status = 0;
-    waitpid(children[i].pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+    readers.emplace_back([&outputs, &children, i] { outputs[i] = read_all(children[i].out); });
   }
-  if (failed) throw Error("a rank failed (see its error above)");
+  std::string failure;
+  std::vector<bool> ended(children.size(), false);
+  for (std::size_t left = children.size(); left > 0;) {
+    bool reaped = false;
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      int status = 0;
+      if (ended[i] || waitpid(children[i].pid, &status, WNOHANG) != children[i].pid) continue;
+      ended[i] = true;
+      --left;
+      reaped = true;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      if (!failure.empty()) continue;
+      const int rank = host * a.ranks + static_cast<int>(i);
+      failure = WIFSIGNALED(status)
+                    ? fmt::format("rank {} was killed by signal {} ({})", rank, WTERMSIG(status), strsignal(WTERMSIG(status)))
+                    : fmt::format("rank {} failed with exit status {} (its error is above)", rank, WEXITSTATUS(status));
+      for (std::size_t j = 0; j < children.size(); ++j) {
+        if (!ended[j]) kill(children[j].pid, SIGKILL);
+      }
+    }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (auto& reader : readers) reader.join();
+  if (!failure.empty()) throw Error(failure + "; the other ranks of this host were stopped");
   if (host != 0) return std::nullopt;
-  return parse_results(rank0_output);
+  return parse_results(outputs[0]);
 }
 
 using bench::Spread;
@@ -554,7 +601,7 @@ int run_launcher(Args a) {
     out.push_back(j);
   }
   if (!a.json.empty()) {
-    std::ofstream(a.json) << out.dump(1) << "\n";
+    bench::write_output(a.json, out.dump(1) + "\n");
     std::cout << "wrote " << a.json << "\n";
   }
   return 0;

@@ -67,6 +67,7 @@
 #include "core/util/random.h"
 #include "ps/client.h"
 #include "ps/server_process.h"
+#include "tools/bench/bench_args.h"
 #include "tools/bench/spread.h"
 
 extern char** environ;
@@ -122,69 +123,51 @@ std::vector<int> int_list(const std::string& key, const std::string& text) {
       used = 0;
     }
     // std::stoi alone would read "0.5" as 0.
-    if (used != item.size()) throw ConfigError(fmt::format("aiacc-bench ps: {} expects integers, got '{}'", key, item));
+    if (used != item.size()) throw ConfigError(fmt::format("{} expects integers, got '{}'", key, item));
   }
   return out;
-}
-
-// One whole number: `key`'s value read by int_list, refusing lists.
-int one_int(const std::string& key, const std::string& text) {
-  const auto values = int_list(key, text);
-  if (values.size() != 1) throw ConfigError(fmt::format("aiacc-bench ps: {} takes one whole number", key));
-  return values.front();
 }
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
-    if (i + 1 >= argc) throw ConfigError(fmt::format("aiacc-bench ps: {} needs a value", key));
+    if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
     const std::string value = argv[++i];
-    if (key == "--servers") a.servers = std::stoi(value);
-    else if (key == "--workers") a.workers = std::stoi(value);
+    auto integer = [&](std::int64_t min, std::int64_t max) { return integer_flag(key, value, min, max); };
+    if (key == "--servers") a.servers = static_cast<int>(integer(1, 1024));
+    else if (key == "--workers") a.workers = static_cast<int>(integer(1, 1024));
     else if (key == "--dims") a.dims = int_list(key, value);
     else if (key == "--ids") a.ids = int_list(key, value);
     else if (key == "--modes") a.modes = split(value, ',');
-    else if (key == "--seconds") a.seconds = std::stod(value);
+    else if (key == "--seconds") a.seconds = positive_flag(key, value, 3600);
     else if (key == "--optimizer") a.optimizer = value;
-    else if (key == "--memory-rows") a.memory_rows = std::stoll(value);
-    else if (key == "--memory-dim") a.memory_dim = std::stoi(value);
-    else if (key == "--iperf-seconds") a.iperf_seconds = one_int(key, value);
-    else if (key == "--iperf-streams") a.iperf_streams = std::stoi(value);
-    else if (key == "--server-threads") a.server_threads = std::stoi(value);
-    else if (key == "--server-partitions") a.server_partitions = std::stoi(value);
-    else if (key == "--table-rows") a.table_rows = std::stoll(value);
-    else if (key == "--chunk-bytes") a.chunk_bytes = std::stoll(value);
-    else if (key == "--inflight") a.inflight = one_int(key, value);
-    else if (key == "--repeat") a.repeat = one_int(key, value);
+    else if (key == "--memory-rows") a.memory_rows = integer(0, std::int64_t{1} << 40);
+    else if (key == "--memory-dim") a.memory_dim = static_cast<int>(integer(1, 1 << 20));
+    else if (key == "--iperf-seconds") a.iperf_seconds = static_cast<int>(integer(0, 3600));
+    else if (key == "--iperf-streams") a.iperf_streams = static_cast<int>(integer(1, 128));
+    else if (key == "--server-threads") a.server_threads = static_cast<int>(integer(0, 1024));
+    else if (key == "--server-partitions") a.server_partitions = static_cast<int>(integer(0, 1 << 16));
+    else if (key == "--table-rows") a.table_rows = integer(0, std::int64_t{1} << 40);
+    else if (key == "--chunk-bytes") a.chunk_bytes = integer(0, std::int64_t{1} << 40);
+    else if (key == "--inflight") a.inflight = static_cast<int>(integer(1, 64));
+    else if (key == "--repeat") a.repeat = static_cast<int>(integer(1, 100));
     else if (key == "--json") a.json = value;
-    else if (key == "--curve") {
-      if (value != "on" && value != "off") throw ConfigError("--curve takes on or off");
-      a.curve = value == "on";
-    } else if (key == "--unique-ids") {
-      if (value != "on" && value != "off") throw ConfigError("--unique-ids takes on or off");
-      a.unique_ids = value == "on";
-    }
+    else if (key == "--curve") a.curve = on_off_flag(key, value);
+    else if (key == "--unique-ids") a.unique_ids = on_off_flag(key, value);
     else if (key == "--role") a.role = value;
-    else if (key == "--worker") a.worker = std::stoi(value);
+    else if (key == "--worker") a.worker = static_cast<int>(integer(0, 1024));
     else if (key == "--endpoints") a.endpoints = value;
     else if (key == "--rendezvous") a.rendezvous = value;
     else if (key == "--out") a.out = value;
-    else throw ConfigError(fmt::format("aiacc-bench ps: unknown option '{}' (see tools/bench/ps_bench.cc)", key));
-  }
-  if (a.servers < 1 || a.workers < 1 || a.seconds <= 0 || a.inflight < 1 || a.inflight > 64) {
-    throw ConfigError("aiacc-bench ps: --servers, --workers and --seconds must be positive, "
-                      "--inflight 1 to 64");
-  }
-  if (a.repeat < 1 || a.repeat > 100) throw ConfigError("aiacc-bench ps: --repeat takes 1 to 100 sweeps");
-  if (a.iperf_seconds < 0 || a.iperf_seconds > 3600) {
-    throw ConfigError("aiacc-bench ps: --iperf-seconds takes whole seconds from 0 (skips iperf3) to 3600");
+    else throw ConfigError(fmt::format("unknown option '{}' (see tools/bench/ps_bench.cc)", key));
   }
   for (const auto& m : a.modes) {
     if (m != "pull" && m != "push" && m != "step") {
-      throw ConfigError(fmt::format("aiacc-bench ps: unknown mode '{}' (pull, push, step)", m));
+      throw ConfigError(fmt::format("unknown mode '{}' (pull, push, step)", m));
     }
   }
+  if (!a.json.empty() && a.role.empty()) check_output_path("--json", a.json);
   return a;
 }
 
@@ -308,7 +291,7 @@ int run_worker(const Args& a) {
       }
     }
   }
-  std::ofstream(a.out) << results.dump() << "\n";
+  write_output(a.out, results.dump() + "\n");
   return 0;
 }
 
@@ -325,7 +308,7 @@ class Child {
     if (quiet) posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
     const int status = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
-    if (status != 0) throw IoError(fmt::format("aiacc-bench ps: cannot start {}", argv[0]));
+    if (status != 0) throw IoError(fmt::format("cannot start {}", argv[0]));
   }
   ~Child() {
     if (pid_ > 0) {
@@ -347,7 +330,7 @@ class Child {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    throw Error(fmt::format("aiacc-bench ps: {} did not finish within {:.0f} s", what, seconds));
+    throw Error(fmt::format("{} did not finish within {:.0f} s", what, seconds));
   }
 
  private:
@@ -364,7 +347,7 @@ std::string wait_for_file(const std::filesystem::path& path, double seconds) {
     if (in >> text && !text.empty()) return text;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  throw TimeoutError(fmt::format("aiacc-bench ps: no endpoint in {} after {:.0f} s", path.string(), seconds));
+  throw TimeoutError(fmt::format("no endpoint in {} after {:.0f} s", path.string(), seconds));
 }
 
 std::int64_t rss_bytes(pid_t pid) {
@@ -471,7 +454,7 @@ std::vector<PointResult> run_sweep(const Args& a, const std::string& exe, const 
   }
   for (int w = 0; w < a.workers; ++w) {
     const int status = workers[static_cast<std::size_t>(w)]->wait(3600, fmt::format("worker {}", w));
-    if (status != 0) throw Error(fmt::format("aiacc-bench ps: worker {} exited with status {}", w, status));
+    if (status != 0) throw Error(fmt::format("worker {} exited with status {}", w, status));
   }
   std::vector<nlohmann::json> per_worker;
   for (int w = 0; w < a.workers; ++w) {
@@ -644,7 +627,7 @@ int run_launcher(const Args& a) {
                        {"repeat", a.repeat}, {"iperf3_runs_gb_per_s", iperf_runs},
                        {"iperf3_streams", a.iperf_streams},
                        {"points", points}, {"memory", memory}};
-    std::ofstream(a.json) << out.dump(1) << "\n";
+    write_output(a.json, out.dump(1) + "\n");
     std::cout << "wrote " << a.json << "\n";
   }
   std::filesystem::remove_all(dir);
@@ -665,7 +648,7 @@ int run_ps_bench(int argc, char** argv) {
     if (args.role == "worker") return run_worker(args);
     return run_launcher(args);
   } catch (const ConfigError& e) {
-    std::cerr << e.what() << "\n";
+    std::cerr << "aiacc-bench ps: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "aiacc-bench ps: " << e.what() << "\n";

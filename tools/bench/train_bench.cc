@@ -19,6 +19,7 @@
 #include "tools/bench/train_bench.h"
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tools/bench/bench_args.h"
 
 namespace aiacc::bench {
 
@@ -87,8 +89,10 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
   std::cout << "running " << workers << " worker(s): log " << log.string() << std::endl;
   const int status = std::system((command + " > " + quote(log.string()) + " 2>&1").c_str());
   if (status != 0) {
-    throw Error(fmt::format("aiacc-bench train: the {}-worker run failed (status {}); see {}", workers,
-                            status, log.string()));
+    const std::string how = status > 0 && WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
+                            : status > 0 && WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                                                : fmt::format("status {}", status);
+    throw Error(fmt::format("aiacc-bench train: the {}-worker run failed ({}); see {}", workers, how, log.string()));
   }
   RunFigures f;
   std::ifstream metrics(run_dir / name / "metrics.jsonl");
@@ -127,10 +131,10 @@ int run_train_bench(int argc, char** argv) {
       if (i + 1 >= argc) throw ConfigError(fmt::format("aiacc-bench train: {} needs a value", key));
       return argv[++i];
     };
-    if (key == "--steps") a.steps = std::stoi(value());
-    else if (key == "--workers") a.workers = std::stoi(value());
-    else if (key == "--threads") a.threads = std::stoi(value());
-    else if (key == "--repeat") a.repeat = std::stoi(value());
+    if (key == "--steps") a.steps = static_cast<int>(integer_flag(key, value(), 20, 100000000));
+    else if (key == "--workers") a.workers = static_cast<int>(integer_flag(key, value(), 2, 1024));
+    else if (key == "--threads") a.threads = static_cast<int>(integer_flag(key, value(), 1, 1024));
+    else if (key == "--repeat") a.repeat = static_cast<int>(integer_flag(key, value(), 1, 100));
     else if (key == "--set") a.overrides.push_back(value());
     else if (key == "--json") a.json = value();
     else if (!key.empty() && key[0] != '-' && a.config.empty()) a.config = key;
@@ -141,6 +145,7 @@ int run_train_bench(int argc, char** argv) {
                  "[--repeat R>=1] [--set KEY=VALUE]... [--json FILE]\n";
     return 2;
   }
+  if (!a.json.empty()) check_output_path("--json", a.json);
   const fs::path run_dir = fs::temp_directory_path() / fmt::format("aiacc-bench-train-{}", ::getpid());
   fs::create_directories(run_dir);
   struct Pair {
@@ -191,7 +196,7 @@ int run_train_bench(int argc, char** argv) {
                        {"scaling_efficiency", efficiency}, {"scaling_efficiency_per_pair", per_pair},
                        {"comm_wait_share", many.comm_wait_share},
                        {"allreduce_hidden_share", many.allreduce_hidden_share}};
-    std::ofstream(a.json) << out.dump(1) << "\n";
+    write_output(a.json, out.dump(1) + "\n");
   }
   fs::remove_all(run_dir);
   return 0;
