@@ -18,7 +18,8 @@ Allreduce::Allreduce(std::shared_ptr<Communicator> comm, Buffer buffer, Allreduc
   const bool small = spec.wire == WireType::kNative ? bytes < tuning.small_bytes : latency_bound;
   // Shared memory beats any network algorithm within a host, for small buffers too (a few
   // microseconds instead of TCP round trips) as long as no network step follows.
-  if (spec.wire == WireType::kNative && tuning.hierarchical && shared_hosts && (!latency_bound || one_host)) {
+  // A compressed wire applies to the rings between hosts only.
+  if (tuning.hierarchical && shared_hosts && (!latency_bound || one_host)) {
     hierarchical_.emplace(comm_, buffer, spec);
     return;
   }
@@ -57,8 +58,9 @@ const StreamTimings& Allreduce::stream_timings() const {
 
 bool Allreduce::run() {
   if (hierarchical_) {
-    hierarchical_->run();
-    return false;
+    if (!hierarchical_->run()) return false;
+    note_fallback();
+    return true;
   }
   if (small_) {
     small_->run();
@@ -81,13 +83,17 @@ bool Allreduce::run() {
   if (spec_.op == ReduceOp::kAverage) detail::scale(buffer_.dtype, buffer_.data, count, 1.0 / comm_->world_size());
   ring_->run();
   if (!detail::has_non_finite(buffer_.dtype, buffer_.data, count)) return false;
+  note_fallback();
+  std::memcpy(buffer_.data, saved_input_.data(), buffer_.bytes());
+  fallback_->run();
+  return true;
+}
+
+void Allreduce::note_fallback() {
   ++fallbacks_;
   log::get("ring")->warn("allreduce of {} elements: the {} result is not finite (overflow on the wire or "
                          "non-finite gradients); reducing again in fp32 (fallback {} of this buffer)",
                          buffer_.count, wire_type_name(spec_.wire), fallbacks_);
-  std::memcpy(buffer_.data, saved_input_.data(), buffer_.bytes());
-  fallback_->run();
-  return true;
 }
 
 }  // namespace aiacc::ring

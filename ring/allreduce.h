@@ -38,8 +38,8 @@ struct AllreduceTuning {
   // share hosts across several hosts only such buffers skip the shared-memory stage.
   static constexpr std::int64_t kLatencyBoundBytes = 64 * 1024;
   // Where several ranks share a host, reduce through shared memory first and run the ring
-  // between hosts only on the hosts' sums (HierarchicalAllreduce; native wire: a compressed
-  // wire keeps the flat ring).
+  // between hosts only on the hosts' sums (HierarchicalAllreduce). A compressed wire applies to
+  // those rings only: within a host the sums are exact, and on one host nothing is compressed.
   bool hierarchical = true;
 };
 
@@ -72,6 +72,9 @@ class Allreduce {
   std::optional<HierarchicalAllreduce> hierarchical_;
   std::optional<RingAllreduce> ring_;       // with spec_.wire
   std::optional<RingAllreduce> fallback_;   // fp32 wire, for a compressed ring's overflow
+  // Counts a fallback to fp32 and warns.
+  void note_fallback();
+
   std::vector<std::byte> saved_input_;
   std::int64_t fallbacks_ = 0;
 };

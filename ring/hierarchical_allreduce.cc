@@ -33,10 +33,7 @@ void for_other_slices(std::int64_t count, int parts, int skip, std::size_t eleme
 
 HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec)
     : comm_(std::move(comm)), buffer_(buffer), spec_(spec), local_ranks_(comm_->local_ranks()) {
-  if (spec.wire != WireType::kNative) {
-    throw ConfigError("hierarchical allreduce: the wire type must be native (compression applies to the flat ring)");
-  }
-  detail::make_wire_format(buffer.dtype, WireType::kNative, "hierarchical allreduce");
+  detail::make_wire_format(buffer.dtype, spec.wire, "hierarchical allreduce");  // validates the pair
   local_index_ = static_cast<int>(std::find(local_ranks_.begin(), local_ranks_.end(), comm_->rank()) - local_ranks_.begin());
   const int local_size = static_cast<int>(local_ranks_.size());
   const std::uint64_t sequence = comm_->next_sequence();
@@ -70,21 +67,55 @@ HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<Communicator> comm,
   }
   const int leader = local_ranks_.front();
   const auto leaders = comm_->host_leaders();
+  // Only the rings between hosts use a compressed wire: within a host the sums are exact.
+  const bool compressed = spec.wire != WireType::kNative && leaders.size() > 1;
+  prescaled_ = compressed && spec.op == ReduceOp::kAverage;
   AllreduceSpec sum = spec;
   sum.op = ReduceOp::kSum;
+  AllreduceSpec native_sum = sum;
+  native_sum.wire = WireType::kNative;
   if (path_ == HostPath::across_hosts) {
     if (auto members = slice_ring_members(); !members.empty()) {
       // Every local rank runs the ring between hosts on its own slice of the host's sum.
       path_ = HostPath::across_hosts_sliced;
       const Range slice = split_even(buffer.count, local_size, local_index_);
-      slice_ring_.emplace(comm_, Buffer{result_ + static_cast<std::size_t>(slice.begin) * buffer.element_bytes(), slice.size(), buffer.dtype},
-                          sum, std::move(members));
+      const Buffer region{result_ + static_cast<std::size_t>(slice.begin) * buffer.element_bytes(), slice.size(), buffer.dtype};
+      slice_ring_.emplace(comm_, region, sum, members);
+      if (compressed) {
+        slice_fallback_.emplace(comm_, region, native_sum, std::move(members));
+        saved_ring_input_.resize(region.bytes());
+      }
       return;
     }
   }
   if (comm_->rank() == leader && leaders.size() > 1) {
-    leaders_ring_.emplace(comm_, Buffer{result_, buffer.count, buffer.dtype}, sum, leaders);
+    const Buffer region{result_, buffer.count, buffer.dtype};
+    leaders_ring_.emplace(comm_, region, sum, leaders);
+    if (compressed) {
+      leaders_fallback_.emplace(comm_, region, native_sum, leaders);
+      saved_ring_input_.resize(region.bytes());
+    }
   }
+}
+
+bool HierarchicalAllreduce::run_between_hosts(RingAllreduce& ring, std::optional<RingAllreduce>& fallback) {
+  if (!fallback) {
+    ring.run();
+    return false;
+  }
+  // As Allreduce does for the flat ring: an average is pre-scaled so that the partial sums stay
+  // within the wire type's range, and a result that is not finite is redone in fp32 from the
+  // saved input. Every member of a ring holds the same bits, so they all decide alike; each
+  // slice's ring decides for its own slice.
+  const Buffer& region = ring.buffer();
+  const auto count = static_cast<std::size_t>(region.count);
+  if (prescaled_) detail::scale(region.dtype, region.data, count, 1.0 / comm_->world_size());
+  std::memcpy(saved_ring_input_.data(), region.data, region.bytes());
+  ring.run();
+  if (!detail::has_non_finite(region.dtype, region.data, count)) return false;
+  std::memcpy(region.data, saved_ring_input_.data(), region.bytes());
+  fallback->run();
+  return true;
 }
 
 std::vector<int> HierarchicalAllreduce::slice_ring_members() const {
@@ -167,7 +198,7 @@ void HierarchicalAllreduce::run_scattered(net::Deadline deadline) {
   }
 }
 
-void HierarchicalAllreduce::run_sliced(net::Deadline deadline) {
+bool HierarchicalAllreduce::run_sliced(net::Deadline deadline) {
   // Each rank writes the slices other local ranks own, sums its own slice of the host (its
   // input read from its buffer) into the shared result, runs the ring between hosts on that
   // slice with the ranks of the same local index, and after a barrier copies every slice out.
@@ -188,12 +219,13 @@ void HierarchicalAllreduce::run_sliced(net::Deadline deadline) {
   if (mine.size() > 0) {
     detail::sum_scaled(buffer_.dtype, result_ + at, slot_inputs_.data(), local_size, static_cast<std::size_t>(mine.size()), 1.0);
   }
-  slice_ring_->run();
+  const bool fell_back = run_between_hosts(*slice_ring_, slice_fallback_);
   segment_->wait_all(++generation_, "slices reduced between hosts", deadline);
   std::memcpy(data, result_, buffer_.bytes());
-  if (spec_.op == ReduceOp::kAverage) {
+  if (spec_.op == ReduceOp::kAverage && !prescaled_) {
     detail::scale(buffer_.dtype, buffer_.data, static_cast<std::size_t>(buffer_.count), 1.0 / comm_->world_size());
   }
+  return fell_back;
 }
 
 void HierarchicalAllreduce::sum_slots(std::size_t offset, std::size_t count) {
@@ -202,8 +234,8 @@ void HierarchicalAllreduce::sum_slots(std::size_t offset, std::size_t count) {
   detail::sum_scaled(buffer_.dtype, result_ + offset, slot_inputs_.data(), static_cast<int>(slot_inputs_.size()), count, 1.0);
 }
 
-void HierarchicalAllreduce::run() {
-  if (comm_->world_size() == 1 || buffer_.count == 0) return;
+bool HierarchicalAllreduce::run() {
+  if (comm_->world_size() == 1 || buffer_.count == 0) return false;
   const auto deadline = comm_->deadline();
   const int local_size = static_cast<int>(local_ranks_.size());
   const std::size_t element = buffer_.element_bytes();
@@ -222,9 +254,12 @@ void HierarchicalAllreduce::run() {
       for (int l = 0; l < local_size; ++l) slot_inputs_[static_cast<std::size_t>(l)] = direct_slot(generation, l);
       detail::sum_scaled(buffer_.dtype, chunk, slot_inputs_.data(), local_size, size, factor);
     }
-    return;
+    return false;
   }
-  if (path_ == HostPath::scattered) return run_scattered(deadline);
+  if (path_ == HostPath::scattered) {
+    run_scattered(deadline);
+    return false;
+  }
   if (path_ == HostPath::across_hosts_sliced) return run_sliced(deadline);
   if (local_size > 1) {
     std::memcpy(slot(local_index_), buffer_.data, buffer_.bytes());
@@ -234,14 +269,15 @@ void HierarchicalAllreduce::run() {
     sum_slots(static_cast<std::size_t>(slice.begin) * element, static_cast<std::size_t>(slice.size()));
     segment_->wait_all(++generation_, "host sum", deadline);
   }
-  if (leaders_ring_) leaders_ring_->run();
+  const bool fell_back = leaders_ring_ && run_between_hosts(*leaders_ring_, leaders_fallback_);
   if (local_size > 1) {
     if (leaders_ring_ || comm_->host_leaders().size() > 1) segment_->wait_all(++generation_, "leaders' exchange", deadline);
     std::memcpy(buffer_.data, result_, buffer_.bytes());
   }
-  if (spec_.op == ReduceOp::kAverage) {
+  if (spec_.op == ReduceOp::kAverage && !prescaled_) {
     detail::scale(buffer_.dtype, buffer_.data, static_cast<std::size_t>(buffer_.count), 1.0 / comm_->world_size());
   }
+  return fell_back;
 }
 
 }  // namespace aiacc::ring

@@ -32,12 +32,15 @@ namespace aiacc::ring {
 class HierarchicalAllreduce {
  public:
   // Collective among all ranks (the leader creates the segment and passes its name to its local
-  // ranks over their links). `buffer` stays valid for the object's lifetime. Native wire only
-  // (ConfigError otherwise); the rings between hosts use spec.chunk_bytes.
+  // ranks over their links). `buffer` stays valid for the object's lifetime. The rings between
+  // hosts use spec.chunk_bytes and spec.wire: with fp16/bf16 there, an average is pre-scaled
+  // by 1/n before the ring and a ring whose result is not finite is redone in fp32 (as
+  // Allreduce does for the flat ring); within a host every sum is exact whatever the wire.
   HierarchicalAllreduce(std::shared_ptr<Communicator> comm, Buffer buffer, AllreduceSpec spec);
 
-  // In-place sum or average across all ranks. Blocks.
-  void run();
+  // In-place sum or average across all ranks. Blocks. Returns true where this rank's ring
+  // between hosts fell back to fp32 (a compressed wire's result was not finite).
+  bool run();
 
   // How this rank's host takes part, fixed at construction (the same on every rank of a host).
   enum class HostPath {
@@ -58,7 +61,10 @@ class HierarchicalAllreduce {
   std::byte* scattered_slot(std::int64_t chunk, int local) const;
   std::byte* scattered_result(std::int64_t chunk) const;
   void run_scattered(net::Deadline deadline);
-  void run_sliced(net::Deadline deadline);
+  bool run_sliced(net::Deadline deadline);
+  // Runs a ring between hosts; with a compressed wire, pre-scales an average and falls back to
+  // `fallback` (the same ring in fp32) when the result is not finite. Returns true on fallback.
+  bool run_between_hosts(RingAllreduce& ring, std::optional<RingAllreduce>& fallback);
   // The ranks of this rank's local index on every host, hosts in leader order; empty where the
   // hosts do not all have as many ranks as this one.
   std::vector<int> slice_ring_members() const;
@@ -79,6 +85,11 @@ class HierarchicalAllreduce {
   std::byte* result_ = nullptr;
   std::optional<RingAllreduce> leaders_ring_;  // on leaders, when there are several uneven hosts
   std::optional<RingAllreduce> slice_ring_;    // on every rank, when there are several even hosts
+  // A compressed wire between hosts: the rings' fp32 twins, the ring's input saved to redo it
+  // from, and whether an average was pre-scaled (then it is not scaled again at the end).
+  std::optional<RingAllreduce> leaders_fallback_, slice_fallback_;
+  std::vector<std::byte> saved_ring_input_;
+  bool prescaled_ = false;
   std::uint64_t generation_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -320,11 +321,93 @@ TEST(HierarchicalFacade, ChosenForSharedHostsAndAveragesExactly) {
     EXPECT_STREQ(allreduce.algorithm(), "hierarchical");
     allreduce.run();
     for (std::size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], expected_sum(4, static_cast<std::int64_t>(i)) / 4);
-    // A compressed wire keeps the flat ring.
+    // A compressed wire keeps the shared memory; it applies to the ring between hosts.
     std::vector<float> f(50000, 1.0f);
     spec.wire = WireType::kF16;
-    EXPECT_STREQ(Allreduce(comm, Buffer{f.data(), 50000, DType::f32}, spec).algorithm(), "ring");
+    EXPECT_STREQ(Allreduce(comm, Buffer{f.data(), 50000, DType::f32}, spec).algorithm(), "hierarchical");
   });
+}
+
+// fp16 / bf16 between hosts: within the flat ring's error bound (each of the h - 1 hops between
+// h hosts rounds a partial sum once, plus the final rounding), bitwise equal on every rank, and
+// exact where every rank shares one host (nothing crosses a network there). Uneven hosts take
+// the leaders' ring, even ones a ring per slice.
+TEST(HierarchicalCompressedWire, WithinTheBoundBetweenHostsAndExactOnOneHost) {
+  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1}, {0, 0, 0, 1, 1, 1}, {0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0}};
+  constexpr std::int64_t kCount = 70001;
+  auto value = [](int rank, std::int64_t i) {
+    return static_cast<float>(std::sin(0.001 * static_cast<double>(i) * (rank + 1)) * (1 + rank));
+  };
+  for (const auto& hosts : layouts)
+  for (WireType wire : {WireType::kF16, WireType::kBf16})
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+    const int world = static_cast<int>(hosts.size());
+    const int host_count = *std::max_element(hosts.begin(), hosts.end()) + 1;
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+    run_world(world, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
+      comm->set_hosts(hosts);
+      std::vector<float> data(kCount);
+      for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = value(comm->rank(), i);
+      AllreduceSpec spec;
+      spec.wire = wire;
+      spec.op = op;
+      spec.chunk_bytes = 64 * 1024;
+      Allreduce allreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec);
+      EXPECT_STREQ(allreduce.algorithm(), "hierarchical");
+      EXPECT_FALSE(allreduce.run());
+      results[static_cast<std::size_t>(comm->rank())] = data;
+    });
+    const double eps = wire == WireType::kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    const double divisor = op == ReduceOp::kAverage ? world : 1;
+    for (std::int64_t i = 0; i < kCount; ++i) {
+      double exact = 0, magnitude = 0;
+      for (int r = 0; r < world; ++r) {
+        exact += value(r, i);
+        magnitude += std::abs(value(r, i));
+      }
+      // One host: only the fp32 sums' own rounding.
+      const double bound = (host_count == 1 ? 1e-6 : host_count * eps / 2) * magnitude / divisor + 1e-7;
+      ASSERT_NEAR(results[0][static_cast<std::size_t>(i)], exact / divisor, bound)
+          << wire_type_name(wire) << " on " << world << " ranks, " << host_count << " hosts, element " << i;
+    }
+    for (int r = 1; r < world; ++r) {
+      ASSERT_EQ(0, std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), kCount * sizeof(float)))
+          << "rank " << r << " differs from rank 0 (" << world << " ranks, " << wire_type_name(wire) << ")";
+    }
+  }
+}
+
+// An fp16 overflow between hosts is redone in fp32: the sum is exact, on every rank, and only
+// the slice that overflowed falls back; an average is pre-scaled and does not overflow.
+TEST(HierarchicalCompressedWire, OverflowBetweenHostsFallsBackToFp32) {
+  for (const std::vector<int>& hosts : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 0, 1}}) {
+    const int world = static_cast<int>(hosts.size());
+    constexpr std::int64_t kCount = 100000;
+    std::vector<int> fallbacks(static_cast<std::size_t>(world));
+    run_world(world, ring_options(), [&](std::shared_ptr<Communicator> comm) {
+      comm->set_hosts(hosts);
+      std::vector<float> data(kCount, 1.5f);
+      data[777] = 30000.0f;  // the hosts' sums (60000 or 30000 each) add up past fp16's 65504
+      AllreduceSpec spec;
+      spec.wire = WireType::kF16;
+      Allreduce sum(comm, Buffer{data.data(), kCount, DType::f32}, spec);
+      fallbacks[static_cast<std::size_t>(comm->rank())] = sum.run() ? 1 : 0;
+      EXPECT_EQ(data[777], 30000.0f * static_cast<float>(world));
+      EXPECT_EQ(data[0], 1.5f * static_cast<float>(world));
+      std::vector<float> again(kCount, 1.5f);
+      again[777] = 30000.0f;
+      spec.op = ReduceOp::kAverage;
+      Allreduce average(comm, Buffer{again.data(), kCount, DType::f32}, spec);
+      EXPECT_FALSE(average.run());
+      EXPECT_NEAR(again[777], 30000.0f, 30000.0f * 2 * std::ldexp(1.0, -11));
+    });
+    // Element 777 lies in local rank 0's slice (even hosts) or the leaders' whole buffer.
+    EXPECT_EQ(fallbacks[0], 1);
+    if (hosts == std::vector<int>{0, 0, 1, 1}) {
+      EXPECT_EQ(fallbacks[1], 0) << "the second slice's ring did not overflow";
+      EXPECT_EQ(fallbacks[2], 1);
+    }
+  }
 }
 
 TEST(HierarchicalFailures, SilentLocalRankTimesOutNamingIt) {

@@ -43,7 +43,7 @@ struct RingOptions {
     comm.visit(v);
     v.field("bucket_bytes", bucket_bytes, "gradient fusion bucket size in bytes",
             config::at_least<std::int64_t>(1024));
-    v.field("wire", wire, "f32 | f16 | bf16: element type on the wire (f16/bf16 halve the bytes)",
+    v.field("wire", wire, "f32 | f16 | bf16: element type on the ring's wire (f16/bf16 halve the bytes; with hierarchical, sums within a host stay f32)",
             config::one_of({"f32", "f16", "bf16"}));
     v.field("hierarchical", hierarchical,
             "reduce through shared memory within a host, ring between hosts");
