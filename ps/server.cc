@@ -20,8 +20,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/config/diff.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/optim/sparse_row_optimizer.h"
 #include "core/net/connection_events.h"
 #include "core/net/socket.h"
 #include "ps/consistency.h"
@@ -267,19 +269,30 @@ class PsServer::Impl {
                                   path, checkpoint.shard, checkpoint.num_shards, options_.shard,
                                   options_.num_shards));
     }
-    // Every table's config is checked before any table changes: a mismatch found at the second
-    // table used to leave the first one restored and the shard half loaded.
+    // Every table is checked before any table changes: a mismatch found at the second table
+    // used to leave the first one restored and the shard half loaded. A table the workers have
+    // registered keeps their settings (learning rate, consistency, worker count, admission,
+    // eviction may all change between runs); its rows only need the same width and optimiser
+    // state layout.
     for (const TableConfig& config : checkpoint.tables) {
       auto it = tables_.find(table_key(config.spec.name));
-      if (it != tables_.end() && it->second->table.config_yaml() != encode_table_config(config)) {
-        throw DataError(fmt::format("{}: table '{}' in the checkpoint differs from the one registered "
-                                    "(nothing was loaded):\nregistered:\n{}\nin the checkpoint:\n{}",
-                                    path, config.spec.name, it->second->table.config_yaml(),
-                                    encode_table_config(config)));
+      if (it == tables_.end()) continue;
+      const TableConfig& registered = it->second->table.config();
+      const int saved_state = optim::SparseRowOptimizer(config.optimizer).state_floats(static_cast<int>(config.spec.dim));
+      const int state = it->second->table.store().state_floats();
+      if (registered.spec.dim != config.spec.dim || registered.optimizer.type != config.optimizer.type ||
+          state != saved_state) {
+        throw DataError(fmt::format(
+            "{}: table '{}' in the checkpoint does not fit the one registered (nothing was loaded): dim {} and "
+            "{} optimiser with {} state floats a row there, dim {} and {} with {} here; differences: {}",
+            path, config.spec.name, config.spec.dim, config.optimizer.type, saved_state, registered.spec.dim,
+            registered.optimizer.type, state,
+            config::format_differences(config::yaml_differences(encode_table_config(config), it->second->table.config_yaml()))));
       }
     }
     for (const TableConfig& config : checkpoint.tables) {
-      TableState& state = register_table(config, path);
+      auto it = tables_.find(table_key(config.spec.name));
+      TableState& state = it != tables_.end() ? *it->second : register_table(config, path);
       state.table.load_rows(checkpoint.tensors);
       log_->info("{}: restored table {} from {}: {} rows", label_, config.spec.name, path,
                  state.table.store().num_rows());

@@ -80,10 +80,11 @@ class PsServer {
   std::size_t tracked_requests() const;
   // Writes the shard's checkpoint to `path` atomically (IoError on failure).
   void save_checkpoint(const std::string& path) const;
-  // Replaces the rows of every table in the file (creating tables it does not have yet).
-  // Throws DataError naming the file when it belongs to another shard (index or count), or a
-  // table's config differs from the one registered here (checked for every table before any
-  // is loaded).
+  // Replaces the rows of every table in the file (creating tables it does not have yet, with
+  // the file's settings; a table registered here keeps its own). Throws DataError naming the
+  // file when it belongs to another shard (index or count), or a table's rows do not fit the
+  // one registered here (another dim, optimiser, or optimiser state layout; checked for every
+  // table before any is loaded).
   void load_checkpoint(const std::string& path);
 
  private:

@@ -80,9 +80,10 @@ TEST(PsCheckpoint, RestoredShardServesIdenticalRows) {
   std::filesystem::remove_all(dir);
 }
 
-// A checkpoint whose second table differs from the one registered is refused before anything
-// is loaded: the first table keeps its rows (it used to be restored, leaving the shard half
-// loaded), and the error is a DataError naming the file and the table.
+// A checkpoint whose second table does not fit the one registered (another optimiser: its
+// state means something else) is refused before anything is loaded: the first table keeps its
+// rows (it used to be restored, leaving the shard half loaded), and the error is a DataError
+// naming the file, the table and what differs.
 TEST(PsCheckpoint, ACheckpointThatDoesNotFitLoadsNothing) {
   const auto dir = temp_dir("partial");
   const TableConfig a = table_config("a_table", 4, "adagrad");
@@ -98,17 +99,19 @@ TEST(PsCheckpoint, ACheckpointThatDoesNotFitLoadsNothing) {
   Cluster cluster(1);
   auto client = cluster.client();
   client->create_table(a);
-  b.optimizer.lr = 0.5;  // registered with another learning rate than the checkpoint's
+  b.optimizer.type = "sgd";  // registered with another rule than the checkpoint's
   client->create_table(b);
   const auto before = client->dump_rows("a_table");
   try {
     client->load_checkpoint(dir.string());
     FAIL() << "a mismatched table was loaded";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("table 'b_table' in the checkpoint differs from the one registered "
-                                         "(nothing was loaded)"),
+    EXPECT_NE(std::string(e.what()).find("table 'b_table' in the checkpoint does not fit the one registered "
+                                         "(nothing was loaded): dim 4 and adagrad optimiser"),
               std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("optimizer.type: adagrad -> sgd"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
   }
   const auto after = client->dump_rows("a_table");
   ASSERT_EQ(after.size(), before.size());
@@ -117,6 +120,41 @@ TEST(PsCheckpoint, ACheckpointThatDoesNotFitLoadsNothing) {
     EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
         << after[i].first;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A job resumes its shards' rows under other table settings (learning rate, consistency,
+// worker count, eviction): the rows come back as saved (they used to be refused: "differs from
+// the one registered").
+TEST(PsCheckpoint, RowsLoadUnderOtherTableSettings) {
+  const auto dir = temp_dir("settings");
+  const TableConfig saved = table_config("t", 4, "adagrad");
+  std::vector<std::pair<std::string, Tensor>> before;
+  {
+    Cluster cluster(1);
+    auto client = cluster.client();
+    client->create_table(saved);
+    train(*client, "t", 4, 0, 3);
+    client->save_checkpoint(dir.string());
+    before = client->dump_rows("t");
+  }
+  TableConfig now = saved;
+  now.optimizer.lr = 0.5;
+  now.options.consistency = "sync";
+  now.options.num_workers = 1;
+  now.options.capacity_rows = 100000;
+  Cluster cluster(1);
+  auto client = cluster.client();
+  client->create_table(now);
+  client->load_checkpoint(dir.string());
+  const auto after = client->dump_rows("t");
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    ASSERT_EQ(after[i].second.num_bytes(), before[i].second.num_bytes()) << after[i].first;
+    EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
+        << after[i].first;
+  }
+  EXPECT_EQ(cluster.servers[0]->stats().at(0).rows, before.at(0).second.dim(0));
   std::filesystem::remove_all(dir);
 }
 

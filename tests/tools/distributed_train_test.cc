@@ -472,6 +472,36 @@ TEST(DistributedTrain, ForcedAutoAndMixedPlacementsTrainAlike) {
   expect_same_state("wd_ring", "wd_ps_only", 1e-5);
 }
 
+// A resume under another placement, the shard count unchanged: wide.C1 moves from the ring to
+// the shards and deep.C1 from the shards to the ring at step 10, and both move back at step 20.
+// Each table's rows come from where the checkpoint holds them (wide.C1 used to start afresh
+// on the shards, and deep.C1 to come back as the rows its shard file still held from step
+// 10), so the job ends where one that never moved does. Other table settings (the worker
+// count, the learning rate) load the shards' files too (they used to be refused: "differs from
+// the one registered").
+TEST(DistributedTrain, AResumeUnderAnotherPlacementKeepsEveryTablesRows) {
+  const std::string deep_on_ps = "  workers: 2\n  servers: 2\n  placement: [{match: 'deep.*', place: ps}]\n";
+  const std::string moved =
+      "  workers: 2\n  servers: 2\n  placement: [{match: 'wide.C1', place: ps}, {match: 'deep.C1', place: ring}, "
+      "{match: 'deep.*', place: ps}]\n";
+  auto whole = train("wd_place_whole", wide_deep_job("wd_place_whole", 32, deep_on_ps), "", "", "--set train.max_steps=30");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  for (const auto& [cluster, steps] : {std::pair{deep_on_ps, 10}, std::pair{moved, 20}, std::pair{deep_on_ps, 30}}) {
+    auto leg = train("wd_place_moved", wide_deep_job("wd_place_moved", 32, cluster), "", "",
+                     fmt::format("--set train.max_steps={}", steps));
+    ASSERT_EQ(leg.status, 0) << leg.output;
+  }
+  expect_same_state("wd_place_whole", "wd_place_moved", 1e-5, 30);
+  const std::string checkpoint = (scratch() / "wd_place_whole" / "checkpoints" / fmt::format("step-{:012d}", 30)).string();
+  auto eval = train("wd_place_whole", wide_deep_job("wd_place_whole", 32, deep_on_ps), "", "",
+                    "--eval " + checkpoint + " --set cluster.workers=1 --set data.batch_size=64");
+  EXPECT_EQ(eval.status, 0) << eval.output;
+  auto resumed = train("wd_place_whole", wide_deep_job("wd_place_whole", 32, deep_on_ps), "", "",
+                       "--set train.max_steps=40 --set sparse_optimizer.lr=0.02");
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("sparse_optimizer.lr: 0.05 -> 0.02"));
+}
+
 TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun) {
   const std::string cluster = "  workers: 2\n  servers: 1\n  placement: [{match: 'wide.*', place: ps}]\n";
   auto whole = train("wd_whole", wide_deep_job("wd_whole", 32, cluster));

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/config/diff.h"
@@ -427,6 +428,11 @@ struct Trainer::State {
                         {"examples", batch * options.data.batch_size * workers()},
                         {"data_order", data_order()},
                         {"model", options.model.type}, {"config", resolved_yaml(options)}};
+    // Which tables' rows the shards' files hold: a resume under another placement must take a
+    // table that moved from the ring to the shards from the embeddings file, not the shards'.
+    nlohmann::json sharded = nlohmann::json::array();
+    for (const auto& [name, store] : remote) sharded.push_back(name);
+    checkpoint.state["sharded_tables"] = std::move(sharded);
     if (loss_scaler) {
       checkpoint.state["loss_scale"] = {{"scale", loss_scaler->scale()},
                                         {"clean_steps", loss_scaler->clean_steps_in_a_row()}};
@@ -538,25 +544,47 @@ struct Trainer::State {
           (saved_config.empty() || std::any_of(changes.begin(), changes.end(), [](const auto& change) {
              return change.key.starts_with("sparse_optimizer.");
            }));
-      bool shard_files = !remote.empty() && group != nullptr && !fresh_state;
+      std::map<std::string, NamedTensors> tables;
+      if (checkpoint.files.count("embeddings")) tables = group_by_table(part("embeddings"));
+      // The tables whose rows are in the shards' files: as the checkpoint records them, or (a
+      // checkpoint from before it did) every table of this job not in the embeddings file.
+      std::set<std::string> saved_sharded;
+      if (checkpoint.state.contains("sharded_tables")) {
+        for (const auto& name : checkpoint.state.at("sharded_tables")) saved_sharded.insert(name.get<std::string>());
+      } else if (!checkpoint.external.empty()) {
+        for (const auto& [name, store] : stores) {
+          if (!tables.count(name)) saved_sharded.insert(name);
+        }
+      }
+      // The shards load their own files only where those hold exactly this job's sharded
+      // tables, one file per shard: a table that moved between the ring and the shards (with
+      // the shard count unchanged) would otherwise start afresh, or come back as the rows a
+      // shard file still held from before it moved.
+      std::set<std::string> now_sharded;
+      for (const auto& [name, store] : remote) now_sharded.insert(name);
+      bool shard_files = !remote.empty() && group != nullptr && !fresh_state && saved_sharded == now_sharded;
       for (int k = 0; shard_files && k < options.cluster.servers; ++k) {
         shard_files = checkpoint.external.count(ps::shard_checkpoint_name(k, options.cluster.servers)) > 0;
       }
       shard_files = shard_files && static_cast<int>(checkpoint.external.size()) == options.cluster.servers;
-      std::map<std::string, NamedTensors> tables;
-      if (checkpoint.files.count("embeddings")) tables = group_by_table(part("embeddings"));
       if (!checkpoint.external.empty()) {
         bool needed = false;
         for (const auto& [name, store] : stores) {
           // Routed rows of a sharded table are loaded by worker 0 alone (below): the others need
-          // not read a table that may not fit them.
+          // not read a table that may not fit them, nor any shard file for a table the
+          // embeddings file holds.
           const bool sharded = remote.count(name) > 0;
-          needed = needed || (!(shard_files && sharded) && (!sharded || leader()));
+          const bool loads_here = !(shard_files && sharded) && (!sharded || leader());
+          needed = needed || (loads_here && !tables.count(name) && saved_sharded.count(name));
         }
         if (needed) {
           std::vector<NamedTensors> shards;
           for (const auto& [file, path] : checkpoint.external) shards.push_back(io::read_safetensors(path.string()).tensors);
-          for (auto& [table, rows] : group_by_table(concat_shard_rows(shards))) tables.emplace(table, std::move(rows));
+          for (auto& [table, rows] : group_by_table(concat_shard_rows(shards))) {
+            // Only tables that were sharded when the checkpoint was written: a shard file may
+            // still hold rows of a table since moved to the ring (the embeddings file has it).
+            if (saved_sharded.count(table)) tables.emplace(table, std::move(rows));
+          }
         }
       }
       for (const auto& [name, store] : stores) {
