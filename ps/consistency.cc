@@ -33,6 +33,14 @@ void SyncAggregator::add(std::uint64_t step, Contribution c) {
     }
   }
   contributions.push_back(std::move(c));
+  first_arrival_.try_emplace(step, std::chrono::steady_clock::now());
+}
+
+double SyncAggregator::oldest_wait_seconds() const {
+  if (steps_.empty()) return 0.0;
+  const auto it = first_arrival_.find(steps_.begin()->first);
+  if (it == first_arrival_.end()) return 0.0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second).count();
 }
 
 bool SyncAggregator::pending(int worker, std::uint64_t seq) const {
@@ -49,6 +57,7 @@ bool SyncAggregator::pop_ready(ReadyStep& out) {
   if (it == steps_.end() || static_cast<int>(it->second.size()) < num_workers_) return false;
   out.step = it->first;
   out.contributions = std::move(it->second);
+  first_arrival_.erase(it->first);
   steps_.erase(it);
   std::sort(out.contributions.begin(), out.contributions.end(),
             [](const Contribution& a, const Contribution& b) { return a.worker < b.worker; });
@@ -96,6 +105,7 @@ std::vector<Contribution> SyncAggregator::take_waiting() {
     for (auto& c : contributions) out.push_back(std::move(c));
   }
   steps_.clear();
+  first_arrival_.clear();
   return out;
 }
 

@@ -5,6 +5,7 @@
 // Asynchronous tables need neither: every push is applied as it arrives.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,6 +51,8 @@ class SyncAggregator {
   bool pop_ready(ReadyStep& out);
   // "step 7: waiting for workers 1, 3" for the oldest incomplete step ("" when none).
   std::string describe_waiting() const;
+  // Seconds since the first push of the oldest incomplete step arrived (0 when none waits).
+  double oldest_wait_seconds() const;
   // Removes and returns every recorded contribution (to answer them with an error when the
   // shard gives up on a step).
   std::vector<Contribution> take_waiting();
@@ -61,6 +64,7 @@ class SyncAggregator {
   bool any_applied_ = false;
   std::uint64_t applied_through_ = 0;
   std::map<std::uint64_t, std::vector<Contribution>> steps_;  // step -> contributions by worker
+  std::map<std::uint64_t, std::chrono::steady_clock::time_point> first_arrival_;  // step -> its first push
 };
 
 // Not thread-safe (owned by the shard's request thread).

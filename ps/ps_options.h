@@ -82,7 +82,9 @@ struct ServerOptions {
   // threads spin while they wait, so oversubscribed cores slow every process down.
   int num_threads = 0;
   // A pull held for bounded staleness is answered with an error after this long (the worker
-  // that never catches up is named in the message).
+  // that never catches up is named in the message), and so are the pushes of a synchronous
+  // step some worker has not pushed after 0.8 of it (before the pushing workers' own deadline
+  // of about this long, so that they hear which worker is missing).
   double wait_timeout_s = 120.0;
   // Row counts and memory per table are logged at this interval (0: never).
   double log_interval_s = 30.0;

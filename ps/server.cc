@@ -18,6 +18,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/config/diff.h"
@@ -541,6 +542,27 @@ class PsServer::Impl {
   }
 
   void expire_deferred() {
+    // A synchronous step that some worker never pushes (it froze, or its host did) is given up
+    // before the pushing workers' own deadlines (ps.timeout_s), so that they hear who is
+    // missing: a timeout on their side could only blame this shard, which is alive.
+    const double sync_give_up_s = 0.8 * options_.wait_timeout_s;
+    std::vector<std::string> given_up;
+    std::string last_reason;
+    for (auto& [key, state] : tables_) {
+      if (!state->sync || state->sync->oldest_wait_seconds() <= sync_give_up_s) continue;
+      last_reason = fmt::format("table '{}' {} for {:.0f} s, giving up on the step (is that worker's process "
+                                "stopped or its host unreachable?)",
+                                state->table.name(), state->sync->describe_waiting(),
+                                state->sync->oldest_wait_seconds());
+      for (const Contribution& c : state->sync->take_waiting()) {
+        reply_error(*std::static_pointer_cast<const Received>(c.owner), last_reason);
+      }
+      given_up.push_back(state->table.name());
+    }
+    if (given_up.size() == 1) log_->error("{}: {}", label_, last_reason);
+    if (given_up.size() > 1) {
+      log_->error("{}: {} (and likewise tables {})", label_, last_reason, fmt::join(given_up.begin(), given_up.end() - 1, ", "));
+    }
     for (auto& [key, state] : tables_) {
       while (!state->deferred.empty() &&
              net::seconds_since(state->deferred.front().since) > options_.wait_timeout_s) {

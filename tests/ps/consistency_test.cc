@@ -177,6 +177,36 @@ TEST(PsConsistency, BoundedStalenessIsNeverExceeded) {
   }
 }
 
+// A synchronous step that one worker never pushes (its process frozen) is given up by the shard
+// at 0.8 of wait_timeout_s, before the pushing worker's own deadline: the push fails naming the
+// missing worker. It used to time out on the client, blaming the shard, which was alive.
+TEST(PsConsistency, AStepAWorkerNeverPushesFailsNamingThatWorker) {
+  ServerOptions server;
+  server.wait_timeout_s = 2;
+  Cluster cluster(1, server);
+  const TableConfig c = table_config("sync_frozen", 4, "sgd", "sync", 3);
+  ClientOptions options;
+  options.timeout_s = 30;
+  auto client = cluster.client(0, options);
+  client->create_table(c);
+  auto other = cluster.client(2, options);
+  other->create_table(c);
+  const std::vector<std::int64_t> ids = {1, 2, 3};
+  const std::vector<float> grads(ids.size() * 4, 1.0f);
+  auto pending = other->push("sync_frozen", ids, grads.data(), 0.1, 0);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    client->wait(client->push("sync_frozen", ids, grads.data(), 0.1, 0));
+    FAIL() << "the push of a step worker 1 never pushed was applied";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("table 'sync_frozen' step 0: waiting for workers 1 for"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("giving up on the step"));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0) << "the shard did not give up before the client's own timeout (30 s)";
+  EXPECT_THROW(other->wait(pending), Error);
+}
+
 // A job resumed at step 10 starts with pulls, before any push: a pull at step k says its
 // worker completed k steps, so the workers' first pulls are served once each has pulled. The
 // shards' clocks used to stay at 0 until a push, so every pull past the bound waited for pushes
