@@ -54,6 +54,18 @@ RemoteEmbeddingStore::~RemoteEmbeddingStore() {
                        c.misses, c.refreshes, c.evictions);
 }
 
+void RemoteEmbeddingStore::drop_cached_rows() {
+  std::lock_guard lock(mutex_);
+  if (!cache_) return;
+  if (prefetch_) {
+    // Its plan counts rows as held in slots about to be forgotten: waited for (its ticket must
+    // not write into freed memory) and dropped; the next pull fetches afresh.
+    std::unique_ptr<Prefetch> p = std::move(prefetch_);
+    settle(*p);
+  }
+  reset_cache();
+}
+
 void RemoteEmbeddingStore::reset_cache() {
   const TableOptions& o = config_.options;
   if (o.cache_rows <= 0) return;

@@ -66,6 +66,9 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
 
   // The hot-row cache's counts (all zero without a cache).
   embedding::HotRowCacheStats cache_stats() const;
+  // Forgets the rows the cache holds, so that the next pulls fetch every row from the shards:
+  // an evaluation must score the model as it is, not rows up to cache_staleness steps old.
+  void drop_cached_rows();
   // Its slots, for a device mirror (EmbeddingStore's contract).
   std::int64_t cache_slots() const override { return config_.options.cache_rows > 0 ? config_.options.cache_rows : 0; }
   bool take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,

@@ -550,8 +550,8 @@ class PsServer::Impl {
     std::string last_reason;
     for (auto& [key, state] : tables_) {
       if (!state->sync || state->sync->oldest_wait_seconds() <= sync_give_up_s) continue;
-      last_reason = fmt::format("table '{}' {} for {:.0f} s, giving up on the step (is that worker's process "
-                                "stopped or its host unreachable?)",
+      last_reason = fmt::format("table '{}' {} for {:.0f} s, giving up on the step (that worker's process may be "
+                                "stopped or its host unreachable, or it may be waiting for another shard)",
                                 state->table.name(), state->sync->describe_waiting(),
                                 state->sync->oldest_wait_seconds());
       for (const Contribution& c : state->sync->take_waiting()) {

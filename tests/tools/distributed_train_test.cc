@@ -502,6 +502,31 @@ TEST(DistributedTrain, AResumeUnderAnotherPlacementKeepsEveryTablesRows) {
   EXPECT_THAT(resumed.output, HasSubstr("sparse_optimizer.lr: 0.05 -> 0.02"));
 }
 
+// With a worker hot-row cache, the test metrics a job logs at the end of training are those of
+// the rows the shards hold (those its checkpoint saves), not of cached rows up to
+// cache_staleness steps old: --eval of the checkpoint gives the same figures.
+TEST(DistributedTrain, TestMetricsWithARowCacheAreThoseOfTheCheckpoint) {
+  const std::string cluster =
+      "  workers: 2\n  servers: 1\n  placement: [{match: 'deep.*', place: ps}]\n"
+      "  ps: {consistency: async, cache_rows: 4096, cache_staleness: 4}\n";
+  const std::string job = wide_deep_job("wd_cache_eval", 32, cluster);
+  auto trained = train("wd_cache_eval", job, "", "", "--set train.eval_each_epoch=true");
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  const std::string checkpoint = (scratch() / "wd_cache_eval" / "checkpoints" / fmt::format("step-{:012d}", kSteps)).string();
+  auto evaluated = train("wd_cache_eval", job, "", "", "--eval " + checkpoint);
+  ASSERT_EQ(evaluated.status, 0) << evaluated.output;
+  std::vector<nlohmann::json> evals;
+  std::ifstream metrics(scratch() / "wd_cache_eval" / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    auto record = nlohmann::json::parse(line);
+    if (record.value("kind", "").starts_with("eval")) evals.push_back(record);
+  }
+  ASSERT_EQ(evals.size(), 2u) << "an eval at the end of training and one of the checkpoint";
+  for (const char* metric : {"loss", "auc", "accuracy"}) {
+    EXPECT_NEAR(evals[0].at(metric).get<double>(), evals[1].at(metric).get<double>(), 1e-9) << metric;
+  }
+}
+
 TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun) {
   const std::string cluster = "  workers: 2\n  servers: 1\n  placement: [{match: 'wide.*', place: ps}]\n";
   auto whole = train("wd_whole", wide_deep_job("wd_whole", 32, cluster));

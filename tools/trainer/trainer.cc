@@ -937,6 +937,9 @@ void Trainer::describe_distributed(std::ostream& out) const {
 EvalResult Trainer::evaluate() {
   State& s = *state_;
   s.average_buffers();
+  // Scored on the rows as the shards hold them now, as a later --eval of this step's checkpoint
+  // reads them: a worker's hot-row cache may serve rows up to cache_staleness steps old.
+  for (const auto& [name, store] : s.remote) store->drop_cached_rows();
   // Each worker evaluates its shard of the test split; the meters are merged on every worker,
   // so exact AUC is computed over the whole split.
   data::Loader loader(s.test_data, loader_options(s.options, false), s.rank(), s.workers());
