@@ -1,6 +1,7 @@
 // aiacc-train CONFIG.yaml [--set key=value]... [--dry-run | --emit slurm|kubernetes]
 // Exit status: 0 success; 2 bad config or usage; 1 failure at run time. Every failure prints one
 // message on stderr naming its context (file:line: key, data file, peer rank).
+#include <sys/prctl.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -218,6 +219,10 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The local launcher starts its ranks through /proc/self/exe (the very binary, even if a
+  // rebuild replaces the file meanwhile), which names them "exe": ps, top and pgrep would not
+  // find them by the program's name.
+  prctl(PR_SET_NAME, "aiacc-train", 0, 0, 0);
   aiacc::net::keep_freed_message_memory();
   try {
     return run(argc, argv);
