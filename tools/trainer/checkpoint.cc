@@ -216,7 +216,11 @@ fs::path CheckpointManager::save(const Checkpoint& checkpoint) const {
     return 0;
   });
   io::fsync_directory(directory_);
-  logger()->info("saved checkpoint {} ({} files)", final_path.string(), checkpoint.files.size());
+  // Counted on disk: the shards' files and the manifest are in it too.
+  std::size_t written = 0;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(final_path, error)) written += entry.is_regular_file() ? 1 : 0;
+  logger()->info("saved checkpoint {} ({} files)", final_path.string(), written);
   prune(checkpoint.step);
   return final_path;
 }
