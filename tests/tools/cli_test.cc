@@ -288,6 +288,16 @@ TEST(Cli, APlacementRuleThatAppliesToNothingIsRefused) {
                             "{match: \"deep.*\", place: ring}, {match: \"*.C1\", place: ring}]'",
                       "cluster.placement[2].match: '*.C1' never applies: earlier rules place all it matches (the first "
                       "matching rule wins): wide.C1 ([0]), deep.C1 ([1])");
+  // ps takes sparse tables only: a rule that puts only dense parameters there did nothing.
+  expect_config_error(job + " --dry-run --set 'cluster.placement=[{match: \"deep.fc*\", place: ps}]'",
+                      "cluster.placement[0]: 'deep.fc*' places only dense parameters on ps (deep.fc1.weight, ");
+  // Consistency settings a job would ignore, or refuse only once started.
+  expect_config_error(job + " --dry-run --set cluster.ps.consistency=sync --set cluster.ps.cache_staleness=2",
+                      "cluster.ps.cache_staleness: a synchronous table's rows must be this step's");
+  expect_config_error(job + " --dry-run --set cluster.ps.consistency=async --set cluster.ps.staleness=3",
+                      "cluster.ps.staleness: applies to consistency bounded only (this job's is async)");
+  o = run(job + " --dry-run --set cluster.ps.consistency=bounded --set cluster.ps.staleness=3");
+  EXPECT_EQ(o.status, 0) << o.output;
   // One process: the rules are not used, but a misspelt one is still a mistake in the config.
   expect_config_error(job + " --dry-run --set cluster.workers=1 --set cluster.servers=0 "
                             "--set 'cluster.placement=[{match: \"wide*C99\", place: ring}]'",

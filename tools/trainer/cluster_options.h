@@ -97,6 +97,16 @@ struct PsOptions {
             "the job fails (at most timeout_s)",
             config::greater_than(0.0));
   }
+  // Settings the consistency would ignore or refuse only once the job has started.
+  void validate(const config::Node& node) const {
+    if (consistency == "sync" && cache_staleness > 0) {
+      node.child("cache_staleness").fail("a synchronous table's rows must be this step's: 0 with consistency sync "
+                                         "(async or bounded take a stale cache)");
+    }
+    if (consistency != "bounded" && staleness > 0) {
+      node.child("staleness").fail(fmt::format("applies to consistency bounded only (this job's is {})", consistency));
+    }
+  }
 };
 
 // Who may join the job and talk to its processes (README "Reliability and security").

@@ -34,12 +34,14 @@ std::string some_names(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-void check_placement_rules(const ClusterOptions& cluster, const std::vector<std::string>& names) {
+void check_placement_rules(const ClusterOptions& cluster, const std::vector<std::string>& names,
+                           const std::set<std::string>& sparse_names) {
   // first_rule[k]: the rule that places names[k] (the first that matches it), or -1.
   std::vector<std::ptrdiff_t> first_rule(names.size(), -1);
   for (std::size_t i = 0; i < cluster.placement.size(); ++i) {
     const auto& rule = cluster.placement[i];
     std::vector<std::string> matched, taken_by_earlier;  // the latter as "name (cluster.placement[j])"
+    bool places_a_table = false;
     for (std::size_t k = 0; k < names.size(); ++k) {
       const int result = fnmatch(rule.match.c_str(), names[k].c_str(), 0);
       if (result != 0 && result != FNM_NOMATCH) {
@@ -49,6 +51,7 @@ void check_placement_rules(const ClusterOptions& cluster, const std::vector<std:
       matched.push_back(names[k]);
       if (first_rule[k] < 0) {
         first_rule[k] = static_cast<std::ptrdiff_t>(i);
+        places_a_table = places_a_table || sparse_names.count(names[k]) > 0;
       } else {
         taken_by_earlier.push_back(fmt::format("{} ([{}])", names[k], first_rule[k]));
       }
@@ -65,6 +68,11 @@ void check_placement_rules(const ClusterOptions& cluster, const std::vector<std:
       throw ConfigError(fmt::format("cluster.placement[{}].match: '{}' never applies: earlier rules place all it "
                                     "matches (the first matching rule wins): {}",
                                     i, rule.match, some_names(taken_by_earlier)));
+    }
+    if (rule.place == "ps" && !places_a_table) {
+      throw ConfigError(fmt::format("cluster.placement[{}]: '{}' places only dense parameters on ps ({}), but "
+                                    "dense tensors always go through the ring: ps takes sparse tables only",
+                                    i, rule.match, some_names(matched)));
     }
   }
 }

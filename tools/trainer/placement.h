@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,11 @@ PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& 
 PlacementDecision place_sparse(const ClusterOptions& cluster, const std::string& name,
                                const TableProbe& probe);
 // ConfigError naming the rule when a placement rule applies to none of the model's parameters
-// (`names`): it matches none (a misspelt name would otherwise leave its table on auto), or every
-// name it matches is placed by an earlier rule (the first match wins).
-void check_placement_rules(const ClusterOptions& cluster, const std::vector<std::string>& names);
+// (`names`): it matches none (a misspelt name would otherwise leave its table on auto), every
+// name it matches is placed by an earlier rule (the first match wins), or it puts on ps only
+// dense parameters (not in `sparse_names`), which always go through the ring.
+void check_placement_rules(const ClusterOptions& cluster, const std::vector<std::string>& names,
+                           const std::set<std::string>& sparse_names);
 
 // Whether any sparse table's rule is auto with servers present (only then is a probe needed).
 bool needs_probe(const ClusterOptions& cluster, const std::vector<std::string>& sparse_names);

@@ -818,7 +818,9 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   {
     std::vector<std::string> names;
     for (Parameter* p : s.model->parameters()) names.push_back(p->name());
-    check_placement_rules(cluster, names);  // a rule that applies to nothing is a typo
+    std::set<std::string> sparse_names;
+    for (Parameter* p : s.sparse_params) sparse_names.insert(p->name());
+    check_placement_rules(cluster, names, sparse_names);  // a rule that applies to nothing is a typo
   }
   s.optimizer = std::make_unique<optim::Optimizer>(options.optimizer, s.dense_params);
 
