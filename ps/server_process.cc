@@ -1,9 +1,11 @@
 // run_server_process: argument parsing, signal handling and the serve-until-stopped loop.
 #include "ps/server_process.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
@@ -14,18 +16,44 @@
 #include "core/net/context.h"
 #include "core/net/security.h"
 #include "ps/server.h"
+#include "ps/shard_checkpoint.h"
 
 namespace aiacc::ps {
 namespace {
 
-int parse_int(const std::string& key, const std::string& value) {
+constexpr const char* kUsage =
+    "usage: aiacc-ps-server [--shard K] [--num-shards N] [--bind tcp://ADDRESS:PORT] [--endpoint-file FILE]\n"
+    "                       [--load CHECKPOINT_FOLDER | SHARD_FILE] [--partitions P] [--threads T]\n"
+    "                       [--log-interval-s S]\n"
+    "Serves shard K of N parameter-server shards until SIGTERM, SIGINT or a client's shutdown.\n"
+    "AIACC_JOB_TOKEN (the job's token) secures its connections with CURVE; without it, it serves\n"
+    "unauthenticated. --load reads this shard's file of a checkpoint folder (ps-shard-0000K-of-0000N).\n";
+
+int parse_int(const std::string& key, const std::string& value, int min, int max) {
+  int parsed = 0;
+  std::size_t used = 0;
   try {
-    std::size_t used = 0;
-    const int parsed = std::stoi(value, &used);
-    if (used == value.size()) return parsed;
+    parsed = std::stoi(value, &used);
   } catch (const std::exception&) {
+    used = 0;
   }
-  throw ConfigError(fmt::format("aiacc-ps-server: {} expects an integer, got '{}'", key, value));
+  if (used == 0 || used != value.size()) throw ConfigError(fmt::format("{} expects an integer, got '{}'", key, value));
+  if (parsed < min || parsed > max) throw ConfigError(fmt::format("{} takes {} to {}, got {}", key, min, max, parsed));
+  return parsed;
+}
+
+double parse_seconds(const std::string& key, const std::string& value) {
+  double parsed = 0;
+  std::size_t used = 0;
+  try {
+    parsed = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || !std::isfinite(parsed) || parsed < 0) {
+    throw ConfigError(fmt::format("{} expects seconds (a number >= 0), got '{}'", key, value));
+  }
+  return parsed;
 }
 
 }  // namespace
@@ -38,19 +66,33 @@ int run_server_process(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       const std::string key = argv[i];
       if (key == "ps-server" || key == "--serve") continue;  // sub-command words of a host program
-      if (i + 1 >= argc) throw ConfigError(fmt::format("aiacc-ps-server: {} needs a value", key));
+      if (key == "--help" || key == "-h") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+      constexpr int kMax = 1 << 20;
+      const bool known = key == "--shard" || key == "--num-shards" || key == "--bind" || key == "--endpoint-file" ||
+                         key == "--load" || key == "--partitions" || key == "--threads" || key == "--log-interval-s";
+      if (!known) throw ConfigError(fmt::format("unknown option '{}'\n{}", key, kUsage));
+      if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
       const std::string value = argv[++i];
-      if (key == "--shard") options.shard = parse_int(key, value);
-      else if (key == "--num-shards") options.num_shards = parse_int(key, value);
+      if (key == "--shard") options.shard = parse_int(key, value, 0, kMax);
+      else if (key == "--num-shards") options.num_shards = parse_int(key, value, 1, kMax);
       else if (key == "--bind") options.bind = value;
       else if (key == "--endpoint-file") endpoint_file = value;
       else if (key == "--load") load = value;
-      else if (key == "--partitions") options.num_partitions = parse_int(key, value);
-      else if (key == "--threads") options.num_threads = parse_int(key, value);
-      else if (key == "--log-interval-s") options.log_interval_s = std::stod(value);
-      else throw ConfigError(fmt::format("aiacc-ps-server: unknown option '{}' (known: --shard, "
-                                         "--num-shards, --bind, --endpoint-file, --load, "
-                                         "--partitions, --threads, --log-interval-s)", key));
+      else if (key == "--partitions") options.num_partitions = parse_int(key, value, 1, 4096);
+      else if (key == "--threads") options.num_threads = parse_int(key, value, 0, 4096);
+      else options.log_interval_s = parse_seconds(key, value);
+    }
+    if (options.shard >= options.num_shards) {
+      throw ConfigError(fmt::format("--shard {} is not below --num-shards {} (shards count from 0)", options.shard,
+                                    options.num_shards));
+    }
+    // A checkpoint folder: this shard's own file in it.
+    std::error_code error;
+    if (!load.empty() && std::filesystem::is_directory(load, error)) {
+      load = (std::filesystem::path(load) / shard_checkpoint_name(options.shard, options.num_shards)).string();
     }
     log::set_role(fmt::format("ps shard {}", options.shard));
     // Block the stop signals before any thread starts, then poll for them below.

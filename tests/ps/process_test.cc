@@ -89,8 +89,9 @@ TEST(PsProcesses, ShardsAsProcessesServeCheckpointAndShutDown) {
       std::vector<std::string> argv{program, "--shard", std::to_string(k), "--num-shards", "2",
                                     "--endpoint-file", file.string()};
       if (round == 1) {
+        // Shard 0 is given its file, shard 1 the checkpoint folder (it finds its own file there).
         argv.push_back("--load");
-        argv.push_back((dir / ("ps-shard-0000" + std::to_string(k) + "-of-00002.safetensors")).string());
+        argv.push_back(k == 0 ? (dir / "ps-shard-00000-of-00002.safetensors").string() : dir.string());
       }
       children.push_back(std::make_unique<Child>(argv));
       ASSERT_TRUE(children.back()->started());
@@ -121,6 +122,17 @@ TEST(PsProcesses, ShardsAsProcessesServeCheckpointAndShutDown) {
     for (auto& child : children) EXPECT_EQ(child->wait_exit(20.0), 0);
   }
   std::filesystem::remove_all(dir);
+}
+
+// The command line: --help prints the usage (status 0); a bad value or a shard index outside
+// the shard count is refused (status 2) before anything is served.
+TEST(PsProcesses, TheCommandLineIsCheckedBeforeServing) {
+  const std::string program = server_program();
+  ASSERT_FALSE(program.empty()) << "pass the aiacc-ps-server path as the first argument";
+  EXPECT_EQ(Child({program, "--help"}).wait_exit(20.0), 0);
+  EXPECT_EQ(Child({program, "--shard", "2", "--num-shards", "2"}).wait_exit(20.0), 2);
+  EXPECT_EQ(Child({program, "--shard", "x"}).wait_exit(20.0), 2);
+  EXPECT_EQ(Child({program, "--bogus"}).wait_exit(20.0), 2);
 }
 
 }  // namespace
