@@ -246,15 +246,17 @@ Tensor WideDeep::build_deep_input_on_device(const Tensor& ints, bool training) {
     bag.grad_at = grads;
     grads += unique * dim;
     device_rows_.pulled += unique;
+    bag.from_slots = false;
     if (bag.slot_base >= 0) {
       written_scratch_.clear();
-      const bool cached =
+      bag.from_slots =
           table.store().take_cache_slots(bag.slot_of, written_scratch_, written_rows_, device_slots_resync_);
-      AIACC_CHECK(cached && static_cast<std::int64_t>(bag.slot_of.size()) == unique,
+      AIACC_CHECK((bag.from_slots || !training) && (!bag.from_slots || static_cast<std::int64_t>(bag.slot_of.size()) == unique),
                   "model wide_deep: table {} gave {} cache slots for {} pulled rows", table.parameter().name(),
                   bag.slot_of.size(), unique);
       for (const std::int32_t slot : written_scratch_) written_slots_.push_back(bag.slot_base + slot);
-    } else {
+    }
+    if (!bag.from_slots) {
       bag.rows_at = floats;
       floats += unique * dim;
       device_rows_.copied += unique;
@@ -279,7 +281,7 @@ Tensor WideDeep::build_deep_input_on_device(const Tensor& ints, bool training) {
     SparseEmbedding& table = *deep_fields_[f];
     const DeviceBag& bag = device_bags_[f];
     const std::vector<std::int64_t>& unique_indices = table.unique_indices();
-    if (bag.slot_base >= 0) {
+    if (bag.from_slots) {
       std::int64_t* indices = ip + bag.indices_at;
       for (std::size_t p = 0; p < unique_indices.size(); ++p) {
         indices[p] = bag.slot_base + bag.slot_of[static_cast<std::size_t>(unique_indices[p])];
@@ -325,7 +327,7 @@ Tensor WideDeep::build_deep_input_on_device(const Tensor& ints, bool training) {
     const DeviceBag& bag = device_bags_[f];
     kernels::EmbeddingBagGeometry geometry = bag.geometry;
     const float* rows = dev_floats + bag.rows_at;
-    if (bag.slot_base >= 0) {  // the indices point into all of the mirror's rows
+    if (bag.from_slots) {  // the indices point into all of the mirror's rows
       geometry.num_unique = device_slots_.dim(0);
       rows = device_slots_.data<float>();
     }

@@ -146,6 +146,9 @@ class WideDeep final : public Model {
     // of each unique row this step. The forward's indices then point into device_slots_.
     std::int64_t slot_base = -1;
     std::vector<std::int32_t> slot_of;
+    // This forward reads the mirror's slots (a mirrored table whose store served the pull from
+    // its cache; an evaluation's read-only pull bypasses it, and its rows are copied instead).
+    bool from_slots = false;
   };
   // At the first device step: which deep tables' caches are mirrored, and their slots.
   void plan_device_row_cache();

@@ -97,7 +97,7 @@ Ticket PsClient::submit(std::shared_ptr<detail::TicketState> t, std::vector<deta
 }
 
 Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> ids, float* rows,
-                      std::uint64_t step, RequestIds kind) {
+                      std::uint64_t step, RequestIds kind, bool read_only) {
   const TableConfig& config = table_config(table);
   AIACC_CHECK(rows != nullptr || ids.empty(), "pull of table '{}' into a null buffer", table);
   auto t = std::make_shared<detail::TicketState>();
@@ -120,7 +120,8 @@ Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> id
   }
   ShardSplit split = split_by_shard(unique, num_shards());
   t->positions = std::move(split.positions);
-  const bool all_shards = config.options.consistency == "bounded";
+  // A bounded table's pull tells every shard the worker's step; a read-only one tells none.
+  const bool all_shards = config.options.consistency == "bounded" && !read_only;
   const std::size_t chunk = chunk_rows(t->dim);
   std::vector<detail::OutRequest> requests;
   for (int k = 0; k < num_shards(); ++k) {
@@ -133,6 +134,7 @@ Ticket PsClient::pull(const std::string& table, std::span<const std::int64_t> id
     for (std::size_t begin = 0; begin == 0 || begin < ids_owner->size(); begin += chunk) {
       const std::size_t end = std::min(ids_owner->size(), begin + std::min(chunk, ids_owner->size()));
       detail::OutRequest r = make_request(t, k, Op::pull, table, step, end - begin, t->dim);
+      if (read_only) r.header.flags |= kPullReadOnly;
       r.frames.push_back(slice_bytes(ids_owner->data(), begin, end));
       r.owners.push_back(ids_owner);
       r.positions = std::span<const std::int64_t>(t->positions[ks]).subspan(begin, end - begin);

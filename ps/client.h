@@ -85,9 +85,10 @@ class PsClient {
   // Fetches rows [ids.size(), dim] of `table` into `rows` (duplicates allowed: with
   // RequestIds::may_repeat each unique id is fetched once). `step`: the number of steps this worker has completed (bounded
   // staleness holds the pull while step - slowest worker's steps > s). Empty ids: a ticket
-  // that is already done (bounded tables still check in with every shard).
+  // that is already done (bounded tables still check in with every shard). `read_only`: the
+  // shards create no rows and count nothing (admission, eviction, steps): an evaluation's reads.
   Ticket pull(const std::string& table, std::span<const std::int64_t> ids, float* rows,
-              std::uint64_t step, RequestIds kind = RequestIds::may_repeat);
+              std::uint64_t step, RequestIds kind = RequestIds::may_repeat, bool read_only = false);
   // Sends gradient rows grads [ids.size(), dim] of `table` at learning rate `lr` for `step`
   // (RequestIds::may_repeat: repeated ids are summed first). The ticket completes when every shard has applied it (sync:
   // when every worker's push of that step has been applied).

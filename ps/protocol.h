@@ -68,6 +68,9 @@ struct RequestHeader {
   double lr = 0.0;            // push: learning rate
 };
 static_assert(sizeof(RequestHeader) == 72);
+// RequestHeader::flags of a pull: read the rows without creating any or counting the request
+// towards admission, eviction or a worker's step (an evaluation's reads).
+inline constexpr std::uint32_t kPullReadOnly = 1;
 
 struct ReplyHeader {
   std::uint32_t magic = kMagic;

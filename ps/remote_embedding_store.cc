@@ -54,16 +54,9 @@ RemoteEmbeddingStore::~RemoteEmbeddingStore() {
                        c.misses, c.refreshes, c.evictions);
 }
 
-void RemoteEmbeddingStore::drop_cached_rows() {
+void RemoteEmbeddingStore::set_read_only(bool on) {
   std::lock_guard lock(mutex_);
-  if (!cache_) return;
-  if (prefetch_) {
-    // Its plan counts rows as held in slots about to be forgotten: waited for (its ticket must
-    // not write into freed memory) and dropped; the next pull fetches afresh.
-    std::unique_ptr<Prefetch> p = std::move(prefetch_);
-    settle(*p);
-  }
-  reset_cache();
+  read_only_ = on;
 }
 
 void RemoteEmbeddingStore::reset_cache() {
@@ -131,6 +124,11 @@ void RemoteEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) 
   if (pending_push_.valid()) {
     const Ticket push = std::exchange(pending_push_, Ticket());
     client_->wait(push);  // rows pulled after a push must reflect it
+  }
+  if (read_only_) {
+    // The cache and a prefetch in flight stay as they are, for training to go on with.
+    client_->wait(client_->pull(config_.spec.name, ids, rows, step_, kIds, /*read_only=*/true));
+    return;
   }
   if (prefetch_) {
     // Settled before any new plan: the new one may evict the slots the prefetch fills.
@@ -237,7 +235,7 @@ embedding::HotRowCacheStats RemoteEmbeddingStore::cache_stats() const {
 bool RemoteEmbeddingStore::take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
                                             std::vector<float>& rows, bool every_slot) {
   std::lock_guard lock(mutex_);
-  if (!cache_) return false;
+  if (!cache_ || read_only_) return false;  // a read-only pull's rows are not in the cache
   slot_of = last_slot_of_;
   const auto d = static_cast<std::size_t>(config_.spec.dim);
   if (every_slot) {

@@ -66,9 +66,11 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
 
   // The hot-row cache's counts (all zero without a cache).
   embedding::HotRowCacheStats cache_stats() const;
-  // Forgets the rows the cache holds, so that the next pulls fetch every row from the shards:
-  // an evaluation must score the model as it is, not rows up to cache_staleness steps old.
-  void drop_cached_rows();
+  // While on, pull() reads the shards' rows as they are now, past the hot-row cache and any
+  // prefetch, and the shards create no rows and count nothing (PsClient::pull's read_only): an
+  // evaluation scores the model the checkpoint of this step holds, and training goes on as if
+  // it had not run.
+  void set_read_only(bool on) override;
   // Its slots, for a device mirror (EmbeddingStore's contract).
   std::int64_t cache_slots() const override { return config_.options.cache_rows > 0 ? config_.options.cache_rows : 0; }
   bool take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
@@ -84,6 +86,7 @@ class RemoteEmbeddingStore final : public EmbeddingStore {
   TableConfig config_;
   mutable std::mutex mutex_;
   std::uint64_t step_ = 0;  // pushes done: the step this worker is on
+  bool read_only_ = false;
   struct Prefetch {
     std::vector<std::int64_t> ids;
     std::vector<float> rows;  // without a cache: every id's row; with one: plan.fetch_ids' rows

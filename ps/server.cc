@@ -404,6 +404,10 @@ class PsServer::Impl {
       case Op::pull: {
         TableState& state = table_of(h);
         parse_rows(r, state, false);
+        if ((h.flags & kPullReadOnly) != 0) {
+          serve_pull(state, r, /*repeat=*/false, /*read_only=*/true);  // no clock, no retry log
+          return;
+        }
         const bool is_new = log_requests_.record(h.worker, h.session, h.seq);
         if (state.clock) {
           // The pull says how many steps its worker has completed (a resumed worker pulls
@@ -578,18 +582,25 @@ class PsServer::Impl {
   }
 
   // A `repeat` (a retry whose first copy was served) is served again but not counted twice.
-  void serve_pull(TableState& state, const Received& r, bool repeat) {
-    if (state.clock) {
+  void serve_pull(TableState& state, const Received& r, bool repeat, bool read_only = false) {
+    if (state.clock && !read_only) {
       auto& max_lag = state.table.counters().max_staleness;
       max_lag = std::max(max_lag, state.clock->lag(r.header.step));
     }
     const auto dim = static_cast<std::size_t>(state.table.dim());
     detail::OutFrame rows(r.ids.size() * dim * sizeof(float));
+    auto read = [&](float* out) {
+      if (read_only) {
+        state.table.peek(r.ids, out);
+      } else {
+        state.table.pull(r.ids, out, r.header.step, repeat);
+      }
+    };
     if (reinterpret_cast<std::uintptr_t>(rows.data()) % alignof(float) == 0) {
-      state.table.pull(r.ids, reinterpret_cast<float*>(rows.data()), r.header.step, repeat);
+      read(reinterpret_cast<float*>(rows.data()));
     } else {
       std::vector<float> aligned(r.ids.size() * dim);
-      state.table.pull(r.ids, aligned.data(), r.header.step, repeat);
+      read(aligned.data());
       std::memcpy(rows.data(), aligned.data(), rows.size());
     }
     send_reply_header(r, Status::ok, r.ids.size(), static_cast<std::uint32_t>(dim), true);

@@ -52,6 +52,9 @@ class ServerTable {
   // request already served once) is served alike but counted neither towards admission nor in
   // the pulled rows.
   void pull(std::span<const std::int64_t> ids, float* rows, std::uint64_t step, bool repeat = false);
+  // The rows pull() would return, creating none and counting nothing towards admission or
+  // eviction (LocalEmbeddingStore::peek): an evaluation leaves the table as it was.
+  void peek(std::span<const std::int64_t> ids, float* rows) const { store_->peek(ids, rows); }
   // Applies the sparse optimiser to `ids` with grads [U, D] at `lr` (ids unique).
   void push(std::span<const std::int64_t> ids, const float* grads, double lr, std::uint64_t step);
 

@@ -42,6 +42,12 @@ class EmbeddingStore {
   // Rows currently held (for logs and tests).
   virtual std::int64_t num_rows() const = 0;
 
+  // While on, pull() reads without changing the store: missing rows get the value a pull would
+  // create, but none is created (nor counted towards admission or eviction, nor served from a
+  // cache). An evaluation reads a model; training goes on as if it had not. Stores without
+  // the distinction keep this default (their reads may create rows).
+  virtual void set_read_only(bool /*on*/) {}
+
   // A worker-side cache of hot rows in numbered slots (ps::RemoteEmbeddingStore with
   // cache_rows) that a device may mirror: keeping a copy of every slot there, a step copies over
   // only the rows its slots received since the last step, not every row it pulled. Stores
@@ -54,7 +60,8 @@ class EmbeddingStore {
   // or its cache emptied) appended to `written` with its row now appended to `rows`
   // ([written, dim]); a slot the last pull() reads was written in this call or an earlier one.
   // With `every_slot`, every slot is listed (a mirror that is new, or lost what an earlier
-  // call gave it). Returns false, touching nothing, without a cache.
+  // call gave it). Returns false, touching nothing, without a cache, and where the last pull()
+  // did not go through it (a read-only pull of an evaluation: its rows are the pull's own).
   virtual bool take_cache_slots(std::vector<std::int32_t>& slot_of, std::vector<std::int32_t>& written,
                                 std::vector<float>& rows, bool every_slot) {
     (void)slot_of, (void)written, (void)rows, (void)every_slot;

@@ -285,9 +285,29 @@ void LocalEmbeddingStore::for_each_row(std::span<const std::int64_t> ids, std::s
 
 void LocalEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
   if (ids.empty()) return;
+  if (read_only_.load()) return peek(ids, rows);
   AIACC_CHECK(rows != nullptr, "embedding table {}: pull into a null buffer", spec_.name);
   const auto dim = static_cast<std::size_t>(dim_);
   for_each_row(ids, dim, [&](std::size_t i, const float* row) { kernels::copy_row(rows + i * dim, row, dim); });
+}
+
+void LocalEmbeddingStore::peek(std::span<const std::int64_t> ids, float* rows) const {
+  if (ids.empty()) return;
+  AIACC_CHECK(rows != nullptr, "embedding table {}: peek into a null buffer", spec_.name);
+  const auto dim = static_cast<std::size_t>(dim_);
+  std::vector<float> fresh(dim + static_cast<std::size_t>(state_floats_));
+  const int parts = num_partitions();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::uint64_t hash = embedding::detail::row_hash(ids[i]);
+    const Partition& part = *partitions_[static_cast<std::size_t>(embedding::detail::partition_of_hash(hash, parts))];
+    std::lock_guard lock(part.mutex);
+    const float* row = part.table.find(ids[i], hash);
+    if (row == nullptr) {
+      init_row(ids[i], fresh.data());
+      row = fresh.data();
+    }
+    kernels::copy_row(rows + i * dim, row, dim);
+  }
 }
 
 void LocalEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {

@@ -8,6 +8,7 @@
 // Legend: U = ids in a request, D = spec.dim, S = optimiser state floats per row.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -59,6 +60,12 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   // optimiser state. Any int64 is a valid id. Duplicate ids are allowed (each gets the row).
   // Empty `ids`: no-op (rows may be null). Blocks until done.
   void pull(std::span<const std::int64_t> ids, float* rows) override;
+  // pull() without creating rows: ids the table does not hold get the initial value a pull
+  // would give them, and the table stays as it was (an evaluation reads a model, it does not
+  // grow it). One lookup per id under its partition's lock: for evaluation, not training.
+  void peek(std::span<const std::int64_t> ids, float* rows) const;
+  // While on, pull() is peek().
+  void set_read_only(bool on) override { read_only_.store(on); }
 
   // Applies the sparse optimiser to the row of each id with its gradient row grads[i] [D] at
   // learning rate `lr`, creating missing rows first (as pull would). `ids` should be unique
@@ -122,6 +129,7 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   int state_floats_;
   std::int64_t rows_per_block_;
   std::vector<std::unique_ptr<Partition>> partitions_;
+  std::atomic<bool> read_only_{false};
 };
 
 // A factory serving every table from its own LocalEmbeddingStore with `sparse_optimizer`.

@@ -527,6 +527,22 @@ TEST(DistributedTrain, TestMetricsWithARowCacheAreThoseOfTheCheckpoint) {
   }
 }
 
+// An evaluation reads the shards' rows without creating rows for ids only the test split holds
+// and without counting its reads towards admission: a job that evaluates after every epoch
+// trains exactly like one that does not (its reads used to create rows and admit ids early).
+TEST(DistributedTrain, EvaluatingBetweenEpochsLeavesTheTrainingAsItWas) {
+  const std::string cluster =
+      "  workers: 1\n  servers: 1\n  placement: [{match: 'deep.*', place: ps}]\n  ps: {min_count: 2}\n";
+  const std::string sets = " --set train.max_steps=0 --set train.epochs=2 --set data.train.synthetic_ctr.size=640";
+  auto quiet = train("wd_no_eval", wide_deep_job("wd_no_eval", 32, cluster), "", "", sets);
+  ASSERT_EQ(quiet.status, 0) << quiet.output;
+  auto evaluating = train("wd_eval", wide_deep_job("wd_eval", 32, cluster), "", "",
+                          sets + " --set train.eval_each_epoch=true");
+  ASSERT_EQ(evaluating.status, 0) << evaluating.output;
+  EXPECT_THAT(evaluating.output, HasSubstr("test loss"));
+  expect_same_state("wd_no_eval", "wd_eval", 0.0, 40);
+}
+
 TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun) {
   const std::string cluster = "  workers: 2\n  servers: 1\n  placement: [{match: 'wide.*', place: ps}]\n";
   auto whole = train("wd_whole", wide_deep_job("wd_whole", 32, cluster));
@@ -1014,12 +1030,26 @@ TEST(DistributedTrain, AWorkerRowCacheMirroredOnTheDeviceTrainsAsOnTheCpu) {
   const std::string cluster =
       "  workers: 1\n  servers: 2\n  placement: [{match: '*', place: ps}]\n"
       "  ps: {consistency: async, cache_rows: 64, cache_staleness: 2}\n";
-  auto cpu = train("wd_cache_cpu", wide_deep_job("wd_cache_cpu", 32, cluster));
+  // With an evaluation at the end: its read-only pulls bypass the cache, so the mirrored model
+  // reads their rows as copied ones, and scores what the CPU model scores.
+  auto cpu = train("wd_cache_cpu", wide_deep_job("wd_cache_cpu", 32, cluster), "", "", "--set train.eval_each_epoch=true");
   ASSERT_EQ(cpu.status, 0) << cpu.output;
-  auto mirrored = train("wd_cache_dev", wide_deep_job("wd_cache_dev", 32, cluster), plugin, "", "--set job.device=cuda");
+  auto mirrored = train("wd_cache_dev", wide_deep_job("wd_cache_dev", 32, cluster), plugin, "",
+                        "--set job.device=cuda --set train.eval_each_epoch=true");
   ASSERT_EQ(mirrored.status, 0) << mirrored.output;
   EXPECT_THAT(mirrored.output, HasSubstr("wide_deep: device row cache of 1664 rows"));  // 26 tables x 64
   expect_same_state("wd_cache_cpu", "wd_cache_dev", 0.0);
+  auto eval_of = [](const std::string& name) {
+    std::ifstream metrics(scratch() / name / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      auto record = nlohmann::json::parse(line);
+      if (record.value("kind", "") == "eval") return record;
+    }
+    return nlohmann::json();
+  };
+  ASSERT_FALSE(eval_of("wd_cache_cpu").is_null());
+  EXPECT_NEAR(eval_of("wd_cache_cpu").at("auc").get<double>(), eval_of("wd_cache_dev").at("auc").get<double>(), 1e-9);
+  EXPECT_NEAR(eval_of("wd_cache_cpu").at("loss").get<double>(), eval_of("wd_cache_dev").at("loss").get<double>(), 1e-6);
   auto copied = train("wd_cache_copy", wide_deep_job("wd_cache_copy", 32, cluster), plugin, "",
                       "--set job.device=cuda --set model.wide_deep.device_row_cache=false");
   ASSERT_EQ(copied.status, 0) << copied.output;

@@ -23,6 +23,7 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
                            ProcessGroup& group, const LocalEmbeddingStoreOptions& replica_options = {});
   const EmbeddingTableSpec& spec() const override { return replica_.spec(); }
   void pull(std::span<const std::int64_t> ids, float* rows) override { replica_.pull(ids, rows); }
+  void set_read_only(bool on) override { replica_.set_read_only(on); }
   // Records the gradient rows of this step (applied by synchronize()).
   void push(std::span<const std::int64_t> ids, const float* grads, double lr) override;
   // Collective over workers: merges every worker's pushed rows of each of `tables` (the same

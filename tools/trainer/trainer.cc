@@ -940,8 +940,18 @@ EvalResult Trainer::evaluate() {
   State& s = *state_;
   s.average_buffers();
   // Scored on the rows as the shards hold them now, as a later --eval of this step's checkpoint
-  // reads them: a worker's hot-row cache may serve rows up to cache_staleness steps old.
-  for (const auto& [name, store] : s.remote) store->drop_cached_rows();
+  // reads them (a worker's hot-row cache may serve rows up to cache_staleness steps old), and
+  // without creating rows for ids only the test split has or counting the reads towards
+  // admission or eviction, so training goes on as if no evaluation had run.
+  struct ReadOnlyPulls {
+    const std::map<std::string, std::shared_ptr<EmbeddingStore>>& stores;
+    explicit ReadOnlyPulls(const std::map<std::string, std::shared_ptr<EmbeddingStore>>& s) : stores(s) {
+      for (const auto& [name, store] : stores) store->set_read_only(true);
+    }
+    ~ReadOnlyPulls() {
+      for (const auto& [name, store] : stores) store->set_read_only(false);
+    }
+  } read_only(s.stores);
   // Each worker evaluates its shard of the test split; the meters are merged on every worker,
   // so exact AUC is computed over the whole split.
   data::Loader loader(s.test_data, loader_options(s.options, false), s.rank(), s.workers());

@@ -132,6 +132,27 @@ TEST(LocalEmbeddingStore, PullCreatesDeterministicRowsInAnyOrder) {
   EXPECT_EQ(a.num_rows(), 6);
 }
 
+// Read-only (an evaluation's reads): the rows a pull would return, held ones with their trained
+// values and missing ones with their initial values, and no row created.
+TEST(LocalEmbeddingStore, ReadOnlyPullsCreateNoRows) {
+  const EmbeddingTableSpec spec = spec_of(5);
+  LocalEmbeddingStore store(spec, optimizer_of("adagrad"), {.num_partitions = 3});
+  LocalEmbeddingStore reference(spec, optimizer_of("adagrad"), {.num_partitions = 1});
+  const std::vector<std::int64_t> held = {1, 2, 3}, asked = {2, 7, 1, -9};
+  const std::vector<float> grads(held.size() * 5, 0.5f);
+  for (LocalEmbeddingStore* s : {&store, &reference}) {
+    pull(*s, held);
+    s->push(held, grads.data(), 0.1);
+  }
+  store.set_read_only(true);
+  const std::vector<float> read = pull(store, asked);
+  EXPECT_EQ(store.num_rows(), 3) << "a read-only pull created rows";
+  EXPECT_EQ(read, pull(reference, asked));
+  store.set_read_only(false);
+  pull(store, asked);
+  EXPECT_EQ(store.num_rows(), 5);
+}
+
 class PushPerRule : public ::testing::TestWithParam<std::pair<std::string, double>> {};
 
 TEST_P(PushPerRule, EqualsSparseRowOptimizerOnReferenceStore) {
