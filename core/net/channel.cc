@@ -109,8 +109,9 @@ void Channel::drain_monitor() {
 }
 
 std::string Channel::describe(short event) const {
-  return fmt::format("{} rank {} (stream {}, {})", event == ZMQ_POLLOUT ? "send to" : "recv from",
-                     peer_, stream_, socket_.endpoint());
+  // A bound socket's endpoint is this rank's own address, not the peer's: say which it is.
+  return fmt::format("{} rank {} (stream {}, {} {})", event == ZMQ_POLLOUT ? "send to" : "recv from", peer_,
+                     stream_, socket_.is_bound() ? "accepted on this rank's" : "connected to", socket_.endpoint());
 }
 
 void Channel::require_open(std::string_view what) const {
@@ -122,9 +123,9 @@ void Channel::require_open(std::string_view what) const {
 
 void Channel::fail(const char* call, std::string_view what) const {
   const int error = zmq_errno();
-  throw CommError(fmt::format("{} failed: {} (errno {}), peer rank {} (stream {}, {}), during: {}",
+  throw CommError(fmt::format("{} failed: {} (errno {}), peer rank {} (stream {}, {} {}), during: {}",
                               call, zmq_strerror(error), error, peer_, stream_,
-                              socket_.endpoint(), what));
+                              socket_.is_bound() ? "accepted on this rank's" : "connected to", socket_.endpoint(), what));
 }
 
 void Channel::wait_for(short event, Deadline deadline, std::string_view what,
