@@ -114,8 +114,9 @@ Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
   }
   if (mesh_.encrypted()) {
     if (options_.transport == "tcp") {
-      throw ConfigError("ring.transport: tcp sends gradients unencrypted, but this ring's connections use CURVE "
-                        "encryption; use zmq or auto (or cluster.security.encrypt_ring: false)");
+      throw ConfigError("transport tcp (cluster.ring.transport; aiacc-bench --transport) sends gradients "
+                        "unencrypted, but this ring's connections use CURVE encryption: use zmq or auto, or plain "
+                        "connections (cluster.security.encrypt_ring: false; aiacc-bench --curve off)");
     }
     options_.transport = "zmq";  // auto: only the ZeroMQ channels are encrypted
   }

@@ -41,7 +41,7 @@ struct RingOptions {
   template <class V>
   void visit(V& v) {
     comm.visit(v);
-    v.field("bucket_bytes", bucket_bytes, "gradient fusion bucket size in bytes",
+    v.field("bucket_bytes", bucket_bytes, "gradient fusion bucket size in bytes (at least 1024)",
             config::at_least<std::int64_t>(1024));
     v.field("wire", wire, "f32 | f16 | bf16: element type on the ring's wire (f16/bf16 halve the bytes; with hierarchical, sums within a host stay f32)",
             config::one_of({"f32", "f16", "bf16"}));

@@ -180,14 +180,24 @@ void ProcessGroup::check(const std::string& what, const std::string& text, int r
   const auto deadline = net::deadline_after(cluster_.start_timeout_s);
   const std::string prefix = fmt::format("check/{}/{}", checks_++, what);
   rendezvous_->set_string(fmt::format("{}/{}", prefix, role_.rank), text, deadline);
-  const std::string reference = rendezvous_->get_string(fmt::format("{}/0", prefix), deadline);
+  // A rank that never publishes its text (stopped, or stuck before the check) is named, not
+  // only the store key it did not set.
+  auto text_of = [&](int r) {
+    try {
+      return rendezvous_->get_string(fmt::format("{}/{}", prefix, r), deadline);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(fmt::format("start-up check of the {}: {} did not report within cluster.start_timeout_s "
+                                     "({:.0f} s): is its process stopped or stuck? ({})",
+                                     what, rank_name(cluster_, r), cluster_.start_timeout_s, e.what()));
+    }
+  };
+  const std::string reference = role_.rank == 0 ? text : text_of(0);
   std::vector<std::string> differing;
   std::string example;
   for (int r = 1; r < ranks; ++r) {
     // Its own text needs no store: when worker 0 fails this check and leaves, the store goes
     // with it, and the others would wait for it to the timeout instead of failing now.
-    const std::string other =
-        r == role_.rank ? text : rendezvous_->get_string(fmt::format("{}/{}", prefix, r), deadline);
+    const std::string other = r == role_.rank ? text : text_of(r);
     if (other == reference) continue;
     differing.push_back(rank_name(cluster_, r));
     if (example.empty()) example = fmt::format("{}: {}", rank_name(cluster_, r), first_differences(reference, other));
