@@ -318,7 +318,10 @@ Tensor WideDeep::build_deep_input_on_device(const Tensor& ints, bool training) {
     ops.scatter_rows(device_, written, dim, dev_floats + written_rows_at, dev_ids + written_slots_at,
                      device_slots_.data<float>());
   }
-  if (device_slots_.defined() && std::exchange(device_slots_resync_, false)) {
+  // Only a forward that took the slots (an evaluation's read-only pulls do not) has resynced
+  // the mirror: until one does, the next must still list every slot.
+  const bool took_slots = std::any_of(device_bags_.begin(), device_bags_.end(), [](const DeviceBag& b) { return b.from_slots; });
+  if (device_slots_.defined() && took_slots && std::exchange(device_slots_resync_, false)) {
     // The staging of a whole mirror is not kept for the steps' few rows.
     std::vector<float>().swap(written_rows_);
     std::vector<std::int64_t>().swap(written_slots_);

@@ -125,7 +125,9 @@ struct ClientOptions {
   int worker = 0;
   // Every request fails with TimeoutError (naming the shard, table, op, step) after this long,
   // including time a sync push or a bounded pull waits for the slowest worker: keep it above
-  // the longest expected skew between workers (evaluation pauses, checkpoints).
+  // the longest expected skew between workers (evaluation pauses, checkpoints). The shards'
+  // ServerOptions::wait_timeout_s should be the same (a job's are): a sync step's shard gives up
+  // at 0.8 of it, so the longest skew a sync table takes is 0.8 x that.
   double timeout_s = 120.0;
   // A request not answered after this long is sent again with the same (worker, step, seq);
   // the server applies a push once however often it arrives.

@@ -63,6 +63,8 @@ struct TableState {
   std::optional<SyncAggregator> sync;
   std::optional<StalenessClock> clock;
   std::deque<Deferred> deferred;  // bounded: pulls waiting for the slowest worker
+  // Created from a checkpoint file before any worker registered it (aiacc-ps-server --load).
+  bool from_file = false;
 };
 
 }  // namespace
@@ -278,26 +280,39 @@ class PsServer::Impl {
     for (const TableConfig& config : checkpoint.tables) {
       auto it = tables_.find(table_key(config.spec.name));
       if (it == tables_.end()) continue;
-      const TableConfig& registered = it->second->table.config();
-      const int saved_state = optim::SparseRowOptimizer(config.optimizer).state_floats(static_cast<int>(config.spec.dim));
-      const int state = it->second->table.store().state_floats();
-      if (registered.spec.dim != config.spec.dim || registered.optimizer.type != config.optimizer.type ||
-          state != saved_state) {
-        throw DataError(fmt::format(
-            "{}: table '{}' in the checkpoint does not fit the one registered (nothing was loaded): dim {} and "
-            "{} optimiser with {} state floats a row there, dim {} and {} with {} here; differences: {}",
-            path, config.spec.name, config.spec.dim, config.optimizer.type, saved_state, registered.spec.dim,
-            registered.optimizer.type, state,
-            config::format_differences(config::yaml_differences(encode_table_config(config), it->second->table.config_yaml()))));
+      if (const std::string misfit = rows_misfit(config, *it->second); !misfit.empty()) {
+        throw DataError(fmt::format("{}: table '{}' in the checkpoint does not fit the one registered (nothing was "
+                                    "loaded): {}",
+                                    path, config.spec.name, misfit));
       }
     }
     for (const TableConfig& config : checkpoint.tables) {
       auto it = tables_.find(table_key(config.spec.name));
-      TableState& state = it != tables_.end() ? *it->second : register_table(config, path);
-      state.table.load_rows(checkpoint.tensors);
+      TableState* state = it != tables_.end() ? it->second.get() : nullptr;
+      if (state == nullptr) {
+        // Nobody registered it yet (aiacc-ps-server --load): the first create_table may still
+        // give it that job's settings.
+        state = &register_table(config, path);
+        state->from_file = true;
+      }
+      state->table.load_rows(checkpoint.tensors);
       log_->info("{}: restored table {} from {}: {} rows", label_, config.spec.name, path,
-                 state.table.store().num_rows());
+                 state->table.store().num_rows());
     }
+  }
+
+  // "" where rows saved under `saved` fit the table `registered` (the same width, optimiser and
+  // optimiser state layout: the other settings may differ), else what does not fit.
+  static std::string rows_misfit(const TableConfig& saved, const TableState& registered) {
+    const TableConfig& now = registered.table.config();
+    const int saved_state = optim::SparseRowOptimizer(saved.optimizer).state_floats(static_cast<int>(saved.spec.dim));
+    const int state = registered.table.store().state_floats();
+    if (now.spec.dim == saved.spec.dim && now.optimizer.type == saved.optimizer.type && state == saved_state) return {};
+    return fmt::format("dim {} and {} optimiser with {} state floats a row there, dim {} and {} with {} here; "
+                       "differences: {}",
+                       saved.spec.dim, saved.optimizer.type, saved_state, now.spec.dim, now.optimizer.type, state,
+                       config::format_differences(
+                           config::yaml_differences(encode_table_config(saved), registered.table.config_yaml())));
   }
 
   TableState& register_table(const TableConfig& config, const std::string& source) {
@@ -312,12 +327,28 @@ class PsServer::Impl {
     }
     TableState& existing = *it->second;
     const std::string yaml = encode_table_config(config);
-    if (existing.table.config_yaml() != yaml) {
-      throw ConfigError(fmt::format("{}: table '{}' from {} differs from the one registered:\n"
-                                    "registered:\n{}\nrequested:\n{}", label_, config.spec.name,
-                                    source, existing.table.config_yaml(), yaml));
+    if (existing.table.config_yaml() == yaml) {
+      existing.from_file = false;
+      return existing;
     }
-    return existing;
+    if (existing.from_file) {
+      // Loaded by --load before any worker registered it: the job's settings win, and the rows
+      // move over when they fit (as a trainer's load into its own registered table does).
+      TableState probe(config, 1);
+      if (const std::string misfit = rows_misfit(existing.table.config(), probe); !misfit.empty()) {
+        throw ConfigError(fmt::format("{}: table '{}' from {} does not fit the rows loaded from a checkpoint: {}",
+                                      label_, config.spec.name, source, misfit));
+      }
+      auto replacement = std::make_unique<TableState>(config, options_.num_partitions);
+      replacement->table.load_rows(existing.table.save_rows());
+      log_->info("{}: table {} (loaded from a checkpoint) takes the settings of {}: {}", label_, config.spec.name,
+                 source, config::format_differences(config::yaml_differences(existing.table.config_yaml(), yaml)));
+      it->second = std::move(replacement);
+      return *it->second;
+    }
+    throw ConfigError(fmt::format("{}: table '{}' from {} differs from the one registered: {}", label_,
+                                  config.spec.name, source,
+                                  config::format_differences(config::yaml_differences(existing.table.config_yaml(), yaml))));
   }
 
   TableState& table_of(const RequestHeader& h) {
@@ -405,7 +436,11 @@ class PsServer::Impl {
         TableState& state = table_of(h);
         parse_rows(r, state, false);
         if ((h.flags & kPullReadOnly) != 0) {
-          serve_pull(state, r, /*repeat=*/false, /*read_only=*/true);  // no clock, no retry log
+          // Recorded like any request (its sequence number would otherwise stay a gap below
+          // every later one, and the retry log could never drop them), but served whether or
+          // not it is a retry, and without telling the clock a step.
+          log_requests_.record(h.worker, h.session, h.seq);
+          serve_pull(state, r, /*repeat=*/false, /*read_only=*/true);
           return;
         }
         const bool is_new = log_requests_.record(h.worker, h.session, h.seq);

@@ -24,10 +24,12 @@ namespace {
 constexpr const char* kUsage =
     "usage: aiacc-ps-server [--shard K] [--num-shards N] [--bind tcp://ADDRESS:PORT] [--endpoint-file FILE]\n"
     "                       [--load CHECKPOINT_FOLDER | SHARD_FILE] [--partitions P] [--threads T]\n"
-    "                       [--log-interval-s S]\n"
+    "                       [--log-interval-s S] [--wait-timeout-s S]\n"
     "Serves shard K of N parameter-server shards until SIGTERM, SIGINT or a client's shutdown.\n"
     "AIACC_JOB_TOKEN (the job's token) secures its connections with CURVE; without it, it serves\n"
-    "unauthenticated. --load reads this shard's file of a checkpoint folder (ps-shard-0000K-of-0000N).\n";
+    "unauthenticated. --load reads this shard's file of a checkpoint folder (ps-shard-0000K-of-0000N).\n"
+    "--wait-timeout-s: how long a bounded table's pull may be held, and (x 0.8) a sync step may wait\n"
+    "for its slowest worker; give the clients' timeout (default 120).\n";
 
 int parse_int(const std::string& key, const std::string& value, int min, int max) {
   int parsed = 0;
@@ -72,7 +74,8 @@ int run_server_process(int argc, char** argv) {
       }
       constexpr int kMax = 1 << 20;
       const bool known = key == "--shard" || key == "--num-shards" || key == "--bind" || key == "--endpoint-file" ||
-                         key == "--load" || key == "--partitions" || key == "--threads" || key == "--log-interval-s";
+                         key == "--load" || key == "--partitions" || key == "--threads" || key == "--log-interval-s" ||
+                         key == "--wait-timeout-s";
       if (!known) throw ConfigError(fmt::format("unknown option '{}'\n{}", key, kUsage));
       if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
       const std::string value = argv[++i];
@@ -83,8 +86,10 @@ int run_server_process(int argc, char** argv) {
       else if (key == "--load") load = value;
       else if (key == "--partitions") options.num_partitions = parse_int(key, value, 1, 4096);
       else if (key == "--threads") options.num_threads = parse_int(key, value, 0, 4096);
+      else if (key == "--wait-timeout-s") options.wait_timeout_s = parse_seconds(key, value);
       else options.log_interval_s = parse_seconds(key, value);
     }
+    if (options.wait_timeout_s <= 0) throw ConfigError("--wait-timeout-s must be above 0");
     if (options.shard >= options.num_shards) {
       throw ConfigError(fmt::format("--shard {} is not below --num-shards {} (shards count from 0)", options.shard,
                                     options.num_shards));

@@ -46,6 +46,7 @@ class ServerTable {
   const std::string& name() const { return config_.spec.name; }
   int dim() const { return static_cast<int>(config_.spec.dim); }
   LocalEmbeddingStore& store() { return *store_; }
+  const LocalEmbeddingStore& store() const { return *store_; }
 
   // rows [U, D] = the rows of `ids` (created unless admission holds them back: then their
   // deterministic initial value, not stored). `step` orders eviction. A `repeat` (a retried

@@ -59,7 +59,7 @@ const StreamTimings& Allreduce::stream_timings() const {
 bool Allreduce::run() {
   if (hierarchical_) {
     if (!hierarchical_->run()) return false;
-    note_fallback();
+    note_fallback("this rank's ring between hosts");
     return true;
   }
   if (small_) {
@@ -83,17 +83,17 @@ bool Allreduce::run() {
   if (spec_.op == ReduceOp::kAverage) detail::scale(buffer_.dtype, buffer_.data, count, 1.0 / comm_->world_size());
   ring_->run();
   if (!detail::has_non_finite(buffer_.dtype, buffer_.data, count)) return false;
-  note_fallback();
+  note_fallback("the ring");
   std::memcpy(buffer_.data, saved_input_.data(), buffer_.bytes());
   fallback_->run();
   return true;
 }
 
-void Allreduce::note_fallback() {
+void Allreduce::note_fallback(std::string_view which) {
   ++fallbacks_;
-  log::get("ring")->warn("allreduce of {} elements: the {} result is not finite (overflow on the wire or "
-                         "non-finite gradients); reducing again in fp32 (fallback {} of this buffer)",
-                         buffer_.count, wire_type_name(spec_.wire), fallbacks_);
+  log::get("ring")->warn("allreduce of {} elements: the {} result of {} is not finite (overflow on the wire or "
+                         "non-finite gradients); reducing it again in fp32 (fallback {} of this buffer on this rank)",
+                         buffer_.count, wire_type_name(spec_.wire), which, fallbacks_);
 }
 
 }  // namespace aiacc::ring

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "ring/buffer.h"
@@ -53,7 +54,9 @@ class Allreduce {
   // back to fp32 because the compressed result was not finite.
   bool run();
 
-  // How many run() calls fell back to fp32 so far.
+  // How many run() calls fell back to fp32 so far on this rank. The flat ring's ranks all agree;
+  // under the hierarchical allreduce only the ranks whose ring between hosts overflowed count
+  // (the members of that slice's ring, or the leaders), as each ring redoes its own part.
   std::int64_t fallbacks() const { return fallbacks_; }
   const char* algorithm() const;  // "recursive doubling", "halving-doubling", "hierarchical", "ring"
   // Per stream, the bytes each carried and the seconds it took in the last run(), for the
@@ -72,8 +75,8 @@ class Allreduce {
   std::optional<HierarchicalAllreduce> hierarchical_;
   std::optional<RingAllreduce> ring_;       // with spec_.wire
   std::optional<RingAllreduce> fallback_;   // fp32 wire, for a compressed ring's overflow
-  // Counts a fallback to fp32 and warns.
-  void note_fallback();
+  // Counts a fallback to fp32 (of `which` ring) and warns.
+  void note_fallback(std::string_view which);
 
   std::vector<std::byte> saved_input_;
   std::int64_t fallbacks_ = 0;

@@ -1,6 +1,7 @@
 // Shard checkpoints: a shard restored from its safetensors file serves identical rows and
 // optimiser state (and keeps training identically); the file is refused by another shard; a
 // table's rows round-trip through the EmbeddingStore save_rows/load_rows of the remote store.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -155,6 +156,60 @@ TEST(PsCheckpoint, RowsLoadUnderOtherTableSettings) {
         << after[i].first;
   }
   EXPECT_EQ(cluster.servers[0]->stats().at(0).rows, before.at(0).second.dim(0));
+  std::filesystem::remove_all(dir);
+}
+
+// A shard started with its checkpoint file (aiacc-ps-server --load) before any worker registered
+// the table: the first create_table gives the table the job's settings and keeps the rows; one
+// whose rows would not fit (another optimiser) is refused, naming what differs.
+TEST(PsCheckpoint, ATableLoadedBeforeRegistrationTakesTheJobsSettings) {
+  const auto dir = temp_dir("preloaded");
+  const TableConfig saved = table_config("pre", 4, "adagrad");
+  std::vector<std::pair<std::string, Tensor>> before;
+  {
+    Cluster cluster(1);
+    auto client = cluster.client();
+    client->create_table(saved);
+    train(*client, "pre", 4, 0, 3);
+    client->save_checkpoint(dir.string());
+    before = client->dump_rows("pre");
+  }
+  const std::string file = (dir / shard_checkpoint_name(0, 1)).string();
+  {
+    Cluster cluster(1);
+    cluster.servers[0]->load_checkpoint(file);
+    TableConfig now = saved;
+    now.optimizer.lr = 0.5;
+    now.options.consistency = "sync";
+    auto client = cluster.client();
+    client->create_table(now);  // used to fail: "differs from the one registered"
+    const auto after = client->dump_rows("pre");
+    ASSERT_EQ(after.size(), before.size());
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      ASSERT_EQ(after[i].second.num_bytes(), before[i].second.num_bytes()) << after[i].first;
+      EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
+          << after[i].first;
+    }
+    // Now registered: a second, different registration is refused, in one line.
+    TableConfig other = now;
+    other.optimizer.lr = 0.25;
+    try {
+      cluster.client(1)->create_table(other);
+      FAIL() << "a second registration with other settings was accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("differs from the one registered: optimizer.lr: 0.5 -> 0.25"));
+    }
+  }
+  Cluster cluster(1);
+  cluster.servers[0]->load_checkpoint(file);
+  TableConfig misfit = saved;
+  misfit.optimizer.type = "sgd";
+  try {
+    cluster.client()->create_table(misfit);
+    FAIL() << "rows of another optimiser were given to an sgd table";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("does not fit the rows loaded from a checkpoint"));
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -147,7 +147,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--iperf-seconds") a.iperf_seconds = static_cast<int>(integer(0, 3600));
     else if (key == "--iperf-streams") a.iperf_streams = static_cast<int>(integer(1, 128));
     else if (key == "--server-threads") a.server_threads = static_cast<int>(integer(0, 1024));
-    else if (key == "--server-partitions") a.server_partitions = static_cast<int>(integer(0, 1 << 16));
+    else if (key == "--server-partitions") a.server_partitions = static_cast<int>(integer(0, 4096));  // the shard's range
     else if (key == "--table-rows") a.table_rows = integer(0, std::int64_t{1} << 40);
     else if (key == "--chunk-bytes") a.chunk_bytes = integer(0, std::int64_t{1} << 40);
     else if (key == "--inflight") a.inflight = static_cast<int>(integer(1, 64));
