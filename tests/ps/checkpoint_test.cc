@@ -81,6 +81,17 @@ TEST(PsCheckpoint, RestoredShardServesIdenticalRows) {
   std::filesystem::remove_all(dir);
 }
 
+// Every dumped tensor of `after` holds the bytes of `before`'s.
+void expect_same_rows(const std::vector<std::pair<std::string, Tensor>>& before,
+                      const std::vector<std::pair<std::string, Tensor>>& after) {
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    ASSERT_EQ(after[i].second.num_bytes(), before[i].second.num_bytes()) << after[i].first;
+    EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
+        << after[i].first;
+  }
+}
+
 // A checkpoint whose second table does not fit the one registered (another optimiser: its
 // state means something else) is refused before anything is loaded: the first table keeps its
 // rows (it used to be restored, leaving the shard half loaded), and the error is a DataError
@@ -114,13 +125,7 @@ TEST(PsCheckpoint, ACheckpointThatDoesNotFitLoadsNothing) {
     EXPECT_NE(std::string(e.what()).find("optimizer.type: adagrad -> sgd"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
   }
-  const auto after = client->dump_rows("a_table");
-  ASSERT_EQ(after.size(), before.size());
-  for (std::size_t i = 0; i < after.size(); ++i) {
-    ASSERT_EQ(after[i].second.num_bytes(), before[i].second.num_bytes()) << after[i].first;
-    EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
-        << after[i].first;
-  }
+  expect_same_rows(before, client->dump_rows("a_table"));
   std::filesystem::remove_all(dir);
 }
 
@@ -148,13 +153,7 @@ TEST(PsCheckpoint, RowsLoadUnderOtherTableSettings) {
   auto client = cluster.client();
   client->create_table(now);
   client->load_checkpoint(dir.string());
-  const auto after = client->dump_rows("t");
-  ASSERT_EQ(after.size(), before.size());
-  for (std::size_t i = 0; i < after.size(); ++i) {
-    ASSERT_EQ(after[i].second.num_bytes(), before[i].second.num_bytes()) << after[i].first;
-    EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
-        << after[i].first;
-  }
+  expect_same_rows(before, client->dump_rows("t"));
   EXPECT_EQ(cluster.servers[0]->stats().at(0).rows, before.at(0).second.dim(0));
   std::filesystem::remove_all(dir);
 }
@@ -183,13 +182,7 @@ TEST(PsCheckpoint, ATableLoadedBeforeRegistrationTakesTheJobsSettings) {
     now.options.consistency = "sync";
     auto client = cluster.client();
     client->create_table(now);  // used to fail: "differs from the one registered"
-    const auto after = client->dump_rows("pre");
-    ASSERT_EQ(after.size(), before.size());
-    for (std::size_t i = 0; i < after.size(); ++i) {
-      ASSERT_EQ(after[i].second.num_bytes(), before[i].second.num_bytes()) << after[i].first;
-      EXPECT_EQ(0, std::memcmp(after[i].second.raw_data(), before[i].second.raw_data(), after[i].second.num_bytes()))
-          << after[i].first;
-    }
+    expect_same_rows(before, client->dump_rows("pre"));
     // Now registered: a second, different registration is refused, in one line.
     TableConfig other = now;
     other.optimizer.lr = 0.25;

@@ -351,12 +351,9 @@ void check_compressed(WireType wire, double eps, ReduceOp op) {
   constexpr int kWorld = 5;
   constexpr std::int64_t kCount = 300001;
   std::vector<std::vector<float>> results(kWorld);
-  auto value = [](int rank, std::int64_t i) {
-    return static_cast<float>(std::sin(0.001 * static_cast<double>(i) * (rank + 1)) * (1 + rank));
-  };
   run_world(kWorld, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
     std::vector<float> data(kCount);
-    for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = value(comm->rank(), i);
+    for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = testing::wire_input(comm->rank(), i);
     AllreduceSpec spec;
     spec.wire = wire;
     spec.op = op;
@@ -365,20 +362,7 @@ void check_compressed(WireType wire, double eps, ReduceOp op) {
     EXPECT_FALSE(allreduce.run());
     results[static_cast<std::size_t>(comm->rank())] = data;
   });
-  const double divisor = op == ReduceOp::kAverage ? kWorld : 1;
-  for (std::int64_t i = 0; i < kCount; ++i) {
-    double exact = 0, magnitude = 0;
-    for (int r = 0; r < kWorld; ++r) {
-      exact += value(r, i);
-      magnitude += std::abs(value(r, i));
-    }
-    const double bound = kWorld * eps / 2 * magnitude / divisor + 1e-7;
-    ASSERT_NEAR(results[0][static_cast<std::size_t>(i)], exact / divisor, bound) << wire_type_name(wire) << " element " << i;
-  }
-  for (int r = 1; r < kWorld; ++r) {
-    ASSERT_EQ(0, std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), kCount * sizeof(float)))
-        << "rank " << r << " differs from rank 0";
-  }
+  testing::expect_within_wire_bound(results, op == ReduceOp::kAverage ? kWorld : 1, kWorld * eps / 2, wire_type_name(wire));
 }
 
 TEST(AllreduceCompressedWire, Fp16WithinBoundAndBitwiseEqualOnEveryRank) {

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "ring/allreduce.h"
 #include "ring/hierarchical_allreduce.h"
@@ -335,9 +337,6 @@ TEST(HierarchicalFacade, ChosenForSharedHostsAndAveragesExactly) {
 TEST(HierarchicalCompressedWire, WithinTheBoundBetweenHostsAndExactOnOneHost) {
   const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1}, {0, 0, 0, 1, 1, 1}, {0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0}};
   constexpr std::int64_t kCount = 70001;
-  auto value = [](int rank, std::int64_t i) {
-    return static_cast<float>(std::sin(0.001 * static_cast<double>(i) * (rank + 1)) * (1 + rank));
-  };
   for (const auto& hosts : layouts)
   for (WireType wire : {WireType::kF16, WireType::kBf16})
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
@@ -347,7 +346,7 @@ TEST(HierarchicalCompressedWire, WithinTheBoundBetweenHostsAndExactOnOneHost) {
     run_world(world, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
       comm->set_hosts(hosts);
       std::vector<float> data(kCount);
-      for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = value(comm->rank(), i);
+      for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = testing::wire_input(comm->rank(), i);
       AllreduceSpec spec;
       spec.wire = wire;
       spec.op = op;
@@ -358,22 +357,10 @@ TEST(HierarchicalCompressedWire, WithinTheBoundBetweenHostsAndExactOnOneHost) {
       results[static_cast<std::size_t>(comm->rank())] = data;
     });
     const double eps = wire == WireType::kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
-    const double divisor = op == ReduceOp::kAverage ? world : 1;
-    for (std::int64_t i = 0; i < kCount; ++i) {
-      double exact = 0, magnitude = 0;
-      for (int r = 0; r < world; ++r) {
-        exact += value(r, i);
-        magnitude += std::abs(value(r, i));
-      }
-      // One host: only the fp32 sums' own rounding.
-      const double bound = (host_count == 1 ? 1e-6 : host_count * eps / 2) * magnitude / divisor + 1e-7;
-      ASSERT_NEAR(results[0][static_cast<std::size_t>(i)], exact / divisor, bound)
-          << wire_type_name(wire) << " on " << world << " ranks, " << host_count << " hosts, element " << i;
-    }
-    for (int r = 1; r < world; ++r) {
-      ASSERT_EQ(0, std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(), kCount * sizeof(float)))
-          << "rank " << r << " differs from rank 0 (" << world << " ranks, " << wire_type_name(wire) << ")";
-    }
+    // One host: only the fp32 sums' own rounding.
+    testing::expect_within_wire_bound(results, op == ReduceOp::kAverage ? world : 1,
+                                      host_count == 1 ? 1e-6 : host_count * eps / 2,
+                                      fmt::format("{} on {} ranks, {} hosts", wire_type_name(wire), world, host_count));
   }
 }
 

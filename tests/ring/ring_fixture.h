@@ -3,9 +3,15 @@
 // integer-valued inputs whose sums are known in closed form.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ring/communicator.h"
 #include "tests/core/net/net_fixture.h"
@@ -41,6 +47,32 @@ inline double expected_sum(int world, std::int64_t i) {
   double sum = 0;
   for (int r = 0; r < world; ++r) sum += input_value(r, i);
   return sum;
+}
+
+// Inputs of the compressed-wire tests: smooth values of a different scale on every rank.
+inline float wire_input(int rank, std::int64_t i) {
+  return static_cast<float>(std::sin(0.001 * static_cast<double>(i) * (rank + 1)) * (1 + rank));
+}
+
+// results[r]: rank r's all-reduced wire_input over `world` ranks (a sum, or an average where
+// `divisor` is the world). Rank 0's elements must lie within `rounding` x the sum of the inputs'
+// magnitudes (/ divisor, + 1e-7) of the exact result, and every rank's bits equal rank 0's.
+inline void expect_within_wire_bound(const std::vector<std::vector<float>>& results, double divisor, double rounding,
+                                     const std::string& what) {
+  const int world = static_cast<int>(results.size());
+  for (std::size_t i = 0; i < results[0].size(); ++i) {
+    double exact = 0, magnitude = 0;
+    for (int r = 0; r < world; ++r) {
+      exact += wire_input(r, static_cast<std::int64_t>(i));
+      magnitude += std::abs(wire_input(r, static_cast<std::int64_t>(i)));
+    }
+    ASSERT_NEAR(results[0][i], exact / divisor, rounding * magnitude / divisor + 1e-7) << what << ", element " << i;
+  }
+  for (int r = 1; r < world; ++r) {
+    ASSERT_EQ(0, std::memcmp(results[0].data(), results[static_cast<std::size_t>(r)].data(),
+                             results[0].size() * sizeof(float)))
+        << "rank " << r << " differs from rank 0 (" << what << ")";
+  }
 }
 
 }  // namespace aiacc::testing

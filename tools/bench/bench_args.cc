@@ -31,14 +31,24 @@ std::int64_t integer_flag(std::string_view flag, const std::string& text, std::i
   return value;
 }
 
-double positive_flag(std::string_view flag, const std::string& text, double max) {
-  std::size_t used = 0;
-  double value = 0;
+namespace {
+
+// The number `text` starts with, and how many characters it took (0: none).
+double leading_number(const std::string& text, std::size_t& used) {
+  used = 0;
   try {
-    value = std::stod(text, &used);
+    return std::stod(text, &used);
   } catch (const std::exception&) {
     used = 0;
+    return 0;
   }
+}
+
+}  // namespace
+
+double positive_flag(std::string_view flag, const std::string& text, double max) {
+  std::size_t used = 0;
+  const double value = leading_number(text, used);
   if (used == 0 || used != text.size() || !std::isfinite(value)) {
     throw ConfigError(fmt::format("{} expects a number, got '{}'", flag, text));
   }
@@ -48,12 +58,7 @@ double positive_flag(std::string_view flag, const std::string& text, double max)
 
 std::int64_t bytes_flag(std::string_view flag, const std::string& text, std::int64_t min, std::int64_t max) {
   std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const double value = leading_number(text, used);
   const std::string unit = used == 0 ? text : text.substr(used);
   double scale = 0;
   if (unit.empty()) scale = 1;
