@@ -92,6 +92,17 @@ void expect_same_rows(const std::vector<std::pair<std::string, Tensor>>& before,
   }
 }
 
+// Trains `config`'s table on a one-shard cluster, saves its checkpoint into `dir` and returns
+// the rows it saved.
+std::vector<std::pair<std::string, Tensor>> train_and_save(const TableConfig& config, const std::filesystem::path& dir) {
+  Cluster cluster(1);
+  auto client = cluster.client();
+  client->create_table(config);
+  train(*client, config.spec.name, static_cast<int>(config.spec.dim), 0, 3);
+  client->save_checkpoint(dir.string());
+  return client->dump_rows(config.spec.name);
+}
+
 // A checkpoint whose second table does not fit the one registered (another optimiser: its
 // state means something else) is refused before anything is loaded: the first table keeps its
 // rows (it used to be restored, leaving the shard half loaded), and the error is a DataError
@@ -135,15 +146,7 @@ TEST(PsCheckpoint, ACheckpointThatDoesNotFitLoadsNothing) {
 TEST(PsCheckpoint, RowsLoadUnderOtherTableSettings) {
   const auto dir = temp_dir("settings");
   const TableConfig saved = table_config("t", 4, "adagrad");
-  std::vector<std::pair<std::string, Tensor>> before;
-  {
-    Cluster cluster(1);
-    auto client = cluster.client();
-    client->create_table(saved);
-    train(*client, "t", 4, 0, 3);
-    client->save_checkpoint(dir.string());
-    before = client->dump_rows("t");
-  }
+  const auto before = train_and_save(saved, dir);
   TableConfig now = saved;
   now.optimizer.lr = 0.5;
   now.options.consistency = "sync";
@@ -164,15 +167,7 @@ TEST(PsCheckpoint, RowsLoadUnderOtherTableSettings) {
 TEST(PsCheckpoint, ATableLoadedBeforeRegistrationTakesTheJobsSettings) {
   const auto dir = temp_dir("preloaded");
   const TableConfig saved = table_config("pre", 4, "adagrad");
-  std::vector<std::pair<std::string, Tensor>> before;
-  {
-    Cluster cluster(1);
-    auto client = cluster.client();
-    client->create_table(saved);
-    train(*client, "pre", 4, 0, 3);
-    client->save_checkpoint(dir.string());
-    before = client->dump_rows("pre");
-  }
+  const auto before = train_and_save(saved, dir);
   const std::string file = (dir / shard_checkpoint_name(0, 1)).string();
   {
     Cluster cluster(1);

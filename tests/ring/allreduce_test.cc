@@ -350,18 +350,7 @@ TEST(AllreduceAverage, EqualsSumOverWorld) {
 void check_compressed(WireType wire, double eps, ReduceOp op) {
   constexpr int kWorld = 5;
   constexpr std::int64_t kCount = 300001;
-  std::vector<std::vector<float>> results(kWorld);
-  run_world(kWorld, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
-    std::vector<float> data(kCount);
-    for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = testing::wire_input(comm->rank(), i);
-    AllreduceSpec spec;
-    spec.wire = wire;
-    spec.op = op;
-    spec.chunk_bytes = 64 * 1024;
-    Allreduce allreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec);
-    EXPECT_FALSE(allreduce.run());
-    results[static_cast<std::size_t>(comm->rank())] = data;
-  });
+  const auto results = testing::run_compressed(kWorld, {}, wire, op, kCount);
   testing::expect_within_wire_bound(results, op == ReduceOp::kAverage ? kWorld : 1, kWorld * eps / 2, wire_type_name(wire));
 }
 

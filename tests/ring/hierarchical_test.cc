@@ -342,20 +342,7 @@ TEST(HierarchicalCompressedWire, WithinTheBoundBetweenHostsAndExactOnOneHost) {
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
     const int world = static_cast<int>(hosts.size());
     const int host_count = *std::max_element(hosts.begin(), hosts.end()) + 1;
-    std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
-    run_world(world, ring_options(2), [&](std::shared_ptr<Communicator> comm) {
-      comm->set_hosts(hosts);
-      std::vector<float> data(kCount);
-      for (std::int64_t i = 0; i < kCount; ++i) data[static_cast<std::size_t>(i)] = testing::wire_input(comm->rank(), i);
-      AllreduceSpec spec;
-      spec.wire = wire;
-      spec.op = op;
-      spec.chunk_bytes = 64 * 1024;
-      Allreduce allreduce(comm, Buffer{data.data(), kCount, DType::f32}, spec);
-      EXPECT_STREQ(allreduce.algorithm(), "hierarchical");
-      EXPECT_FALSE(allreduce.run());
-      results[static_cast<std::size_t>(comm->rank())] = data;
-    });
+    const auto results = testing::run_compressed(world, hosts, wire, op, kCount, "hierarchical");
     const double eps = wire == WireType::kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
     // One host: only the fp32 sums' own rounding.
     testing::expect_within_wire_bound(results, op == ReduceOp::kAverage ? world : 1,

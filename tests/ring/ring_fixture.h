@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ring/allreduce.h"
 #include "ring/communicator.h"
 #include "tests/core/net/net_fixture.h"
 #include "tests/testing/run_ranks.h"
@@ -52,6 +53,31 @@ inline double expected_sum(int world, std::int64_t i) {
 // Inputs of the compressed-wire tests: smooth values of a different scale on every rank.
 inline float wire_input(int rank, std::int64_t i) {
   return static_cast<float>(std::sin(0.001 * static_cast<double>(i) * (rank + 1)) * (1 + rank));
+}
+
+// Every rank's result of all-reducing wire_input (`count` elements, 64 KiB chunks) over `world`
+// threads with `wire` and `op`, the ranks on `hosts` (empty: a host each). Expects no fp32
+// fallback, and `algorithm` where given.
+inline std::vector<std::vector<float>> run_compressed(int world, const std::vector<int>& hosts, ring::WireType wire,
+                                                     ring::ReduceOp op, std::int64_t count,
+                                                     const char* algorithm = nullptr) {
+  std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+  run_world(world, ring_options(2), [&](std::shared_ptr<ring::Communicator> comm) {
+    if (!hosts.empty()) comm->set_hosts(hosts);
+    std::vector<float> data(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(i)] = wire_input(comm->rank(), i);
+    ring::AllreduceSpec spec;
+    spec.wire = wire;
+    spec.op = op;
+    spec.chunk_bytes = 64 * 1024;
+    ring::Allreduce allreduce(comm, ring::Buffer{data.data(), count, DType::f32}, spec);
+    if (algorithm != nullptr) {
+      EXPECT_STREQ(allreduce.algorithm(), algorithm);
+    }
+    EXPECT_FALSE(allreduce.run());
+    results[static_cast<std::size_t>(comm->rank())] = std::move(data);
+  });
+  return results;
 }
 
 // results[r]: rank r's all-reduced wire_input over `world` ranks (a sum, or an average where
