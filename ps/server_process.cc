@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/net/context.h"
 #include "core/net/security.h"
+#include "core/util/flag_values.h"
 #include "ps/server.h"
 #include "ps/shard_checkpoint.h"
 
@@ -32,29 +33,12 @@ constexpr const char* kUsage =
     "for its slowest worker; give the clients' timeout (default 120).\n";
 
 int parse_int(const std::string& key, const std::string& value, int min, int max) {
-  int parsed = 0;
-  std::size_t used = 0;
-  try {
-    parsed = std::stoi(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size()) throw ConfigError(fmt::format("{} expects an integer, got '{}'", key, value));
-  if (parsed < min || parsed > max) throw ConfigError(fmt::format("{} takes {} to {}, got {}", key, min, max, parsed));
-  return parsed;
+  return static_cast<int>(util::integer_flag(key, value, min, max));
 }
 
 double parse_seconds(const std::string& key, const std::string& value) {
-  double parsed = 0;
-  std::size_t used = 0;
-  try {
-    parsed = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size() || !std::isfinite(parsed) || parsed < 0) {
-    throw ConfigError(fmt::format("{} expects seconds (a number >= 0), got '{}'", key, value));
-  }
+  const double parsed = util::number_flag(key, value);
+  if (parsed < 0) throw ConfigError(fmt::format("{} expects seconds (a number >= 0), got '{}'", key, value));
   return parsed;
 }
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -11,61 +10,26 @@
 
 #include "core/error.h"
 #include "core/io/atomic_file.h"
+#include "core/util/flag_values.h"
 
 namespace aiacc::bench {
 
-std::int64_t integer_flag(std::string_view flag, const std::string& text, std::int64_t min, std::int64_t max) {
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) {
-    throw ConfigError(fmt::format("{} expects a whole number, got '{}'", flag, text));
-  }
-  if (value < min || value > max) {
-    throw ConfigError(fmt::format("{} takes {} to {}, got {}", flag, min, max, value));
-  }
-  return value;
-}
-
-namespace {
-
-// The number `text` starts with, and how many characters it took (0: none).
-double leading_number(const std::string& text, std::size_t& used) {
-  used = 0;
-  try {
-    return std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-    return 0;
-  }
-}
-
-}  // namespace
-
 double positive_flag(std::string_view flag, const std::string& text, double max) {
-  std::size_t used = 0;
-  const double value = leading_number(text, used);
-  if (used == 0 || used != text.size() || !std::isfinite(value)) {
-    throw ConfigError(fmt::format("{} expects a number, got '{}'", flag, text));
-  }
+  const double value = util::number_flag(flag, text);
   if (value <= 0 || value > max) throw ConfigError(fmt::format("{} takes a number above 0 up to {}, got {}", flag, max, text));
   return value;
 }
 
 std::int64_t bytes_flag(std::string_view flag, const std::string& text, std::int64_t min, std::int64_t max) {
   std::size_t used = 0;
-  const double value = leading_number(text, used);
+  const double value = util::leading_number(text, used);
   const std::string unit = used == 0 ? text : text.substr(used);
   double scale = 0;
   if (unit.empty()) scale = 1;
   else if (unit == "K" || unit == "KiB") scale = 1024.0;
   else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
   else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  if (used == 0 || scale == 0 || !std::isfinite(value)) {
+  if (used == 0 || scale == 0) {
     throw ConfigError(fmt::format("{} expects a size such as 4, 64K or 256M, got '{}'", flag, text));
   }
   const double bytes = value * scale;

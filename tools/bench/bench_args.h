@@ -8,10 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "core/util/flag_values.h"
+
 namespace aiacc::bench {
 
 // A whole number in [min, max], e.g. `--ranks 4`.
-std::int64_t integer_flag(std::string_view flag, const std::string& text, std::int64_t min, std::int64_t max);
+using util::integer_flag;
 // A finite number in (0, max], e.g. `--seconds 0.3`.
 double positive_flag(std::string_view flag, const std::string& text, double max);
 // A byte count with an optional unit K, M, G (KiB, MiB, GiB: powers of 1024), in [min, max].

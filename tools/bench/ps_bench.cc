@@ -50,6 +50,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,14 +117,8 @@ std::vector<std::string> split(const std::string& text, char sep) {
 std::vector<int> int_list(const std::string& key, const std::string& text) {
   std::vector<int> out;
   for (const auto& item : split(text, ',')) {
-    std::size_t used = 0;
-    try {
-      out.push_back(std::stoi(item, &used));
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    // std::stoi alone would read "0.5" as 0.
-    if (used != item.size()) throw ConfigError(fmt::format("{} expects integers, got '{}'", key, item));
+    out.push_back(static_cast<int>(
+        integer_flag(key, item, std::numeric_limits<int>::min(), std::numeric_limits<int>::max())));
   }
   return out;
 }
