@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/deadline.h"
 
 namespace aiacc::data {
 namespace {
@@ -171,7 +172,7 @@ std::optional<Batch> Loader::next() {
   lock.unlock();
   Shared& s = *shared_;
   std::unique_lock queue_lock(s.mutex);
-  const auto timeout = std::chrono::duration<double>(options_.timeout_s);
+  const auto timeout = net::duration_from_seconds(options_.timeout_s);
   if (!s.not_empty.wait_for(queue_lock, timeout, [&] { return !s.queue.empty() || s.done; })) {
     timed_out_ = true;
     throw TimeoutError(fmt::format("data loader: no batch within {} s (epoch {}, batch {}); is the "

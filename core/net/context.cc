@@ -4,6 +4,9 @@
 
 #include <zmq.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cerrno>
 
 #include <fmt/format.h>
@@ -13,6 +16,30 @@
 #include "core/net/detail/handshake_watcher.h"
 
 namespace aiacc::net {
+
+namespace {
+
+// The open-file limit this process may use: the soft limit, raised once to the hard limit (as
+// Go's runtime and many servers do). Every ZeroMQ socket holds at least one descriptor (its
+// mailbox) and every TCP connection one more; a job of w ranks with K streams opens about
+// 4 (w - 1) K of them per rank, past the 1024 soft limit many systems set.
+int open_file_limit() {
+  static const int limit = [] {
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 1024;
+    if (files.rlim_cur < files.rlim_max) {
+      rlimit raised = files;
+      raised.rlim_cur = std::min<rlim_t>(files.rlim_max, rlim_t{1} << 20);
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) files = raised;
+    }
+    return static_cast<int>(std::min<rlim_t>(files.rlim_cur, rlim_t{1} << 20));
+  }();
+  return limit;
+}
+
+}  // namespace
+
+int Context::max_sockets() const { return zmq_ctx_get(handle_, ZMQ_MAX_SOCKETS); }
 
 std::shared_ptr<Context> Context::create(int io_threads, std::optional<CurveKeys> curve) {
   AIACC_CHECK_GE(io_threads, 1);
@@ -27,6 +54,12 @@ std::shared_ptr<Context> Context::create(int io_threads, std::optional<CurveKeys
   }
   try {
     AIACC_ZMQ_CHECK(zmq_ctx_set(handle, ZMQ_IO_THREADS, io_threads));
+    // ZeroMQ allows 1023 sockets per context by default, whatever the descriptor limit: a
+    // mesh of 5 ranks x 64 streams (a channel and its monitor per connection) ran out with
+    // "Too many open files". Allow as many as descriptors (and libzmq's own ceiling) permit.
+    const int ceiling = zmq_ctx_get(handle, ZMQ_SOCKET_LIMIT);
+    const int wanted = std::max(zmq_ctx_get(handle, ZMQ_MAX_SOCKETS), open_file_limit());
+    AIACC_ZMQ_CHECK(zmq_ctx_set(handle, ZMQ_MAX_SOCKETS, ceiling > 0 ? std::min(wanted, ceiling) : wanted));
   } catch (...) {
     zmq_ctx_term(handle);
     throw;

@@ -53,6 +53,10 @@ class Context {
   void report_failed_handshake(const std::string& endpoint, bool bound, int event,
                                std::uint32_t value);
 
+  // Sockets this context may hold at once: as many as the process's open-file limit (raised to
+  // its hard limit at the first context) allows, not ZeroMQ's default 1023.
+  int max_sockets() const;
+
   // Connections refused so far by the bound sockets of this context.
   std::uint64_t refused_handshakes() const { return refused_.load(); }
 

@@ -15,11 +15,20 @@ namespace aiacc::net {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-// The deadline `seconds` from now (fractions allowed; negative values mean "already expired").
-inline Deadline deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(seconds));
+// Longest wait a duration in seconds stands for: a billion seconds (31 years). Timeouts are
+// configured in seconds as doubles, and the clock counts 64-bit nanoseconds: 1e10 s would
+// overflow it and turn "wait practically forever" into a deadline in the past.
+inline constexpr double kMaxWaitSeconds = 1e9;
+
+// `seconds` (fractions allowed) as a clock duration, clamped to [0, kMaxWaitSeconds].
+inline Clock::duration duration_from_seconds(double seconds) {
+  const double clamped = seconds > 0 ? std::min(seconds, kMaxWaitSeconds) : 0.0;  // NaN: 0
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(clamped));
 }
+
+// The deadline `seconds` from now (fractions allowed; zero or negative means "already expired";
+// anything beyond kMaxWaitSeconds waits that long).
+inline Deadline deadline_after(double seconds) { return Clock::now() + duration_from_seconds(seconds); }
 
 // Milliseconds left until `deadline`, rounded up (so a 0.4 ms remainder still polls once),
 // clamped to [0, cap_ms]. Suitable as a zmq_poll timeout.

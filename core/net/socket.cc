@@ -1,6 +1,7 @@
 // Socket: checked wrappers around zmq_socket, setsockopt, bind, connect, poll and close.
 #include "core/net/socket.h"
 
+#include <sys/resource.h>
 #include <zmq.h>
 
 #include <atomic>
@@ -13,6 +14,15 @@
 #include "core/error.h"
 
 namespace aiacc::net {
+
+namespace {
+
+long open_files_limit() {
+  rlimit files{};
+  return getrlimit(RLIMIT_NOFILE, &files) == 0 ? static_cast<long>(files.rlim_cur) : -1;
+}
+
+}  // namespace
 
 Socket::Socket(std::shared_ptr<Context> context, int type, int linger_ms)
     : context_(std::move(context)) {
@@ -42,8 +52,14 @@ Socket& Socket::operator=(Socket&& other) noexcept {
 
 void Socket::fail(const char* call) const {
   const int error = zmq_errno();
-  throw CommError(fmt::format("{} on {} failed: {} (errno {})", call, endpoint_,
-                              zmq_strerror(error), error));
+  // EMFILE comes from either limit; say both, with their values, so the user raises the right one.
+  const std::string limits =
+      error == EMFILE ? fmt::format(" (this process's limits: {} ZeroMQ sockets per context, {} open files; "
+                                    "fewer ranks x cluster.ring.streams, or a higher `ulimit -n`)",
+                                    context_ ? context_->max_sockets() : -1, open_files_limit())
+                      : std::string();
+  throw CommError(fmt::format("{} on {} failed: {} (errno {}){}", call, endpoint_,
+                              zmq_strerror(error), error, limits));
 }
 
 void Socket::set_int(int option, int value, const char* option_name) {

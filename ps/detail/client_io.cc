@@ -192,8 +192,7 @@ void ClientIo::run() {
       const int shard = r.shard;
       in_flight_[static_cast<std::size_t>(shard)].emplace(
           seq, InFlight{std::move(r), now,
-                        now + std::chrono::duration_cast<net::Clock::duration>(
-                                  std::chrono::duration<double>(options_.timeout_s)),
+                        now + net::duration_from_seconds(options_.timeout_s),
                         1});
     }
     for (std::size_t k = 0; k < shards; ++k) {

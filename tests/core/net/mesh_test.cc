@@ -60,6 +60,17 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndStreams, FullMesh,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5),
                                             ::testing::Values(1, 4)));
 
+// 2 ranks x 600 streams: 600 channels and their 600 monitors per rank, past ZeroMQ's default
+// of 1023 sockets per context (it failed with "Too many open files" at start-up).
+TEST(Mesh, MoreConnectionsThanZeroMqsDefaultSocketLimit) {
+  EXPECT_GE(Context::create()->max_sockets(), 2048) << "the open-file limit is low here";
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 600));
+    check_wiring(mesh);
+  });
+}
+
 TEST(Mesh, RingNeighboursOnly) {
   const int world = 5;
   LocalExchange exchange(world);

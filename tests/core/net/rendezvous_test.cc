@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <thread>
 
 #include "core/error.h"
@@ -58,6 +59,25 @@ TEST(Rendezvous, KeyValueGetBlocksUntilSet) {
     const auto value = client.get("binary", deadline);
     ASSERT_EQ(value.size(), 3u);
     EXPECT_EQ(value[1], std::byte{255});
+  });
+}
+
+// A timeout of 1e12 s means "practically forever": it must not wrap the clock's nanoseconds
+// into a deadline in the past (it failed at once with "timed out after 0.00 s").
+TEST(Rendezvous, AHugeTimeoutWaitsInsteadOfExpiringAtOnce) {
+  EXPECT_GT(deadline_after(1e12), Clock::now() + std::chrono::hours(24 * 365 * 30));
+  for (const double expired : {-1.0, 0.0, std::nan("")}) {
+    const Deadline deadline = deadline_after(expired);
+    EXPECT_LE(deadline, Clock::now()) << expired;
+  }
+  RendezvousServer server(Context::create(), "127.0.0.1", 0);
+  run_ranks(2, [&](int rank) {
+    RendezvousClient client(Context::create(), server.endpoint());
+    if (rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the other waits first
+      client.set_string("late", "value", deadline_after(10));
+    }
+    EXPECT_EQ(client.get_string("late", deadline_after(1e12)), "value");
   });
 }
 
