@@ -84,8 +84,9 @@ struct ServerOptions {
   // A pull held for bounded staleness is answered with an error after this long (the worker
   // that never catches up is named in the message), and so are the pushes of a synchronous
   // step some worker has not pushed after 0.8 of it (before the pushing workers' own deadline
-  // of about this long, so that they hear which worker is missing).
-  double wait_timeout_s = 120.0;
+  // of about this long, so that they hear which worker is missing). 300 s: the clients' default
+  // (ClientOptions::timeout_s, and aiacc-train's cluster.ps.timeout_s, which a job's shards take).
+  double wait_timeout_s = 300.0;
   // Row counts and memory per table are logged at this interval (0: never).
   double log_interval_s = 30.0;
   // Clients (worker processes) that connect to this shard, when known (0: unknown): lets
@@ -127,8 +128,9 @@ struct ClientOptions {
   // including time a sync push or a bounded pull waits for the slowest worker: keep it above
   // the longest expected skew between workers (evaluation pauses, checkpoints). The shards'
   // ServerOptions::wait_timeout_s should be the same (a job's are): a sync step's shard gives up
-  // at 0.8 of it, so the longest skew a sync table takes is 0.8 x that.
-  double timeout_s = 120.0;
+  // at 0.8 of it, so the longest skew a sync table takes is 0.8 x that. 300 s, as aiacc-train's
+  // cluster.ps.timeout_s and ServerOptions::wait_timeout_s (aiacc-ps-server --wait-timeout-s).
+  double timeout_s = 300.0;
   // A request not answered after this long is sent again with the same (worker, step, seq);
   // the server applies a push once however often it arrives.
   double retry_interval_s = 10.0;

@@ -71,12 +71,13 @@ struct TableState {
 
 class PsServer::Impl {
  public:
-  Impl(const ServerOptions& options, std::shared_ptr<net::Context> context)
+  Impl(const ServerOptions& options, std::shared_ptr<net::Context> context, const ShardCheckpoint* initial)
       : options_(options), log_(log::get("ps")) {
     if (options_.num_shards < 1 || options_.shard < 0 || options_.shard >= options_.num_shards) {
       throw ConfigError(fmt::format("ps server: shard {} of {} (expected 0 <= shard < num_shards)",
                                     options_.shard, options_.num_shards));
     }
+    if (initial != nullptr) check_shard_of(*initial, initial->path);
     if (!context) context = net::Context::create(1);
     socket_ = net::Socket(std::move(context), ZMQ_ROUTER, 1000);
     socket_.set_int(ZMQ_SNDHWM, 0, "ZMQ_SNDHWM");
@@ -86,6 +87,7 @@ class PsServer::Impl {
     // Replaces the context's handshake watcher on this socket (and reports refusals to it).
     monitor_ = socket_.open_monitor(net::ConnectionEvents::events());
     label_ = fmt::format("ps shard {} of {} ({})", options_.shard, options_.num_shards, endpoint_);
+    if (initial != nullptr) restore(*initial, initial->path);  // no request thread yet: no lock needed
     incarnation_ = random_process_id();
     log_->info("{}: serving (incarnation {:016x})", label_, incarnation_);
     thread_ = std::thread([this] { run(); });
@@ -258,20 +260,25 @@ class PsServer::Impl {
     for (const auto& [key, state] : tables_) {
       const TableStats s = state->table.stats();
       log_->info("{}: table {}: {} rows, {:.1f} MiB ({:.1f} B/row, {:.2f}x the raw {:.1f} B/row), "
-                 "{} rows pulled, {} pushed", label_, s.name, s.rows, s.memory_bytes / 1048576.0,
+                 "{} rows pulled, {} pushed{}", label_, s.name, s.rows, s.memory_bytes / 1048576.0,
                  s.rows ? double(s.memory_bytes) / double(s.rows) : 0.0,
                  s.row_bytes ? double(s.memory_bytes) / double(s.row_bytes) : 0.0,
-                 s.rows ? double(s.row_bytes) / double(s.rows) : 0.0, s.pulled_rows, s.pushed_rows);
+                 s.rows ? double(s.row_bytes) / double(s.rows) : 0.0, s.pulled_rows, s.pushed_rows,
+                 s.evicted_rows > 0 ? fmt::format(", {} evicted", s.evicted_rows) : std::string());
     }
   }
 
-  // Requires mutex_.
-  void restore(const ShardCheckpoint& checkpoint, const std::string& path) {
+  void check_shard_of(const ShardCheckpoint& checkpoint, const std::string& path) const {
     if (checkpoint.shard != options_.shard || checkpoint.num_shards != options_.num_shards) {
       throw DataError(fmt::format("{}: checkpoint of shard {} of {}, but this is shard {} of {}",
                                   path, checkpoint.shard, checkpoint.num_shards, options_.shard,
                                   options_.num_shards));
     }
+  }
+
+  // Requires mutex_.
+  void restore(const ShardCheckpoint& checkpoint, const std::string& path) {
+    check_shard_of(checkpoint, path);
     // Every table is checked before any table changes: a mismatch found at the second table
     // used to leave the first one restored and the shard half loaded. A table the workers have
     // registered keeps their settings (learning rate, consistency, worker count, admission,
@@ -767,8 +774,9 @@ class PsServer::Impl {
   std::thread thread_;
 };
 
-PsServer::PsServer(const ServerOptions& options, std::shared_ptr<net::Context> context)
-    : impl_(std::make_unique<Impl>(options, std::move(context))) {}
+PsServer::PsServer(const ServerOptions& options, std::shared_ptr<net::Context> context,
+                   const ShardCheckpoint* initial)
+    : impl_(std::make_unique<Impl>(options, std::move(context), initial)) {}
 PsServer::~PsServer() = default;
 const std::string& PsServer::endpoint() const { return impl_->endpoint(); }
 int PsServer::shard() const { return impl_->shard(); }

@@ -11,7 +11,7 @@
 // (worker, session, step, seq); a repeated push is acknowledged but applied once (RequestLog).
 //
 // Where it runs. Inside a worker process (colocated: construct it, it serves from its own
-// thread) or as its own process (ps/server_main.cc: the aiacc-ps-server program, or the
+// thread) or as its own process (ps/server_process.h: the aiacc-ps-server program, or the
 // benchmark's server processes). Which ids it owns is the client's business (ps/sharding.h):
 // the server serves whatever ids it is sent.
 //
@@ -29,15 +29,18 @@
 #include "core/net/deadline.h"
 #include "ps/ps_options.h"
 #include "ps/server_table.h"
+#include "ps/shard_checkpoint.h"
 
 namespace aiacc::ps {
 
 class PsServer {
  public:
-  // Binds options.bind and starts serving. Throws CommError when the endpoint cannot be bound,
-  // ConfigError for bad options. `context`: share one with the rest of the process, or null
-  // for a private one.
-  explicit PsServer(const ServerOptions& options, std::shared_ptr<net::Context> context = nullptr);
+  // Binds options.bind, restores `initial` when given (as load_checkpoint does: DataError when
+  // it belongs to another shard), then logs "serving" and starts serving: no request is served
+  // before the restore. Throws CommError when the endpoint cannot be bound, ConfigError for bad
+  // options. `context`: share one with the rest of the process, or null for a private one.
+  explicit PsServer(const ServerOptions& options, std::shared_ptr<net::Context> context = nullptr,
+                    const ShardCheckpoint* initial = nullptr);
   // Stops serving and joins the request thread (within ~50 ms). Requests in flight are dropped
   // (their clients time out or retry against a restarted shard).
   ~PsServer();

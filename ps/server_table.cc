@@ -12,6 +12,9 @@
 namespace aiacc::ps {
 namespace {
 
+// Info lines about a table's evictions come at most this often (each eviction is a debug line).
+constexpr std::chrono::seconds kEvictionReportInterval{60};
+
 LocalEmbeddingStoreOptions store_options(int num_partitions) {
   LocalEmbeddingStoreOptions options;
   options.num_partitions = num_partitions;
@@ -54,6 +57,7 @@ void ServerTable::pull(std::span<const std::int64_t> ids, float* rows, std::uint
   std::vector<std::size_t> admitted;
   std::vector<std::size_t> held;
   touch(ids, step, !repeat, admitted, held);
+  check_request_fits(admitted.size(), step);
   const auto d = static_cast<std::size_t>(dim());
   auto pull_subset = [&](LocalEmbeddingStore& store, const std::vector<std::size_t>& positions) {
     if (positions.empty()) return;
@@ -84,6 +88,7 @@ void ServerTable::push(std::span<const std::int64_t> ids, const float* grads, do
   std::vector<std::size_t> admitted;
   std::vector<std::size_t> held;
   touch(ids, step, true, admitted, held);
+  check_request_fits(admitted.size(), step);
   stats_.not_admitted_rows += static_cast<std::int64_t>(held.size());
   stats_.pushed_rows += static_cast<std::int64_t>(admitted.size());
   if (held.empty()) {
@@ -170,8 +175,41 @@ void ServerTable::evict_if_needed() {
                      {tensors[2].first, kept_state}});
   for (std::int64_t id : victims) entries_.erase(id);
   stats_.evicted_rows += static_cast<std::int64_t>(victims.size());
-  log::get("ps")->info("table {}: evicted {} least recently used rows ({} -> {} rows, capacity {})",
-                       name(), victims.size(), rows, keep, capacity);
+  // A capacity below the rows a job touches evicts every few requests: one info line per
+  // eviction flooded the log (3321 lines in a 100-step job of 26 tables).
+  auto log = log::get("ps");
+  log->debug("table {}: evicted {} least recently used rows ({} -> {} rows, capacity {})", name(), victims.size(),
+             rows, keep, capacity);
+  unreported_evicted_rows_ += static_cast<std::int64_t>(victims.size());
+  ++unreported_evictions_;
+  const auto now = std::chrono::steady_clock::now();
+  if (!eviction_reported_) {
+    log->info("table {}: evicted {} least recently used rows ({} -> {} rows, capacity_rows {}); further "
+              "evictions are summarised here at most every {} s (each one is a debug line)",
+              name(), victims.size(), rows, keep, capacity, kEvictionReportInterval.count());
+  } else if (now - last_eviction_report_ >= kEvictionReportInterval) {
+    log->info("table {}: evicted {} least recently used rows in {} evictions over the last {:.0f} s ({} rows "
+              "evicted in all; {} rows now, capacity_rows {})",
+              name(), unreported_evicted_rows_, unreported_evictions_,
+              std::chrono::duration<double>(now - last_eviction_report_).count(), stats_.evicted_rows, keep,
+              capacity);
+  } else {
+    return;
+  }
+  eviction_reported_ = true;
+  last_eviction_report_ = now;
+  unreported_evicted_rows_ = 0;
+  unreported_evictions_ = 0;
+}
+
+void ServerTable::check_request_fits(std::size_t rows, std::uint64_t step) {
+  const std::int64_t capacity = config_.options.capacity_rows;
+  if (capacity <= 0 || warned_request_over_capacity_ || static_cast<std::int64_t>(rows) <= capacity) return;
+  warned_request_over_capacity_ = true;
+  log::get("ps")->warn("table {}: one request (step {}) holds {} rows of this shard, more than its capacity_rows "
+                       "{}: every such request evicts rows, some of its own, which come back with their initial "
+                       "values; raise capacity_rows above the rows a batch sends to one shard (warned once)",
+                       name(), step, rows, capacity);
 }
 
 void ServerTable::load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) {

@@ -7,6 +7,7 @@
 // Legend: U = ids in a request, D = dim, S = optimiser state floats per row.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -77,6 +78,9 @@ class ServerTable {
   void touch(std::span<const std::int64_t> ids, std::uint64_t step, bool count,
              std::vector<std::size_t>& admitted, std::vector<std::size_t>& held);
   void evict_if_needed();
+  // Once per table: warns when one request alone holds more rows than the capacity (each
+  // request then evicts rows, some of its own).
+  void check_request_fits(std::size_t rows, std::uint64_t step);
   // With admission and a capacity: forgets the older half of the ids not admitted yet once they
   // outnumber the capacity, so a long tail of ids seen once does not grow the shard unbounded.
   void forget_unadmitted_if_needed();
@@ -98,6 +102,13 @@ class ServerTable {
   // Per id bookkeeping, only with admission or eviction on (costs ~50 B per id tracked).
   std::unordered_map<std::int64_t, Entry> entries_;
   TableStats stats_;
+  // Eviction log lines: each eviction at debug level; at info the first one, then at most one
+  // summary per kEvictionReportInterval of those since (a small capacity evicts every step).
+  std::int64_t unreported_evicted_rows_ = 0;
+  std::int64_t unreported_evictions_ = 0;
+  std::chrono::steady_clock::time_point last_eviction_report_{};
+  bool eviction_reported_ = false;
+  bool warned_request_over_capacity_ = false;
 };
 
 }  // namespace aiacc::ps

@@ -19,12 +19,19 @@ class ServerTable;
 // "ps-shard-00001-of-00004.safetensors": the file name of shard k of n in a checkpoint folder.
 std::string shard_checkpoint_name(int shard, int num_shards);
 
+// The checkpoint file of shard k of n that `path` names: `path` itself when it is a file, else
+// that shard's file in the folder `path`. Throws ConfigError, its message starting with `path`,
+// when there is none: `path` does not exist, or the folder lacks this shard's file (the message
+// then says which shard files it holds: another shard count's, an incomplete set, or none).
+std::string find_shard_checkpoint(const std::string& path, int shard, int num_shards);
+
 // Writes `tables` (in the given order) as shard `shard` of `num_shards`. IoError on failure;
 // the previous file at `path` survives any failure.
 void write_shard_checkpoint(const std::string& path, int shard, int num_shards,
                             const std::vector<const ServerTable*>& tables);
 
 struct ShardCheckpoint {
+  std::string path;  // the file it was read from (for messages)
   int shard = 0;
   int num_shards = 1;
   std::vector<TableConfig> tables;
