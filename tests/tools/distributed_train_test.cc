@@ -631,6 +631,38 @@ TEST(DistributedTrain, AStopSignalCheckpointsAtAStepTheWorkersAgreeOn) {
   EXPECT_THAT(r.output, HasSubstr("on 2 of 2 workers"));
   EXPECT_THAT(r.output, HasSubstr("job stopped: stopped by signal 15"));
   EXPECT_THAT(r.output, Not(HasSubstr("killed by signal")));
+
+  // The launcher killed outright (SIGKILL): its processes get SIGTERM from the kernel and still
+  // stop at a step with a checkpoint, though the store they would tell each other through may
+  // be gone with it. They used to wait cluster.start_timeout_s for it and end without one.
+  const fs::path orphaned = scratch() / "wd_signal_orphaned";
+  fs::remove_all(orphaned);
+  const fs::path config_k = scratch() / "wd_signal_orphaned.yaml";
+  std::ofstream(config_k) << wide_deep_job("wd_signal_orphaned", 32, cluster);
+  const fs::path log_k = scratch() / "wd_signal_orphaned.log";
+  // A script file: pgrep must not find the config's path on the shell's own command line.
+  const fs::path script = scratch() / "wd_signal_orphaned.sh";
+  std::ofstream(script) << fmt::format(
+      "{0} {1} {2} --set train.epochs=50 --set train.max_steps=0 --set cluster.start_timeout_s=60 > {3} 2>&1 &\n"
+      "pid=$!\n"
+      "for i in $(seq 1200); do grep -q 'step 20/' {3} && break; sleep 0.05; done\n"
+      "kill -9 $pid; start=$(date +%s)\n"
+      "for i in $(seq 400); do pgrep -f -- '{1}' > /dev/null || break; sleep 0.1; done\n"
+      "echo gone_after=$(( $(date +%s) - start ))\n"
+      "pkill -9 -f -- '{1}'\n"
+      "tail -5 {3}\n",
+      g_program, config_k.string(), checks, log_k.string());
+  const auto k = aiacc::testing::run_command("bash " + script.string());
+  EXPECT_THAT(k.output, HasSubstr("gone_after=")) << k.output;
+  const auto gone = k.output.find("gone_after=");
+  EXPECT_LT(std::stoi(k.output.substr(gone + 11)), 20) << k.output;
+  bool checkpointed = false;
+  if (fs::exists(orphaned / "checkpoints")) {
+    for (const auto& entry : fs::directory_iterator(orphaned / "checkpoints")) {
+      checkpointed = checkpointed || fs::exists(entry.path() / "manifest.json");
+    }
+  }
+  EXPECT_TRUE(checkpointed) << k.output;
 }
 
 TEST(DistributedTrain, AKilledShardStopsTheJobOrTheJobRestartsFromItsNewestCheckpoint) {

@@ -242,11 +242,19 @@ void ProcessGroup::serve_shard(const std::function<int()>& stop_signal) {
     if (const int signal = stop_signal ? stop_signal() : 0; signal != 0 && !stop_published) {
       log->warn("shard {} got signal {} ({}): serving on until the workers have stopped at a step and saved "
                 "their checkpoint", options.shard, signal, strsignal(signal));
-      rendezvous_->set_string(kShardStopKey, std::to_string(signal), net::deadline_after(cluster_.start_timeout_s));
       stop_published = true;
+      try {
+        rendezvous_->set_string(kShardStopKey, std::to_string(signal), net::deadline_after(kStopStoreTimeoutS));
+      } catch (const CommError& e) {
+        // Its holder is gone (a killed launcher): the workers got their own signal then. This
+        // loop goes on to its reconnect grace, which ends the shard once the workers are gone.
+        log->warn("shard {}: could not tell the workers through the store ({}); serving on until they stop",
+                  options.shard, e.what());
+      }
     }
     const auto connections = server.connections();
-    if (connections.missing_s > cluster_.ps.reconnect_grace_s) {
+    // The clients clamp the grace to timeout_s too (ps_client()): a shard waits no longer.
+    if (connections.missing_s > std::min(cluster_.ps.reconnect_grace_s, cluster_.ps.timeout_s)) {
       const std::string reason = fmt::format(
           "ps shard {}: {} of the {} worker connections closed {:.1f} s ago and have not come back "
           "(a worker died or was stopped; cluster.ps.reconnect_grace_s)",
@@ -260,6 +268,19 @@ void ProcessGroup::serve_shard(const std::function<int()>& stop_signal) {
   }
   server.check();
   log->info("shard {} shut down by the workers", options.shard);
+}
+
+int ProcessGroup::shard_stop_signal() {
+  if (stop_store_gone_) return 0;
+  try {
+    const auto published = rendezvous_->lookup_string(kShardStopKey, net::deadline_after(kStopStoreTimeoutS));
+    return published ? std::atoi(published->c_str()) : 0;
+  } catch (const CommError& e) {
+    stop_store_gone_ = true;
+    log::get("trainer")->warn("stop check: the store did not answer ({}); a shard's stop signal can no longer "
+                              "reach the workers, their own still stops the job", e.what());
+    return 0;
+  }
 }
 
 ProcessGroup::CachedSum& ProcessGroup::cached_sum(DType dtype, std::int64_t words) {

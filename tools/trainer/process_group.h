@@ -60,6 +60,13 @@ class ProcessGroup {
   void serve_shard(const std::function<int()>& stop_signal = {});
   // The store key where a shard publishes a stop signal it got (its number, as text).
   static constexpr const char* kShardStopKey = "stop/shard-signal";
+  // Worker 0, at a stop check: the signal a shard published (0: none). The store may have gone
+  // with the process that held it (a killed launcher, whose signal is why the job stops): then
+  // it answers 0 after kStopStoreTimeoutS, logs that once and asks no more.
+  int shard_stop_signal();
+  // Seconds a stop signal's exchange through the store may take, far below start_timeout_s: a
+  // stopping job has its checkpoint to write before the signal's sender gives up on it.
+  static constexpr double kStopStoreTimeoutS = 3.0;
 
   // Workers only.
   std::shared_ptr<ring::Communicator> dense() const { return dense_; }
@@ -113,6 +120,7 @@ class ProcessGroup {
   std::int64_t allgather_words_ = 16;  // per-worker block capacity of allgather() across hosts, grows
   std::unique_ptr<ring::HostAllgather> host_allgather_;  // allgather() when every worker shares a host
   int checks_ = 0;
+  bool stop_store_gone_ = false;  // shard_stop_signal: the store did not answer once
 };
 
 }  // namespace aiacc::trainer

@@ -467,11 +467,9 @@ struct Trainer::State {
     std::vector<double> asked{received != 0 ? 1.0 : 0.0, static_cast<double>(received), 0.0};
     if (leader() && group && options.cluster.servers > 0) {
       // A shard's signal (a Kubernetes eviction of its pod) waits at the store.
-      const auto published = group->rendezvous().lookup_string(ProcessGroup::kShardStopKey,
-                                                               net::deadline_after(options.cluster.start_timeout_s));
-      if (published) {
+      if (const int published = group->shard_stop_signal(); published != 0) {
         asked[0] += 1;
-        asked[1] += std::atoi(published->c_str());
+        asked[1] += published;
         asked[2] = 1;
       }
     }
