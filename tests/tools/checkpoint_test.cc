@@ -1,7 +1,7 @@
 // CheckpointManager: bitwise round trip, the on-disk layout, keep_last pruning, and recovery:
 // load_latest() skips .tmp directories and checkpoints with a missing file, a corrupted byte, a
-// truncated file or no manifest in favour of the previous complete one; load() of a bad one
-// throws DataError naming it.
+// truncated file or no manifest in favour of the previous complete one, and refuses to start
+// afresh when none is complete; load() of a bad one throws DataError naming it.
 #include "tools/trainer/checkpoint.h"
 
 #include <gmock/gmock.h>
@@ -184,6 +184,23 @@ TEST_P(CheckpointDamageTest, LoadLatestFallsBackToPreviousComplete) {
   }
 }
 
+// When every checkpoint is damaged, resuming is refused naming the folder and each reason: it
+// used to train from step 0 and save over the damaged folders.
+TEST_P(CheckpointDamageTest, NoLoadableCheckpointIsAnErrorNotAFreshStart) {
+  TempDir run;
+  CheckpointManager manager(run.path(), 0);
+  fs::path only = manager.save(make_checkpoint(5));
+  GetParam().apply(only);
+  try {
+    (void)manager.load_latest();
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(manager.directory().string() + " holds 1 checkpoint(s) and none can be loaded"));
+    EXPECT_THAT(e.what(), HasSubstr(GetParam().expected));
+  }
+  EXPECT_TRUE(fs::exists(only)) << "the damaged checkpoint stays for repair";
+}
+
 void flip_byte(const fs::path& file, std::uintmax_t offset_from_end) {
   std::string bytes = read_bytes(file);
   bytes[bytes.size() - 1 - offset_from_end] ^= 0x01;
@@ -245,14 +262,6 @@ INSTANTIATE_TEST_SUITE_P(
                },
                "state lacks a non-negative integer epoch and batch"}),
     [](const ::testing::TestParamInfo<Damage>& info) { return std::string(info.param.label); });
-
-TEST(CheckpointTest, NothingLoadableGivesNullopt) {
-  TempDir run;
-  CheckpointManager manager(run.path(), 0);
-  fs::path only = manager.save(make_checkpoint(5));
-  fs::remove(only / "manifest.json");
-  EXPECT_FALSE(manager.load_latest().has_value());
-}
 
 TEST(CheckpointTest, BadKeysAndStepsAreRejectedBeforeWriting) {
   TempDir run;

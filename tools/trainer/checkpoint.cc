@@ -427,6 +427,7 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
     }
   }
   std::vector<fs::path> candidates = list();
+  std::vector<std::string> reasons;
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
     try {
       Checkpoint checkpoint = load(*it);
@@ -434,9 +435,18 @@ std::optional<Checkpoint> CheckpointManager::load_latest() const {
       return checkpoint;
     } catch (const DataError& e) {  // the message names the directory already
       logger()->warn("skipping invalid {}", e.what());
+      reasons.push_back(e.what());
     } catch (const IoError& e) {
       logger()->warn("skipping unreadable checkpoint {}: {}", it->string(), e.what());
+      reasons.push_back(fmt::format("{}: {}", it->string(), e.what()));
     }
+  }
+  if (!candidates.empty()) {
+    // Starting afresh here would train from step 0 and save over the damaged steps' folders:
+    // what a transient read error or one lost shard file should never cost.
+    throw DataError(fmt::format("{} holds {} checkpoint(s) and none can be loaded ({}); repair them, or move "
+                                "them away to train from the start",
+                                directory_.string(), candidates.size(), fmt::join(reasons, "; ")));
   }
   return std::nullopt;
 }
