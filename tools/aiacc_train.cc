@@ -8,6 +8,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -36,8 +37,18 @@ constexpr int kExitUsage = 2;
 // machine's cores shared among the job's processes on it, and no more than the CPUs its
 // launcher confined it to (cluster.pin_cores, srun's --cpus-per-task, a container's cpuset).
 int default_threads() {
-  if (const char* configured = std::getenv("OMP_NUM_THREADS"); configured != nullptr && std::atoi(configured) > 0) {
-    return std::atoi(configured);
+  if (const char* configured = std::getenv("OMP_NUM_THREADS"); configured != nullptr && *configured != '\0') {
+    // A list ("8,4") sets nested levels: the first is this process's.
+    const std::string_view text(configured);
+    const std::string_view first = text.substr(0, text.find(','));
+    int threads = 0;
+    const auto [end, error] = std::from_chars(first.data(), first.data() + first.size(), threads);
+    if (error != std::errc() || end != first.data() + first.size() || threads < 1 ||
+        threads > aiacc::trainer::kMaxComputeThreads) {
+      throw aiacc::ConfigError(fmt::format("OMP_NUM_THREADS={}: expected a whole number of threads from 1 to {} "
+                                           "(or set job.threads)", text, aiacc::trainer::kMaxComputeThreads));
+    }
+    return threads;
   }
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int allowed = static_cast<int>(aiacc::util::allowed_cpus().size());
@@ -166,6 +177,9 @@ int run(int argc, char** argv) {
   }
 
   aiacc::trainer::JobOptions job = aiacc::trainer::load_job(config_path, overrides);
+  // OpenMP reads OMP_NUM_THREADS itself when job.threads leaves the count to it: checked here,
+  // before any parallel region could fail on a count no machine has.
+  if (job.job.threads == 0) (void)default_threads();
   if (!emit_target.empty()) {
     std::cout << aiacc::trainer::emit_cluster_files(emit_target, job, config_path, overrides);
     return 0;

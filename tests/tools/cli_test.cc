@@ -104,6 +104,11 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_config_error(config + " --dry-run --set optimizer.lr=", "--set optimizer.lr=: no value");
   // A job name is one folder inside run_dir.
   expect_config_error(config + " --dry-run --set job.name=../escaped", "job.name: expected a non-empty name without '/'");
+  // Thread counts no machine has: OpenMP crashed (SIGSEGV at 65536 and up) before any message.
+  expect_config_error(config + " --dry-run --set job.threads=70000", "job.threads: expected a value in [0, 1024]");
+  const auto omp = aiacc::testing::run_command("OMP_NUM_THREADS=70000 " + g_program + " " + config + " --dry-run 2>&1");
+  EXPECT_EQ(omp.status, 2) << omp.output;
+  EXPECT_THAT(omp.output, HasSubstr("OMP_NUM_THREADS=70000: expected a whole number of threads from 1 to 1024"));
 }
 
 TEST(Cli, EvalOfSomethingThatIsNotACheckpointSaysWhatItIs) {

@@ -15,6 +15,11 @@
 
 namespace aiacc::trainer {
 
+// Compute threads one process may run (job.threads, OMP_NUM_THREADS). Far above any machine's
+// cores: beyond it OpenMP's thread creation fails (50k: "Resource temporarily unavailable") or
+// crashes (65536 and up) before any message could name the setting.
+inline constexpr int kMaxComputeThreads = 1024;
+
 struct JobSection {
   std::string name = "job";
   std::string run_dir = "runs";
@@ -37,8 +42,8 @@ struct JobSection {
     v.field("seed", seed, "seed of initialisation, shuffling and augmentation");
     v.field("threads", threads,
             "compute threads per process (0: OMP_NUM_THREADS when set, else the cores this process may use, "
-            "shared among the job's processes on the machine)",
-            config::at_least(0));
+            "shared among the job's processes on the machine; at most 1024)",
+            config::in_range(0, kMaxComputeThreads));
     v.field("device", device,
             "where the model trains: cpu, cuda (GPU 0; with several workers, local rank r on GPU r) or cuda:N "
             "(every worker on GPU N); models mlp, resnet, wide_deep (its tables stay in host memory)",
