@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# aiacc-bench's command lines: a bad value is refused at once (exit 2) naming its flag, a --json
-# file that could not be written is refused before any measuring, an empty size range is an
-# error rather than a crash, and a rank that fails stops the others of its sweep at once instead
-# of leaving them waiting at the store for their 120 s start-up timeout.
-# usage: bench_cli_test.sh PATH/TO/aiacc-bench
+# aiacc-bench's and aiacc-bench-net's command lines: --help prints a usage text (exit 0); a bad
+# value is refused at once (exit 2) naming its flag, before any process starts; a --json file
+# that could not be written is refused before any measuring; an empty size range is an error
+# rather than a crash; a rank that fails stops the others of its sweep at once instead of
+# leaving them waiting at the store for their 120 s start-up timeout; a frozen rank ends the
+# sweep after --timeout-s with the error naming the rank waited for.
+# usage: bench_cli_test.sh PATH/TO/aiacc-bench [PATH/TO/aiacc-bench-net]
+#   (aiacc-bench-net: by default the one next to aiacc-bench)
 set -uo pipefail
 
 bench=$1
+net_bench=${2:-$(dirname "$bench")/aiacc-bench-net}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -16,18 +20,48 @@ fail() {
   failures=$((failures + 1))
 }
 
-# expect STATUS TEXT ARGS...: aiacc-bench ARGS exits with STATUS and its stderr holds TEXT.
-expect() {
-  local want=$1 text=$2
-  shift 2
+# run_expect PROGRAM STATUS TEXT ARGS...: PROGRAM ARGS exits with STATUS and its stderr holds TEXT.
+run_expect() {
+  local program=$1 want=$2 text=$3
+  shift 3
   local rc=0
-  timeout 60 "$bench" "$@" >"$work/out" 2>"$work/err" || rc=$?
+  timeout 60 "$program" "$@" >"$work/out" 2>"$work/err" || rc=$?
   if [[ $rc != "$want" ]]; then
-    fail "aiacc-bench $*: exit status $rc, expected $want; stderr: $(tail -3 "$work/err")"
+    fail "$(basename "$program") $*: exit status $rc, expected $want; stderr: $(tail -3 "$work/err")"
   elif [[ -n $text ]] && ! grep -qF -- "$text" "$work/err"; then
-    fail "aiacc-bench $*: stderr lacks '$text': $(tail -3 "$work/err")"
+    fail "$(basename "$program") $*: stderr lacks '$text': $(tail -3 "$work/err")"
   fi
 }
+
+# expect STATUS TEXT ARGS...: aiacc-bench ARGS exits with STATUS and its stderr holds TEXT.
+expect() { run_expect "$bench" "$@"; }
+# expect_net STATUS TEXT ARGS...: the same for aiacc-bench-net.
+expect_net() { run_expect "$net_bench" "$@"; }
+
+# expect_usage PROGRAM "FLAG..." ARGS...: PROGRAM ARGS exits 0 with a usage text on stdout that
+# names every FLAG.
+expect_usage() {
+  local program=$1 flags=$2
+  shift 2
+  run_expect "$program" 0 "" "$@"
+  local flag
+  for flag in $flags; do
+    grep -qF -- "$flag" "$work/out" || fail "$(basename "$program") $*: the usage text lacks $flag"
+  done
+}
+
+[[ -x $net_bench ]] || fail "no aiacc-bench-net at $net_bench"
+
+# Usage texts.
+expect_usage "$bench" "allreduce ps train" --help
+expect_usage "$bench" "allreduce ps train" -h
+expect 2 "usage: aiacc-bench" # no subcommand
+expect 2 "unknown subcommand 'bogus'" bogus
+expect_usage "$bench" "--ranks --streams --max-bytes --timeout-s --mpi --json" allreduce --help
+expect_usage "$bench" "--dims --ids --modes --optimizer --table-rows --json" ps --help
+expect_usage "$bench" "--dims --ids" ps -h
+expect_usage "$bench" "--workers --steps --set --json" train --help
+expect_usage "$net_bench" "--sizes --max-size --streams --modes --reps --json" --help
 
 expect 2 "--ranks expects a whole number, got 'abc'" allreduce --ranks abc
 expect 2 "--seconds takes a number above 0" allreduce --seconds -1
@@ -43,6 +77,43 @@ expect 2 "aiacc-bench ps: --seconds expects a number, got 'abc'" ps --seconds ab
 expect 2 "aiacc-bench ps: --json $work: is a folder" ps --json "$work"
 expect 2 "--workers expects a whole number, got 'abc'" train config.yaml --workers abc
 expect 2 "the folder $work/missing does not exist" train config.yaml --json "$work/missing/t.json"
+expect 2 "--timeout-s takes a number above 0" allreduce --timeout-s 0
+expect 2 "unknown option '--bogus'" allreduce --bogus
+
+# aiacc-bench ps: refused before any shard or worker starts.
+expect 2 "--dims takes 1 to 1048576, got 0" ps --dims 0
+expect 2 "--dims takes 1 to 1048576, got -3" ps --dims 8,-3
+expect 2 "--dims takes a comma-separated list" ps --dims ,
+expect 2 "--optimizer takes sgd, adam, adamw, adagrad, ftrl, got 'bogus'" ps --optimizer bogus
+expect 2 "--ids takes 1 to 2147483647, got -5" ps --ids -5
+expect 2 "--ids takes 1 to 2147483647, got 0" ps --ids 0
+expect 2 "--modes takes a comma-separated list" ps --modes ,
+expect 2 "--modes takes pull, push and step, got 'bogus'" ps --modes pull,bogus
+expect 2 "--ids 2000000000 with --dims 128 and --workers 2 would need at least" ps --ids 2000000000
+expect 2 "--table-rows 1000000000000 would need at least" ps --table-rows 1000000000000
+expect 2 "--json /nonexistent-folder/x.json: the folder /nonexistent-folder does not exist" ps --json /nonexistent-folder/x.json
+
+# aiacc-bench train: keys the bench sets itself are not the user's to override.
+expect 2 "job.run_dir is set by aiacc-bench train" train config.yaml --set "job.run_dir=$work"
+expect 2 "job.name is set by aiacc-bench train" train config.yaml --set job.name=mine
+expect 2 "cluster.workers is set by aiacc-bench train for every run (use --workers" train config.yaml --set cluster.workers=3
+expect 2 "the section job holds job.threads, job.run_dir, job.name" train config.yaml --set "job={run_dir: $work}"
+expect 2 "--set takes KEY=VALUE, got 'job'" train config.yaml --set job
+expect 2 "no CONFIG given" train
+
+# aiacc-bench-net.
+expect_net 2 "--max-size takes 4 to 1073741824, got 3" --max-size 3
+expect_net 2 "--reps takes 1 to 1000, got 0" --reps 0
+expect_net 2 "--modes takes copy, zerocopy and default, got 'bogus'" --modes bogus
+expect_net 2 "--json /nonexistent-folder/x.json: the folder /nonexistent-folder does not exist" --json /nonexistent-folder/x.json
+expect_net 2 "--sizes expects a whole number, got 'abc'" --sizes abc
+expect_net 2 "--sizes takes 1 to 1073741824, got -5" --sizes -5
+expect_net 2 "--sizes takes a comma-separated list" --sizes 4,,16
+expect_net 2 "--streams takes 1 to 64, got -1" --streams -1
+expect_net 2 "--reps needs a value" --reps
+expect_net 2 "unknown option '--bogus'" --bogus 1
+expect_net 0 "" --sizes 4 --streams 1 --modes copy --reps 1 --json "$work/net.json"
+grep -q '"latency_us"' "$work/net.json" 2>/dev/null || fail "aiacc-bench-net --json $work/net.json was not written"
 
 # Rank 0 cannot bind its interface: the launcher names it and stops rank 1 at once.
 start=$(date +%s)
@@ -55,8 +126,41 @@ elapsed=$(($(date +%s) - start))
 expect 0 "" allreduce --mpi none --repeat 1 --max-bytes 4K --seconds 0.01 --json "$work/ok.json"
 grep -q '"busbw_gbs"' "$work/ok.json" 2>/dev/null || fail "--json $work/ok.json was not written"
 
+# A frozen rank: the other one's collective times out after --timeout-s, naming the rank it
+# waited for, and the launcher stops the sweep (the default, 60 s, would take a minute).
+"$bench" allreduce --mpi none --hierarchical off --repeat 1 --min-bytes 16M --max-bytes 16M --seconds 60 \
+  --timeout-s 2 >"$work/out" 2>"$work/err" &
+launcher=$!
+ranks=()
+for _ in $(seq 100); do
+  mapfile -t ranks < <(pgrep -P "$launcher")
+  ((${#ranks[@]} == 2)) && break
+  sleep 0.1
+done
+if ((${#ranks[@]} == 2)); then
+  sleep 2  # past the ranks' connection set-up, into the timed runs
+  kill -STOP "${ranks[1]}"
+  start=$(date +%s)
+  # Polled rather than a background watchdog, which would hold the test's output open.
+  while kill -0 "$launcher" 2>/dev/null && (($(date +%s) - start < 50)); do sleep 0.2; done
+  kill -KILL "$launcher" 2>/dev/null
+  rc=0
+  wait "$launcher" || rc=$?
+  elapsed=$(($(date +%s) - start))
+  kill -KILL "${ranks[@]}" 2>/dev/null
+  if [[ $rc != 1 ]]; then
+    fail "a frozen rank: exit status $rc after ${elapsed} s, expected 1; stderr: $(tail -3 "$work/err")"
+  elif ! grep -qE "timed out after [0-9.]+ s.*rank [01]" "$work/err"; then
+    fail "a frozen rank: stderr lacks the timeout naming the rank: $(tail -3 "$work/err")"
+  fi
+  ((elapsed < 20)) || fail "a frozen rank took ${elapsed} s to end the sweep with --timeout-s 2"
+else
+  kill -KILL "$launcher" "${ranks[@]}" 2>/dev/null
+  fail "aiacc-bench allreduce did not start its 2 ranks"
+fi
+
 if ((failures > 0)); then
   echo "$failures failure(s)" >&2
   exit 1
 fi
-echo "aiacc-bench command lines: all checks passed"
+echo "aiacc-bench and aiacc-bench-net command lines: all checks passed"

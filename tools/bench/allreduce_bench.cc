@@ -1,27 +1,8 @@
 // aiacc-bench allreduce: allreduce time and bandwidth by message size, like nccl-tests
 // (size, time, algbw = bytes / time, busbw = algbw * 2(n-1)/n), for aiacc's CPU collectives
 // and, in the same run, OpenMPI's MPI_Allreduce over TCP and over shared memory, with ratios.
-//
-//   aiacc-bench allreduce --ranks 4 [--streams K|auto] [--wire native|fp16|bf16]
-//                         [--min-bytes 4] [--max-bytes 256M] [--mpi tcp,shm|none] [--json FILE]
-//                         [--hierarchical on|off] [--chunk-bytes 1M] [--rebalance RUNS|0] [--seconds S] [--no-check]
-//                         [--curve on|off] [--pin on|off] [--transport auto|tcp|zmq] [--spin-us N|-1]
-//                         [--halving-doubling-bytes N] [--repeat R]
-// --halving-doubling-bytes sets AllreduceTuning::halving_doubling_bytes (0: the ring instead of
-// halving-doubling for every size it would serve).
-// --transport picks the ring's links (ring/communicator.h): tcp, plain sockets the ranks'
-// threads read and write (auto's choice without CURVE), or zmq, the ZeroMQ channels. --spin-us
-// is how long a tcp wait polls before sleeping (-1, the default: 50 when the ranks fit the
-// CPUs, else 5).
-// --curve on runs every connection under the job's CURVE keys (authenticated and encrypted, as
-// aiacc-train does by default); off (the default here) is plain TCP, the comparison for MPI.
-// --pin on binds rank r to the (r mod n)-th of the n CPUs the launcher may use, as aiacc-train's
-// cluster.pin_cores does (global ranks, so emulated hosts sharing this machine's CPUs do not all
-// start on the first one), and runs OpenMPI bound the same way, one logical CPU per rank
-// (--bind-to hwthread:overload-allowed --map-by hwthread:OVERSUBSCRIBE); off (the default)
-// leaves both unbound.
-// --hierarchical off forces the flat TCP ring even for ranks on one host (the fair comparison
-// with OpenMPI over TCP); on (default) uses shared memory within a host.
+// The flags are in kAllreduceUsage below (aiacc-bench allreduce --help); `aiacc-bench --help`
+// lists the subcommands.
 //
 // Ranks are local processes: this launcher starts the rendezvous store and `--ranks` copies of
 // itself. Under tools/netemu (AIACC_NETEMU_* set), one launcher runs per emulated host, starts
@@ -32,6 +13,15 @@
 // hits both sides alike; each size reports the median time of each side with its [min-max],
 // and the ratio of the medians (under tools/netemu one sweep: no OpenMPI there). --streams auto tunes the stream count
 // (AutoTuner over 1, 2, 4, ... --max-streams) for each size before measuring it (column K).
+// --pin on binds rank r to the (r mod n)-th of the n CPUs the launcher may use, as aiacc-train's
+// cluster.pin_cores does (global ranks, so emulated hosts sharing this machine's CPUs do not all
+// start on the first one), and runs OpenMPI bound the same way, one logical CPU per rank
+// (--bind-to hwthread:overload-allowed --map-by hwthread:OVERSUBSCRIBE). --hierarchical off
+// (the flat TCP ring even for ranks on one host) and --curve off are the fair comparison with
+// OpenMPI over TCP.
+// --timeout-s defaults to 60 s, not CommunicatorOptions' 300 s (sized for a slow peer's
+// backward pass): a benchmark's collectives take well under a second, and a frozen rank should
+// end the sweep with the TimeoutError naming it within a minute.
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -50,6 +40,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -79,6 +70,41 @@ using namespace aiacc;
 // Streams per peer: as many as the trainer's cluster.ring.streams allows.
 constexpr int kMaxStreams = 64;
 
+constexpr std::string_view kUsage = R"(usage: aiacc-bench allreduce|ps|train [options]
+  allreduce   allreduce time and bandwidth by message size, against OpenMPI
+  ps          parameter-server throughput and memory per row, against iperf3
+  train       scaling efficiency of a job config, 1 worker against N
+aiacc-bench SUBCOMMAND --help lists the subcommand's options.
+)";
+
+constexpr std::string_view kAllreduceUsage = R"(usage: aiacc-bench allreduce [options]
+Allreduce time, algbw and busbw by message size for --ranks local processes, and OpenMPI's
+MPI_Allreduce in the same run (sweeps alternate between the two sides; medians reported).
+  --ranks N                  ranks (processes) per host, 1 to 1024 (default 2)
+  --streams K|auto           streams per peer, 1 to 64, or auto: tuned per size (default 1)
+  --max-streams K            largest count --streams auto tries, 1 to 64 (default 8)
+  --wire native|fp16|bf16    wire type of the reduced data (default native)
+  --min-bytes SIZE           smallest size (4, 64K, 1M, ...; sizes grow by 4x) (default 4)
+  --max-bytes SIZE           largest size, 4 to 1T (default 256M)
+  --mpi tcp,shm|tcp|shm|none OpenMPI transports to compare with (default tcp,shm)
+  --hierarchical on|off      shared memory within a host (on, default) or the flat TCP ring
+  --chunk-bytes SIZE         ring pipeline chunk, at least 1K (default 1M)
+  --halving-doubling-bytes SIZE
+                             largest size halving-doubling serves (0: the ring for all)
+  --rebalance RUNS           stream rebalancing period in runs, 0 for equal weights (default 4)
+  --transport auto|tcp|zmq   the ring's links: plain sockets (tcp) or ZeroMQ channels (default auto)
+  --spin-us N                microseconds a tcp wait polls before sleeping, -1 auto (default -1)
+  --curve on|off             CURVE-encrypted connections, as aiacc-train by default (default off)
+  --pin on|off               bind rank r to allowed CPU r mod n, OpenMPI alike (default off)
+  --timeout-s SECONDS        seconds a collective may take before a rank fails naming the peer
+                             it waited for, above 0 up to 86400 (default 60)
+  --seconds S                timed seconds per size, above 0 up to 3600 (default 0.3)
+  --repeat R                 alternating sweeps of each side, 1 to 100 (default 3)
+  --no-check                 skip checking each rank's sums
+  --json FILE                also write the results as JSON (checked first, written at the end)
+  -h, --help                 this text
+)";
+
 struct Args {
   int ranks = 2;                 // per host
   std::string streams = "1";     // a number or "auto"
@@ -96,6 +122,8 @@ struct Args {
   double seconds = 0.3;
   int repeat = 3;  // alternating sweeps of each side; medians reported
   bool check = true;
+  double timeout_s = 60;  // CommunicatorOptions::timeout_s (see the top of this file)
+  bool help = false;
   bool curve = false;  // CURVE-authenticated and -encrypted connections (the job default)
   std::string transport = "auto";
   int spin_us = -1;
@@ -119,6 +147,10 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
+    if (bench::is_help_flag(key)) {
+      a.help = true;
+      return a;
+    }
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
       return argv[++i];
@@ -146,6 +178,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--json") a.json = value();
     else if (key == "--seconds") a.seconds = bench::positive_flag(key, value(), 3600);
     else if (key == "--repeat") a.repeat = integer(1, 100);
+    else if (key == "--timeout-s") a.timeout_s = bench::positive_flag(key, value(), 86400);
     else if (key == "--no-check") a.check = false;
     else if (key == "--curve") a.curve = on_off_flag(key, value());
     else if (key == "--transport") {
@@ -160,7 +193,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--world") a.world = integer(1, 1 << 20);
     else if (key == "--master") a.master = value();
     else if (key == "--interface") a.interface = value();
-    else throw ConfigError(fmt::format("unknown option {} (see the comment at the top of allreduce_bench.cc)", key));
+    else throw ConfigError(fmt::format("unknown option '{}' (see aiacc-bench allreduce --help)", key));
   }
   if (a.cpu >= 0 && a.rank < 0) throw ConfigError("--cpu is set by the launcher for its ranks; use --pin on");
   if (sizes(a).empty()) {
@@ -227,6 +260,7 @@ int run_rank(const Args& a, const std::shared_ptr<net::Context>& context, net::R
   options.interface = a.interface;
   options.transport = a.transport;
   options.spin_us = a.spin_us;
+  options.timeout_s = a.timeout_s;
   auto comm = ring::Communicator::connect(context, rendezvous, a.rank, a.world, options, "bench");
   ring::AllreduceSpec spec;
   spec.wire = ring::parse_wire_type(a.wire, "--wire");
@@ -454,7 +488,7 @@ std::optional<Results> run_aiacc_sweep(const Args& a, int host, int world, const
                               "--max-bytes", std::to_string(a.max_bytes), "--seconds", std::to_string(a.seconds),
                               "--hierarchical", a.hierarchical ? "on" : "off", "--chunk-bytes", std::to_string(a.chunk_bytes),
                               "--rebalance", std::to_string(a.rebalance), "--transport", a.transport,
-                              "--spin-us", std::to_string(a.spin_us)};
+                              "--spin-us", std::to_string(a.spin_us), "--timeout-s", fmt::format("{}", a.timeout_s)};
     if (a.halving_doubling_bytes >= 0) {
       argv.insert(argv.end(), {"--halving-doubling-bytes", std::to_string(a.halving_doubling_bytes)});
     }
@@ -612,14 +646,23 @@ int run_launcher(Args a) {
 int main(int argc, char** argv) {
   aiacc::net::keep_freed_message_memory();  // for every sub-command and every rank process
   try {
-    if (argc >= 2 && std::string(argv[1]) == "ps") return aiacc::bench::run_ps_bench(argc, argv);
-    if (argc >= 2 && std::string(argv[1]) == "train") return aiacc::bench::run_train_bench(argc, argv);
-    if (argc < 2 || std::string(argv[1]) != "allreduce") {
-      std::cerr << "usage: aiacc-bench allreduce|ps|train [options]  (see tools/bench/allreduce_bench.cc, "
-                   "ps_bench.cc, train_bench.cc)\n";
+    const std::string command = argc >= 2 ? argv[1] : "";
+    if (command == "ps") return aiacc::bench::run_ps_bench(argc, argv);
+    if (command == "train") return aiacc::bench::run_train_bench(argc, argv);
+    if (aiacc::bench::is_help_flag(command)) {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (command != "allreduce") {
+      if (!command.empty()) std::cerr << "aiacc-bench: unknown subcommand '" << command << "'\n";
+      std::cerr << kUsage;
       return 2;
     }
     const Args args = parse(argc, argv);
+    if (args.help) {
+      std::cout << kAllreduceUsage;
+      return 0;
+    }
     return args.rank >= 0 ? run_worker(args) : run_launcher(args);
   } catch (const aiacc::ConfigError& e) {
     std::cerr << "aiacc-bench: " << e.what() << "\n";

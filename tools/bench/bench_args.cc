@@ -1,15 +1,8 @@
 #include "tools/bench/bench_args.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/io/atomic_file.h"
 #include "core/util/flag_values.h"
 
 namespace aiacc::bench {
@@ -43,20 +36,5 @@ bool on_off_flag(std::string_view flag, const std::string& text) {
   if (text != "on" && text != "off") throw ConfigError(fmt::format("{} takes on or off, got '{}'", flag, text));
   return text == "on";
 }
-
-void check_output_path(std::string_view flag, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  if (fs::is_directory(path, error)) throw ConfigError(fmt::format("{} {}: is a folder, not a file", flag, path));
-  const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  if (!fs::is_directory(folder, error)) {
-    throw ConfigError(fmt::format("{} {}: the folder {} does not exist", flag, path, folder.string()));
-  }
-  if (::access(folder.c_str(), W_OK) != 0) {
-    throw ConfigError(fmt::format("{} {}: cannot write in {}: {}", flag, path, folder.string(), std::strerror(errno)));
-  }
-}
-
-void write_output(const std::string& path, const std::string& text) { io::write_file_atomically(path, text); }
 
 }  // namespace aiacc::bench

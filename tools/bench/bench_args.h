@@ -1,7 +1,6 @@
 // Command-line values of the benchmarks (aiacc-bench allreduce | ps | train): each parsed whole
 // and range-checked, with a ConfigError naming the flag (std::stoi alone reads "0.5" as 0 and
-// reports a bad one as "stoi"), and --json files checked before a sweep of many minutes and
-// written atomically after it.
+// reports a bad one as "stoi"). --help, lists and --json files: bench_cli.h.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +8,7 @@
 #include <string_view>
 
 #include "core/util/flag_values.h"
+#include "tools/bench/bench_cli.h"
 
 namespace aiacc::bench {
 
@@ -20,11 +20,5 @@ double positive_flag(std::string_view flag, const std::string& text, double max)
 std::int64_t bytes_flag(std::string_view flag, const std::string& text, std::int64_t min, std::int64_t max);
 // `on` or `off`.
 bool on_off_flag(std::string_view flag, const std::string& text);
-
-// Refuses, before any measuring, an output file that could not be written at the end: its
-// folder missing or not writable, or the path a folder.
-void check_output_path(std::string_view flag, const std::string& path);
-// Replaces `path` with `text` atomically; IoError naming the path when that fails.
-void write_output(const std::string& path, const std::string& text);
 
 }  // namespace aiacc::bench

@@ -1,22 +1,18 @@
-// net_bench: core/net channel throughput and latency between 2 ranks (threads of this process,
-// each with its own ZeroMQ context, as separate processes would have) over loopback TCP.
+// aiacc-bench-net: core/net channel throughput and latency between 2 ranks (threads of this
+// process, each with its own ZeroMQ context, as separate processes would have) over loopback TCP.
 // For each message size, stream count K and send mode (copy / zero-copy), a message is split
 // into K parts sent concurrently, one thread per stream:
 //   one-way: rank 0 sends `iters` messages, rank 1 receives them and acks; GB/s = bytes / time
 //   ping-pong: rank 0 sends, rank 1 echoes the received buffer; µs = round trip / 2
-// Each figure is the median of --reps repetitions (min and max printed too).
-//
-//   aiacc-bench-net [--sizes 4,1024,...] [--streams 1,4] [--modes copy,zerocopy,default]
-//                   [--reps 3] [--max-size BYTES] [--json FILE]
+// Each figure is the median of --reps repetitions (min and max printed too). The flags are in
+// kUsage below (aiacc-bench-net --help).
 #include <algorithm>
 #include <barrier>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
-#include <iostream>
-#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -27,13 +23,31 @@
 #include "core/net/message_memory.h"
 #include "core/net/rendezvous_client.h"
 #include "core/net/rendezvous_server.h"
+#include "core/util/flag_values.h"
+#include "tools/bench/bench_cli.h"
 #include "tools/bench/spread.h"
 
 namespace {
 
 using namespace aiacc::net;
 
+constexpr std::string_view kUsage = R"(usage: aiacc-bench-net [options]
+core/net channel throughput (one-way GB/s) and latency (ping-pong us) between 2 ranks over
+loopback TCP, for every size x stream count x send mode.
+  --sizes N,N,...     message sizes in bytes, 1 to 1073741824 (default: 4, 16, 64, ... up to --max-size)
+  --max-size BYTES    largest default size, 4 to 1073741824 (default 268435456); ignored with --sizes
+  --streams K,K,...   streams a message is split over, each 1 to 64 (default 1,4)
+  --modes M,M,...     send modes: copy, zerocopy, default (ChannelOptions' threshold) (default all three)
+  --reps N            repetitions per figure, 1 to 1000; median [min, max] printed (default 3)
+  --json FILE         also write one JSON object per row to FILE (checked first, written at the end)
+  -h, --help          this text
+)";
+
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 30;
+constexpr std::int64_t kMaxStreams = 64;
+
 struct Args {
+  bool help = false;
   std::vector<std::size_t> sizes;
   std::vector<int> streams = {1, 4};
   std::vector<std::string> modes = {"copy", "zerocopy", "default"};
@@ -43,40 +57,54 @@ struct Args {
 
 using aiacc::bench::Spread;
 using aiacc::bench::spread_of;
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) items.push_back(item);
-  return items;
-}
+using aiacc::util::integer_flag;
 
 Args parse(int argc, char** argv) {
+  using aiacc::ConfigError;
+  using aiacc::bench::list_flag;
   Args args;
-  std::size_t max_size = std::size_t{256} << 20;
+  std::int64_t max_size = std::int64_t{256} << 20;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
+    if (aiacc::bench::is_help_flag(flag)) {
+      args.help = true;
+      return args;
+    }
+    if (flag != "--sizes" && flag != "--streams" && flag != "--modes" && flag != "--reps" && flag != "--max-size" &&
+        flag != "--json") {
+      throw ConfigError(fmt::format("unknown option '{}' (see aiacc-bench-net --help)", flag));
+    }
+    if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", flag));
     const std::string value = argv[++i];
     if (flag == "--sizes") {
-      for (const auto& s : split(value)) args.sizes.push_back(std::stoull(s));
+      args.sizes.clear();
+      for (const auto& s : list_flag(flag, value, "4,1024,1048576")) {
+        args.sizes.push_back(static_cast<std::size_t>(integer_flag(flag, s, 1, kMaxSize)));
+      }
     } else if (flag == "--streams") {
       args.streams.clear();
-      for (const auto& s : split(value)) args.streams.push_back(std::stoi(s));
+      for (const auto& s : list_flag(flag, value, "1,4")) {
+        args.streams.push_back(static_cast<int>(integer_flag(flag, s, 1, kMaxStreams)));
+      }
     } else if (flag == "--modes") {
-      args.modes = split(value);
+      args.modes = list_flag(flag, value, "copy,zerocopy");
+      for (const auto& mode : args.modes) {
+        if (mode != "copy" && mode != "zerocopy" && mode != "default") {
+          throw ConfigError(fmt::format("--modes takes copy, zerocopy and default, got '{}'", mode));
+        }
+      }
     } else if (flag == "--reps") {
-      args.reps = std::stoi(value);
+      args.reps = static_cast<int>(integer_flag(flag, value, 1, 1000));
     } else if (flag == "--max-size") {
-      max_size = std::stoull(value);
-    } else if (flag == "--json") {
-      args.json = value;
+      // Default sizes run 4, 16, 64, ...: below 4 there would be none.
+      max_size = integer_flag(flag, value, 4, kMaxSize);
     } else {
-      throw std::runtime_error("unknown flag " + flag);
+      args.json = value;
+      aiacc::bench::check_output_path(flag, args.json);  // refused now, not after the sweep
     }
   }
   if (args.sizes.empty()) {
-    for (std::size_t size = 4; size <= max_size; size *= 4) args.sizes.push_back(size);
+    for (std::size_t size = 4; size <= static_cast<std::size_t>(max_size); size *= 4) args.sizes.push_back(size);
   }
   return args;
 }
@@ -199,8 +227,11 @@ int main(int argc, char** argv) {
   aiacc::net::keep_freed_message_memory();  // as every program of ours that moves large messages
   try {
     const Args args = parse(argc, argv);
-    std::ofstream json;
-    if (!args.json.empty()) json.open(args.json);
+    if (args.help) {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
+    std::string json;
     fmt::print("core/net loopback, 2 ranks as threads, {} reps (median [min, max]), "
                "{} hardware threads\n",
                args.reps, std::thread::hardware_concurrency());
@@ -214,20 +245,25 @@ int main(int argc, char** argv) {
                      row.gbps.max, row.latency_us.median, row.latency_us.min,
                      row.latency_us.max);
           std::fflush(stdout);
-          if (json.is_open()) {
-            json << fmt::format(
-                "{{\"bytes\": {}, \"streams\": {}, \"mode\": \"{}\", \"reps\": {}, "
-                "\"gbps\": {{\"median\": {:.4f}, \"min\": {:.4f}, \"max\": {:.4f}}}, "
-                "\"latency_us\": {{\"median\": {:.2f}, \"min\": {:.2f}, \"max\": {:.2f}}}}}\n",
-                row.bytes, row.streams, row.mode, args.reps, row.gbps.median, row.gbps.min,
-                row.gbps.max, row.latency_us.median, row.latency_us.min, row.latency_us.max);
-          }
+          json += fmt::format(
+              "{{\"bytes\": {}, \"streams\": {}, \"mode\": \"{}\", \"reps\": {}, "
+              "\"gbps\": {{\"median\": {:.4f}, \"min\": {:.4f}, \"max\": {:.4f}}}, "
+              "\"latency_us\": {{\"median\": {:.2f}, \"min\": {:.2f}, \"max\": {:.2f}}}}}\n",
+              row.bytes, row.streams, row.mode, args.reps, row.gbps.median, row.gbps.min,
+              row.gbps.max, row.latency_us.median, row.latency_us.min, row.latency_us.max);
         }
       }
     }
+    if (!args.json.empty()) {
+      aiacc::bench::write_output(args.json, json);
+      fmt::print("wrote {}\n", args.json);
+    }
     return 0;
+  } catch (const aiacc::ConfigError& e) {
+    std::fprintf(stderr, "aiacc-bench-net: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "net_bench: %s\n", e.what());
+    std::fprintf(stderr, "aiacc-bench-net: %s\n", e.what());
     return 1;
   }
 }

@@ -1,12 +1,5 @@
-// aiacc-bench ps: parameter-server throughput, shards and workers as local processes.
-//
-//   aiacc-bench ps [--servers 2] [--workers 2] [--dims 8,16,64,128] [--ids 1000,10000,100000]
-//                  [--modes pull,push,step] [--seconds 0.5] [--optimizer adagrad]
-//                  [--memory-rows 10000000] [--memory-dim 16] [--iperf-seconds 2]
-//                  [--iperf-streams 1] [--server-threads T] [--server-partitions P]
-//                  [--chunk-bytes 262144] [--table-rows N]
-//                  [--inflight 2] [--json FILE] [--curve on|off] [--unique-ids on|off]
-//                  [--repeat R]
+// aiacc-bench ps: parameter-server throughput, shards and workers as local processes. The flags
+// are in kUsage below (aiacc-bench ps --help).
 //
 // The launcher starts --servers shard processes (aiacc-ps-server's code, re-executing this
 // program) and --workers worker processes. Every worker owns its own set of U unique ids per
@@ -67,6 +60,7 @@
 #include "core/optim/sparse_row_optimizer.h"
 #include "core/util/random.h"
 #include "ps/client.h"
+#include "ps/protocol.h"
 #include "ps/server_process.h"
 #include "tools/bench/bench_args.h"
 #include "tools/bench/spread.h"
@@ -76,7 +70,42 @@ extern char** environ;
 namespace aiacc::bench {
 namespace {
 
+constexpr std::string_view kUsage = R"(usage: aiacc-bench ps [options]
+Parameter-server rows/s and payload GB/s for pull, push and step (pull + push) with shards and
+workers as local processes, against loopback TCP as iperf3 measures it, then the memory per row.
+  --servers N              shard processes, 1 to 1024 (default 2)
+  --workers N              worker processes, 1 to 1024 (default 2)
+  --dims D,D,...           floats per row, each 1 to 1048576 (default 8,16,64,128)
+  --ids U,U,...            ids per request, each 1 to 2147483647 (default 1000,10000,100000)
+  --modes M,M,...          pull, push, step (default pull,push,step)
+  --seconds S              timed seconds per point, above 0 up to 3600 (default 0.5)
+  --optimizer NAME         the shards' sparse rule: sgd, adam, adamw, adagrad, ftrl (default adagrad)
+  --table-rows N           requests draw their ids from tables of N rows, created first;
+                           0: a worker asks for the same ids every time (default 0)
+  --unique-ids on|off      requests declare their ids unique, as the trainer's do (default on)
+  --inflight N             pull/push requests outstanding per worker, 1 to 64 (default 2)
+  --chunk-bytes N          row bytes per request chunk, 0 (no chunks) to 2^40 (default 262144)
+  --server-threads T       OpenMP threads per shard, 0 to 1024; 0: cores / (servers + workers)
+  --server-partitions P    store partitions per shard table, 0 to 4096; 0: the shard's default
+  --memory-rows N          rows of the memory measurement, 0 (skip it) to 2^40 (default 10000000)
+  --memory-dim D           floats per row of the memory measurement, 1 to 1048576 (default 16)
+  --iperf-seconds S        whole seconds per iperf3 run, 0 (skip iperf3) to 3600 (default 2)
+  --iperf-streams N        iperf3 streams, 1 to 128 (default 1)
+  --repeat R               sweeps, each with fresh shards, medians reported, 1 to 100 (default 1)
+  --curve on|off           CURVE-encrypted connections, as aiacc-train by default (default off)
+  --json FILE              also write the results as JSON (checked first, written at the end)
+  -h, --help               this text
+Sizes whose buffers and rows would not fit in this machine's memory are refused at once.
+)";
+
+// The shard's sparse rules (lars and lamb are layer-wise: not for tables).
+constexpr std::string_view kOptimizers[] = {"sgd", "adam", "adamw", "adagrad", "ftrl"};
+constexpr int kMaxDim = 1 << 20;
+// Rows per pull when tables are filled (--table-rows, --memory-rows).
+constexpr std::int64_t kFillChunk = 200000;
+
 struct Args {
+  bool help = false;
   bool curve = false;  // CURVE-authenticated and -encrypted connections (the job default)
   bool unique_ids = true;  // requests declared unique: the client skips its de-duplication
   int servers = 2;
@@ -114,31 +143,112 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return out;
 }
 
-std::vector<int> int_list(const std::string& key, const std::string& text) {
+std::vector<int> int_list(const std::string& key, const std::string& text, int min, int max, std::string_view example) {
   std::vector<int> out;
-  for (const auto& item : split(text, ',')) {
-    out.push_back(static_cast<int>(
-        integer_flag(key, item, std::numeric_limits<int>::min(), std::numeric_limits<int>::max())));
-  }
+  for (const auto& item : list_flag(key, text, example)) out.push_back(static_cast<int>(integer_flag(key, item, min, max)));
   return out;
+}
+
+ps::TableConfig table_for(int dim, const std::string& optimizer, const std::string& name, int workers) {
+  ps::TableConfig c;
+  c.spec.name = name;
+  c.spec.dim = dim;
+  c.spec.seed = 1;
+  c.optimizer.type = optimizer;
+  c.optimizer.lr = 0.01;
+  c.options.num_workers = workers;
+  return c;
+}
+
+// Bytes of this machine's memory (0: unknown).
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+}
+
+// Refuses, before any process starts, what the shards or the workers would refuse or could not
+// hold: each dim's table as the shards validate it, and sizes whose buffers and rows (raw
+// floats; the shards' stores take more) exceed this machine's memory, which would otherwise
+// end in a bare std::bad_alloc or the kernel's OOM killer minutes in.
+void check_launch(const Args& a) {
+  for (int dim : a.dims) {
+    try {
+      ps::decode_table_config(ps::encode_table_config(table_for(dim, a.optimizer, "bench", a.workers)), "table");
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("--dims {} with --optimizer {}: the shards would refuse the table: {}", dim,
+                                    a.optimizer, e.what()));
+    }
+  }
+  const double memory = physical_memory_bytes();
+  auto gib = [](double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); };
+  auto refuse_beyond_memory = [&](const std::string& flags, double bytes, const std::string& parts) {
+    if (memory > 0 && bytes > memory) {
+      throw ConfigError(fmt::format("{} would need at least {:.0f} bytes of memory ({}: {}), more than this "
+                                    "machine's {:.0f} bytes ({})", flags, bytes, gib(bytes), parts, memory, gib(memory)));
+    }
+  };
+  const optim::SparseRowOptimizer optimizer(table_for(1, a.optimizer, "bench", a.workers).optimizer);
+  auto row_bytes = [&](int dim) { return 4.0 * (dim + optimizer.state_floats(dim)); };
+  double table_row_bytes = 0;  // a row of every dim's table
+  for (int dim : a.dims) table_row_bytes += row_bytes(dim);
+  const double max_dim = *std::max_element(a.dims.begin(), a.dims.end());
+  const double max_ids = *std::max_element(a.ids.begin(), a.ids.end());
+  const double workers = a.workers;
+  // Each worker: --inflight row buffers and a gradient buffer of ids x dim floats, and its id
+  // sets (8 of them with --table-rows); the shards: every worker's ids in every dim's table.
+  const double buffers = workers * max_ids * ((a.inflight + 1) * 4.0 * max_dim + (a.table_rows > 0 ? 8 : 1) * 8.0);
+  const double rows = a.table_rows > 0 ? 0.0 : workers * max_ids * table_row_bytes;
+  refuse_beyond_memory(fmt::format("--ids {} with --dims {} and --workers {}", max_ids, max_dim, a.workers),
+                       buffers + rows,
+                       fmt::format("{} for the workers' request buffers, {} for the shards' rows", gib(buffers), gib(rows)));
+  if (a.table_rows > 0) {
+    const double table = static_cast<double>(a.table_rows) * table_row_bytes;
+    const double pools = static_cast<double>(a.table_rows) * 8.0 + workers * static_cast<double>(kFillChunk) * 4.0 * max_dim;
+    refuse_beyond_memory(fmt::format("--table-rows {}", a.table_rows), table + pools,
+                         fmt::format("{} for the shards' rows of dims {}, {} for the workers' ids and buffers",
+                                     gib(table), fmt::join(a.dims, ","), gib(pools)));
+  }
+  const double memory_table = static_cast<double>(a.memory_rows) * row_bytes(a.memory_dim);
+  const double fill_buffer = static_cast<double>(kFillChunk) * (8.0 + 4.0 * a.memory_dim);
+  refuse_beyond_memory(fmt::format("--memory-rows {} with --memory-dim {}", a.memory_rows, a.memory_dim),
+                       memory_table + fill_buffer,
+                       fmt::format("{} for the shards' rows, {} for the launcher's buffer", gib(memory_table), gib(fill_buffer)));
+  if (!a.json.empty()) check_output_path("--json", a.json);
 }
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
+    if (is_help_flag(key)) {
+      a.help = true;
+      return a;
+    }
     if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
     const std::string value = argv[++i];
     auto integer = [&](std::int64_t min, std::int64_t max) { return integer_flag(key, value, min, max); };
     if (key == "--servers") a.servers = static_cast<int>(integer(1, 1024));
     else if (key == "--workers") a.workers = static_cast<int>(integer(1, 1024));
-    else if (key == "--dims") a.dims = int_list(key, value);
-    else if (key == "--ids") a.ids = int_list(key, value);
-    else if (key == "--modes") a.modes = split(value, ',');
+    else if (key == "--dims") a.dims = int_list(key, value, 1, kMaxDim, "8,16");
+    else if (key == "--ids") a.ids = int_list(key, value, 1, std::numeric_limits<int>::max(), "1000,10000");
+    else if (key == "--modes") {
+      a.modes = list_flag(key, value, "pull,push");
+      for (const auto& m : a.modes) {
+        if (m != "pull" && m != "push" && m != "step") {
+          throw ConfigError(fmt::format("--modes takes pull, push and step, got '{}'", m));
+        }
+      }
+    }
     else if (key == "--seconds") a.seconds = positive_flag(key, value, 3600);
-    else if (key == "--optimizer") a.optimizer = value;
+    else if (key == "--optimizer") {
+      if (std::find(std::begin(kOptimizers), std::end(kOptimizers), value) == std::end(kOptimizers)) {
+        throw ConfigError(fmt::format("--optimizer takes {}, got '{}'", fmt::join(kOptimizers, ", "), value));
+      }
+      a.optimizer = value;
+    }
     else if (key == "--memory-rows") a.memory_rows = integer(0, std::int64_t{1} << 40);
-    else if (key == "--memory-dim") a.memory_dim = static_cast<int>(integer(1, 1 << 20));
+    else if (key == "--memory-dim") a.memory_dim = static_cast<int>(integer(1, kMaxDim));
     else if (key == "--iperf-seconds") a.iperf_seconds = static_cast<int>(integer(0, 3600));
     else if (key == "--iperf-streams") a.iperf_streams = static_cast<int>(integer(1, 128));
     else if (key == "--server-threads") a.server_threads = static_cast<int>(integer(0, 1024));
@@ -155,26 +265,10 @@ Args parse(int argc, char** argv) {
     else if (key == "--endpoints") a.endpoints = value;
     else if (key == "--rendezvous") a.rendezvous = value;
     else if (key == "--out") a.out = value;
-    else throw ConfigError(fmt::format("unknown option '{}' (see tools/bench/ps_bench.cc)", key));
+    else throw ConfigError(fmt::format("unknown option '{}' (see aiacc-bench ps --help)", key));
   }
-  for (const auto& m : a.modes) {
-    if (m != "pull" && m != "push" && m != "step") {
-      throw ConfigError(fmt::format("unknown mode '{}' (pull, push, step)", m));
-    }
-  }
-  if (!a.json.empty() && a.role.empty()) check_output_path("--json", a.json);
+  if (a.role.empty()) check_launch(a);
   return a;
-}
-
-ps::TableConfig table_for(int dim, const std::string& optimizer, const std::string& name, int workers) {
-  ps::TableConfig c;
-  c.spec.name = name;
-  c.spec.dim = dim;
-  c.spec.seed = 1;
-  c.optimizer.type = optimizer;
-  c.optimizer.lr = 0.01;
-  c.options.num_workers = workers;
-  return c;
 }
 
 std::vector<std::int64_t> worker_ids(int worker, std::int64_t count) {
@@ -212,7 +306,7 @@ std::vector<std::vector<std::int64_t>> request_id_sets(const Args& a, int count)
 void create_rows(ps::PsClient& client, const std::string& table, const Args& a, int dim) {
   const std::int64_t pool_size = std::max<std::int64_t>(a.table_rows / a.workers, 1);
   const std::vector<std::int64_t> pool = worker_ids(a.worker, pool_size);
-  constexpr std::size_t kChunk = 200000;
+  constexpr auto kChunk = static_cast<std::size_t>(kFillChunk);
   std::vector<float> rows(kChunk * static_cast<std::size_t>(dim));
   for (std::size_t begin = 0; begin < pool.size(); begin += kChunk) {
     const std::size_t n = std::min(kChunk, pool.size() - begin);
@@ -571,7 +665,7 @@ int run_launcher(const Args& a) {
     client.create_table(config);
     std::vector<std::int64_t> rss_before;
     for (const auto& s : shards.processes) rss_before.push_back(rss_bytes(s->pid()));
-    constexpr std::int64_t kChunk = 200000;
+    constexpr std::int64_t kChunk = kFillChunk;
     std::vector<std::int64_t> ids(kChunk);
     std::vector<float> rows(static_cast<std::size_t>(kChunk * a.memory_dim));
     const auto start = std::chrono::steady_clock::now();
@@ -640,6 +734,10 @@ int run_ps_bench(int argc, char** argv) {
       return ps::run_server_process(static_cast<int>(server_argv.size()), server_argv.data());
     }
     const Args args = parse(argc, argv);
+    if (args.help) {
+      std::cout << kUsage;
+      return 0;
+    }
     if (args.role == "worker") return run_worker(args);
     return run_launcher(args);
   } catch (const ConfigError& e) {

@@ -1,5 +1,5 @@
-// aiacc-bench train CONFIG [--steps N] [--workers N] [--threads T] [--repeat R] [--set KEY=VALUE]...
-//                   [--json F]
+// aiacc-bench train: scaling efficiency of a job config (flags: kUsage below, aiacc-bench train
+// --help).
 //
 // Runs the job in CONFIG twice with the real aiacc-train program: on 1 worker, then on
 // --workers workers (2 by default), each with --threads compute threads, for --steps steps,
@@ -15,10 +15,13 @@
 // workers, 1 worker, ...): each pair's E compares runs made under the same machine conditions,
 // a steady drift lifts every other pair's E as much as it lowers the others', and the median
 // E over the pairs is reported with its range, as a shared or throttled machine's throughput
-// drifts by more than the effect.
+// drifts by more than the effect. The keys the bench sets for every run (bench_settings) are
+// its own: a --set of one of them (or of a section holding one) is refused, as it would
+// silently change what is measured or where the bench reads the run's metrics.
 #include "tools/bench/train_bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +32,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -40,7 +44,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr std::string_view kUsage = R"(usage: aiacc-bench train CONFIG [options]
+Runs the job in CONFIG with aiacc-train on 1 worker and on N workers, one core each, and prints
+samples/s and the scaling efficiency E = throughput(N) / (N x throughput(1)).
+  --workers N        workers of the second run, 2 to 1024 (default 2)
+  --steps N          steps of each run, 20 to 100000000 (default 200)
+  --threads T        compute threads per worker, 1 to 1024 (default 1)
+  --repeat R         pairs of runs, alternating which goes first; the median E is reported,
+                     1 to 100 (default 1)
+  --set KEY=VALUE    override a key of CONFIG (repeatable); the keys the bench sets itself
+                     (cluster.workers, job.threads, train.max_steps, job.run_dir, job.name, ...)
+                     are refused
+  --json FILE        also write the results as JSON (checked first, written at the end)
+  -h, --help         this text
+)";
+
 struct Args {
+  bool help = false;
   std::string config;
   int steps = 200;
   int workers = 2;
@@ -70,19 +90,60 @@ fs::path program_dir() {
   return fs::path(std::string(path, static_cast<std::size_t>(n))).parent_path();
 }
 
+// A config key every run sets, its value, and why a --set may not change it.
+struct Setting {
+  std::string key;
+  std::string value;
+  std::string_view why;
+};
+
+// The keys the bench sets for a run of `workers` workers named `name` in `run_dir`.
+std::vector<Setting> bench_settings(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
+  constexpr std::string_view kMeasured = "the bench sets it for what it measures";
+  return {{"cluster.workers", std::to_string(workers), "use --workers; the other run has 1"},
+          {"job.threads", std::to_string(a.threads), "use --threads"},
+          {"train.max_steps", std::to_string(a.steps), "use --steps"},
+          {"train.epochs", "1000", "the runs last --steps steps"},
+          {"train.log_every_steps", std::to_string(std::max(1, a.steps / 10)), "its progress intervals are what is timed"},
+          {"train.eval_each_epoch", "false", kMeasured},
+          {"train.checkpoint.at_end", "false", kMeasured},
+          {"train.checkpoint.every_steps", "0", kMeasured},
+          {"train.checkpoint.resume", "never", kMeasured},
+          {"cluster.pin_cores", "true", "each run has one core per worker"},
+          {"job.run_dir", run_dir.string(), "the bench reads each run's metrics from its own run folder"},
+          {"job.name", name, "the bench reads each run's metrics from its own run folder"}};
+}
+
+// Refuses a --set the bench cannot pass on: not KEY=VALUE, or a key of bench_settings (or a
+// section holding one: `--set job={...}` would replace job.run_dir).
+void check_override(const Args& a, const std::string& assignment) {
+  const auto equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    throw ConfigError(fmt::format("--set takes KEY=VALUE, got '{}'", assignment));
+  }
+  const std::string key = assignment.substr(0, equals);
+  std::vector<std::string> inside;  // the bench's keys within section `key`
+  for (const Setting& setting : bench_settings(a, a.workers, {}, {})) {
+    if (key == setting.key) {
+      throw ConfigError(fmt::format("--set {}: {} is set by aiacc-bench train for every run ({})", assignment,
+                                    setting.key, setting.why));
+    }
+    if (setting.key.starts_with(key + ".")) inside.push_back(setting.key);
+  }
+  if (!inside.empty()) {
+    throw ConfigError(fmt::format("--set {}: the section {} holds {}, which aiacc-bench train sets for every run; "
+                                  "set the section's other keys one by one", assignment, key, fmt::join(inside, ", ")));
+  }
+}
+
 RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
   const std::string name = fmt::format("bench-{}w", workers);
   // One core per worker for both runs: the 1-worker run gets core 0 only (its loader and
   // communication threads share that core, as each worker's do in the N-worker run).
   std::string command = fmt::format("taskset -c {} {} {}", workers == 1 ? std::string("0") : fmt::format("0-{}", workers - 1),
                                     quote((program_dir() / "aiacc-train").string()), quote(a.config));
-  std::vector<std::string> sets = {
-      fmt::format("cluster.workers={}", workers), fmt::format("job.threads={}", a.threads),
-      fmt::format("train.max_steps={}", a.steps), "train.epochs=1000",
-      fmt::format("train.log_every_steps={}", std::max(1, a.steps / 10)), "train.eval_each_epoch=false",
-      "train.checkpoint.at_end=false", "train.checkpoint.every_steps=0", "train.checkpoint.resume=never",
-      "cluster.pin_cores=true",
-      fmt::format("job.run_dir={}", run_dir.string()), fmt::format("job.name={}", name)};
+  std::vector<std::string> sets;
+  for (const Setting& setting : bench_settings(a, workers, run_dir, name)) sets.push_back(setting.key + "=" + setting.value);
   sets.insert(sets.end(), a.overrides.begin(), a.overrides.end());
   for (const auto& s : sets) command += " --set " + quote(s);
   const fs::path log = run_dir / (name + ".log");
@@ -92,7 +153,7 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
     const std::string how = status > 0 && WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
                             : status > 0 && WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
                                                                 : fmt::format("status {}", status);
-    throw Error(fmt::format("aiacc-bench train: the {}-worker run failed ({}); see {}", workers, how, log.string()));
+    throw Error(fmt::format("the {}-worker run failed ({}); see {}", workers, how, log.string()));
   }
   RunFigures f;
   std::ifstream metrics(run_dir / name / "metrics.jsonl");
@@ -114,21 +175,23 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
     }
   }
   if (f.intervals == 0) {
-    throw Error(fmt::format("aiacc-bench train: no progress intervals after warm-up in {} (raise --steps)",
+    throw Error(fmt::format("no progress intervals after warm-up in {} (raise --steps)",
                             (run_dir / name / "metrics.jsonl").string()));
   }
   f.samples_per_s = rate_sum / f.intervals;
   return f;
 }
 
-}  // namespace
-
-int run_train_bench(int argc, char** argv) {
+Args parse(int argc, char** argv) {
   Args a;
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
+    if (is_help_flag(key)) {
+      a.help = true;
+      return a;
+    }
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(fmt::format("aiacc-bench train: {} needs a value", key));
+      if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", key));
       return argv[++i];
     };
     if (key == "--steps") a.steps = static_cast<int>(integer_flag(key, value(), 20, 100000000));
@@ -138,14 +201,15 @@ int run_train_bench(int argc, char** argv) {
     else if (key == "--set") a.overrides.push_back(value());
     else if (key == "--json") a.json = value();
     else if (!key.empty() && key[0] != '-' && a.config.empty()) a.config = key;
-    else throw ConfigError(fmt::format("aiacc-bench train: unknown argument '{}'", key));
+    else throw ConfigError(fmt::format("unknown argument '{}' (see aiacc-bench train --help)", key));
   }
-  if (a.config.empty() || a.steps < 20 || a.workers < 2 || a.threads < 1 || a.repeat < 1) {
-    std::cerr << "usage: aiacc-bench train CONFIG [--steps N>=20] [--workers N>=2] [--threads T] "
-                 "[--repeat R>=1] [--set KEY=VALUE]... [--json FILE]\n";
-    return 2;
-  }
+  if (a.config.empty()) throw ConfigError("no CONFIG given (see aiacc-bench train --help)");
+  for (const auto& assignment : a.overrides) check_override(a, assignment);
   if (!a.json.empty()) check_output_path("--json", a.json);
+  return a;
+}
+
+int run_pairs(const Args& a) {
   const fs::path run_dir = fs::temp_directory_path() / fmt::format("aiacc-bench-train-{}", ::getpid());
   fs::create_directories(run_dir);
   struct Pair {
@@ -200,6 +264,25 @@ int run_train_bench(int argc, char** argv) {
   }
   fs::remove_all(run_dir);
   return 0;
+}
+
+}  // namespace
+
+int run_train_bench(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    if (a.help) {
+      std::cout << kUsage;
+      return 0;
+    }
+    return run_pairs(a);
+  } catch (const ConfigError& e) {
+    std::cerr << "aiacc-bench train: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "aiacc-bench train: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace aiacc::bench
