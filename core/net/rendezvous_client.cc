@@ -1,6 +1,8 @@
 // RendezvousClient: request/reply over a DEALER socket and the polling waits built on it.
 #include "core/net/rendezvous_client.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -57,6 +59,25 @@ std::string missing_ranks(int world, const std::set<int>& present) {
   return fmt::format("{}", fmt::join(absent_ranks(world, present), ", "));
 }
 
+// "; the host 'NAME' does not resolve (...)" when the server's host is a name that does not
+// resolve now, else "": a typo in MASTER_ADDR looks exactly like a rank 0 that never came.
+// (Not checked up front: in a Kubernetes job rank 0's name may resolve only once its pod runs.)
+std::string unresolved_host_hint(const std::string& server) {
+  std::string host = server.substr(server.rfind("tcp://", 0) == 0 ? 6 : 0);
+  host = host.substr(0, host.rfind(':'));
+  in_addr ipv4{};
+  if (host.empty() || inet_pton(AF_INET, host.c_str(), &ipv4) == 1) return "";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  const int error = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (error == 0) {
+    freeaddrinfo(found);
+    return "";
+  }
+  return fmt::format("; the host '{}' does not resolve ({})", host, gai_strerror(error));
+}
+
 }  // namespace
 
 RendezvousClient::RendezvousClient(std::shared_ptr<Context> context, std::string server)
@@ -80,8 +101,8 @@ std::string RendezvousClient::request(std::span<const std::byte> body, Deadline 
                              "same job token? a refused handshake is logged above)"
                            : " (is rank 0 running and reachable?)";
     return TimeoutError(fmt::format("timed out after {:.2f} s: no answer from the rendezvous "
-                                    "server {} (rank 0's store){}, during: {}",
-                                    seconds_since(start), server_, hint, what));
+                                    "server {} (rank 0's store){}{}, during: {}",
+                                    seconds_since(start), server_, hint, unresolved_host_hint(server_), what));
   };
   for (;;) {
     if (zmq_send(socket_.handle(), frame.data(), frame.size(), ZMQ_DONTWAIT) >= 0) break;

@@ -280,6 +280,10 @@ TEST(DistributedTrain, BadLauncherVariablesAreConfigErrorsNamingThem) {
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=0", "MASTER_PORT='0' is not a TCP port"},
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=70000", "MASTER_PORT='70000' is not a TCP port"},
       {"RANK=0 WORLD_SIZE=2 MASTER_PORT=http", "MASTER_PORT='http' is not a TCP port"},
+      {"RANK=0 WORLD_SIZE=2 MASTER_PORT=' 29500'", "MASTER_PORT=' 29500' is not a TCP port"},
+      // Glued to the port, these reached no store: every rank waited the start timeout.
+      {"RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1:29500", "MASTER_ADDR='127.0.0.1:29500' has a port"},
+      {"RANK=1 WORLD_SIZE=2 MASTER_ADDR=::1", "MASTER_ADDR='::1' is an IPv6 address"},
       {"OMPI_COMM_WORLD_RANK=5 OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=5 is outside the world of 2"},
       {"SLURM_PROCID=3 SLURM_NTASKS=2", "SLURM_PROCID=3 is outside the world of 2"},
       // torchrun under srun (one task per node): torchrun's variables are this process's.

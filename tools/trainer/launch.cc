@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
@@ -36,11 +39,28 @@ std::optional<std::string> env(const char* name) {
 
 // `text` as a whole decimal number in [low, high], or nullopt.
 std::optional<long> whole_number(const std::string& text, long low, long high) {
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str() || *end != '\0' || value < low || value > high) return std::nullopt;
+  // from_chars, not strtol: " 29612" or "+1" would pass here and fail later, far from the cause.
+  long value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < low || value > high) return std::nullopt;
   return value;
+}
+
+// MASTER_ADDR (or cluster.master_addr): a host name or IPv4 address alone. "host:port" and IPv6
+// literals would be glued to the port into an address ZeroMQ never reaches, and every rank
+// would wait the whole start timeout for "no answer".
+void check_master_addr(const std::string& host, const char* source) {
+  std::string problem;
+  if (host.empty()) {
+    problem = "is empty";
+  } else if (std::any_of(host.begin(), host.end(), [](unsigned char c) { return std::isspace(c) != 0; })) {
+    problem = "contains white space";
+  } else if (host.find(':') != std::string::npos) {
+    problem = host.find(':') == host.rfind(':')
+                  ? "has a port: give the host alone, and the port in MASTER_PORT (or cluster.master_port)"
+                  : "is an IPv6 address, which the rendezvous does not support: give an IPv4 address or a host name";
+  }
+  if (!problem.empty()) throw ConfigError(fmt::format("{}='{}' {}", source, host, problem));
 }
 
 int env_int(const char* name, const std::string& text) {
@@ -147,7 +167,9 @@ std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) 
       role.rendezvous = *rendezvous;
       return role;
     }
-    const std::string host = env("MASTER_ADDR").value_or(cluster.master_addr);
+    const auto master_addr = env("MASTER_ADDR");
+    const std::string host = master_addr.value_or(cluster.master_addr);
+    check_master_addr(host, master_addr ? "environment variable MASTER_ADDR" : "cluster.master_addr");
     const std::string port = env("MASTER_PORT").value_or(std::to_string(cluster.master_port));
     if (!whole_number(port, 1, 65535)) {
       throw ConfigError(fmt::format("environment variable MASTER_PORT='{}' is not a TCP port (1-65535)", port));

@@ -22,6 +22,7 @@ namespace {
 using aiacc::testing::fast_options;
 using aiacc::testing::run_ranks;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class RendezvousWorld : public ::testing::TestWithParam<int> {};
 
@@ -91,6 +92,25 @@ TEST(Rendezvous, GetOfAKeyNeverSetTimesOutNamingIt) {
   } catch (const TimeoutError& e) {
     EXPECT_LT(seconds_since(start), 1.3);
     EXPECT_THAT(e.what(), HasSubstr("'plan-hash'"));
+  }
+}
+
+// A host name that does not resolve is said so at the timeout: a typo in MASTER_ADDR looked
+// exactly like a rank 0 that never came. (.invalid never resolves: RFC 6761.)
+TEST(Rendezvous, AServerNameThatDoesNotResolveIsNamedAtTheTimeout) {
+  RendezvousClient client(Context::create(), "nohost.invalid:29500");
+  try {
+    client.get_string("plan-hash", deadline_after(0.3));
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the host 'nohost.invalid' does not resolve"));
+  }
+  RendezvousClient numeric(Context::create(), "127.0.0.1:1");
+  try {
+    numeric.get_string("plan-hash", deadline_after(0.3));
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), Not(HasSubstr("does not resolve")));
   }
 }
 
