@@ -253,6 +253,24 @@ TEST_F(EmitTest, UnknownTargetAndMissingConfigAreConfigErrors) {
   EXPECT_THROW(emit_kubernetes(job, (folder_ / "missing.yaml").string(), {}), ConfigError);
 }
 
+// A carried --set comes after the emitter's own and would win: every task a local launcher
+// of a whole job, or every rank bound to one node's address.
+TEST_F(EmitTest, CarriedSetsOfWhatTheEmitterSetsPerRankAreRefused) {
+  const JobOptions job = load_job(config_path_, {});
+  for (const std::string target : {"slurm", "kubernetes"}) {
+    for (const std::string assignment :
+         {"cluster.launcher=local", "cluster.ring.interface=10.0.0.5", "cluster.ring={interface: 10.0.0.5}"}) {
+      try {
+        (void)emit_cluster_files(target, job, config_path_, {assignment});
+        FAIL() << "expected a ConfigError for " << assignment;
+      } catch (const ConfigError& e) {
+        EXPECT_THAT(e.what(), HasSubstr("--set " + assignment + ": --emit " + target + " sets"));
+      }
+    }
+    EXPECT_NO_THROW((void)emit_cluster_files(target, job, config_path_, {"cluster.ring.streams=2"}));
+  }
+}
+
 TEST(KubernetesName, IsADnsLabelStartingWithALetter) {
   EXPECT_EQ(kubernetes_name("mlp_fashion_mnist"), "mlp-fashion-mnist");
   EXPECT_EQ(kubernetes_name("  Wide&Deep -- v2!"), "wide-deep-v2");

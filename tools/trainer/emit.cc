@@ -382,6 +382,19 @@ spec:
 std::string emit_cluster_files(const std::string& target, const JobOptions& job,
                                const std::string& config_path,
                                const std::vector<std::string>& overrides) {
+  // The emitted command sets these per rank; a carried --set comes after it and would win:
+  // every task its own local launcher (a whole job each), every rank bound to one address.
+  for (const auto& assignment : overrides) {
+    const std::string key = assignment.substr(0, assignment.find('='));
+    for (const std::string_view owned : {"cluster.launcher", "cluster.ring.interface"}) {
+      const bool sets_it = key == owned || (owned.substr(0, key.size()) == key && owned[key.size()] == '.');
+      if (sets_it) {
+        throw ConfigError(fmt::format("--set {}: --emit {} sets {} for every rank itself (external; each node's "
+                                      "own address); leave it out",
+                                      assignment, target, owned));
+      }
+    }
+  }
   if (target == "slurm") return emit_slurm(job, config_path, overrides);
   if (target == "kubernetes") return emit_kubernetes(job, config_path, overrides);
   throw ConfigError(fmt::format("--emit {}: unknown target; known: slurm, kubernetes", target));
