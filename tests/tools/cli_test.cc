@@ -249,6 +249,13 @@ TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
                 "--set data.test.type=synthetic_ctr --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("table 'deep.C1' is placed on ps but cluster.servers is 0"));
+  // The dense ring refused this only once its ranks connected: a dry run passed it.
+  o = run(job + " --dry-run --set cluster.workers=2 --set cluster.ring.transport=tcp");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.ring.transport: tcp sends gradients unencrypted"));
+  o = run(job + " --dry-run --set cluster.workers=2 --set cluster.ring.transport=tcp "
+                "--set cluster.security.encrypt_ring=false");
+  EXPECT_EQ(o.status, 0) << o.output;
 }
 
 // One process, train.checkpoint.on_signal: a SIGTERM after step 7 stops the job at the next

@@ -191,6 +191,15 @@ struct ClusterOptions {
     v.field("ps", ps, "parameter servers: consistency, partitions, timeouts");
     v.field("security", security, "job token and CURVE authentication/encryption");
   }
+  // What the dense ring would refuse only once its ranks connect (--dry-run says it too).
+  void validate(const config::Node& node) const {
+    if (workers > 1 && ring.comm.transport == "tcp" && security.curve && security.encrypt_ring) {
+      node.child("ring").child("transport").fail(
+          "tcp sends gradients unencrypted, but this job's connections use CURVE encryption "
+          "(cluster.security.curve and encrypt_ring): use zmq or auto, or set cluster.security.encrypt_ring: false "
+          "for a plain ring whose handshakes prove the job token");
+    }
+  }
 };
 
 }  // namespace aiacc::trainer
