@@ -346,6 +346,25 @@ TEST(DistributedTrain, KeepingTheLastBatchWithSeveralWorkersIsAConfigError) {
   EXPECT_EQ(one.status, 0) << one.output;
 }
 
+// cluster.ring.auto_tune tries the configured bucket size too (it tried 1, 4 and 16 MiB only, and
+// all three for a model one bucket holds), says what it tries, warns when the job ends first,
+// and changes no result: sums of two workers do not depend on the bucket plan.
+TEST(DistributedTrain, AutoTuningTriesTheConfiguredBucketAndSaysWhenItCannotFinish) {
+  const std::string cluster = "  workers: 2\n  ring: {bucket_bytes: 2048, auto_tune: true}\n";
+  const auto brief = train("tune_brief", mlp_job("tune_brief", 16, cluster), "", "", "--set train.max_steps=3");
+  ASSERT_EQ(brief.status, 0) << brief.output;
+  EXPECT_THAT(brief.output, HasSubstr("auto-tuning tries buckets of 2, 1024 KiB x 1 stream count(s) over the first 8 steps"));
+  EXPECT_THAT(brief.output, HasSubstr("auto-tuning did not finish: this run had 3 steps of the 8"));
+
+  const auto tuned = train("tune_whole", mlp_job("tune_whole", 16, cluster));
+  ASSERT_EQ(tuned.status, 0) << tuned.output;
+  EXPECT_THAT(tuned.output, HasSubstr("auto-tuning chose bucket"));
+  EXPECT_THAT(tuned.output, Not(HasSubstr("did not finish")));
+  const auto plain = train("tune_plain", mlp_job("tune_plain", 16, "  workers: 2\n"));
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  expect_same_state("tune_plain", "tune_whole", 0.0);
+}
+
 // A launcher killed outright (SIGKILL: no cleanup of its own) takes its processes with it: the
 // kernel sends them SIGTERM instead of leaving them to train on unsupervised.
 TEST(DistributedTrain, KillingTheLauncherOutrightEndsItsProcesses) {
@@ -602,7 +621,7 @@ TEST(DistributedTrain, AStopSignalCheckpointsAtAStepTheWorkersAgreeOn) {
   auto stopped = train("wd_signal", wide_deep_job("wd_signal", 32, cluster), "AIACC_TEST_KILL_AT=1:12:term", "", checks);
   EXPECT_EQ(stopped.status, 128 + SIGTERM) << stopped.output;
   EXPECT_THAT(stopped.output, HasSubstr("stopped by signal 15 (Terminated) on 1 of 2 workers after step 15"));
-  EXPECT_THAT(stopped.output, HasSubstr("job stopped: worker"));
+  EXPECT_THAT(stopped.output, HasSubstr("job stopped: on a stop signal, with a checkpoint (worker"));
   EXPECT_THAT(stopped.output, Not(HasSubstr("killed by signal")));
   EXPECT_TRUE(fs::exists(scratch() / "wd_signal" / "checkpoints" / "step-000000000015"));
   EXPECT_FALSE(fs::exists(scratch() / "wd_signal" / "checkpoints" / fmt::format("step-{:012d}", kSteps)));
@@ -619,7 +638,7 @@ TEST(DistributedTrain, AStopSignalCheckpointsAtAStepTheWorkersAgreeOn) {
   EXPECT_EQ(shard.status, 128 + SIGTERM) << shard.output;
   EXPECT_THAT(shard.output, HasSubstr("stopped by signal 15 (Terminated) on 0 of 2 workers and a parameter-server "
                                       "shard after step"));
-  EXPECT_THAT(shard.output, HasSubstr("job stopped: worker"));
+  EXPECT_THAT(shard.output, HasSubstr("job stopped: on a stop signal, with a checkpoint (worker"));
 
   // The launcher gets the signal (a user's kill, a scheduler's stop) once the job is under way.
   const fs::path config = scratch() / "wd_signal_launcher.yaml";

@@ -48,7 +48,8 @@ struct RingOptions {
     v.field("hierarchical", hierarchical,
             "reduce through shared memory within a host, ring between hosts");
     v.field("auto_tune", auto_tune,
-            "try bucket sizes and stream counts during the first steps and keep the fastest");
+            "try bucket sizes (1, 4, 16 MiB and bucket_bytes) and stream counts (powers of two up to streams) "
+            "during the first steps and keep the fastest");
     v.field("device_collectives", device_collectives,
             "workers on GPUs: nccl (all-reduce on the devices) | host (through host memory and the CPU "
             "ring) | auto (nccl where built and each worker has its own GPU)",

@@ -323,7 +323,11 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
         // stop at the same step on their own.
         const bool stopped = WIFEXITED(status) && is_stopped_exit_status(WEXITSTATUS(status));
         if (stopped && result.exit_status == 0 && forwarded == 0) {
-          result = {WEXITSTATUS(status), fmt::format("{} (pid {}) stopped on a signal", rank_name(cluster, r), pid),
+          // The first to exit, not necessarily the one the signal reached (the workers' log names
+          // those: "stopped by signal N on k of n workers [and a parameter-server shard]").
+          result = {WEXITSTATUS(status),
+                    fmt::format("on a stop signal, with a checkpoint ({} exited first: pid {}, status {})",
+                                rank_name(cluster, r), pid, WEXITSTATUS(status)),
                     true};
           log->warn("{}", result.failure);
         } else if (failed && !stopped && (result.exit_status == 0 || result.stopped) &&

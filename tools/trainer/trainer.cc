@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <ranges>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -268,6 +269,20 @@ struct Trainer::State {
   double run_allreduce_seconds = 0;  // gradient all-reduce time (overlapped or not), whole run
   double run_allreduce_exposed_seconds = 0;
 
+  // Bucket sizes auto-tuning tries: 1, 4 and 16 MiB and the configured one, less those that give
+  // the same single bucket as a smaller one (a 1 MB model's three would time one plan thrice).
+  static std::vector<std::int64_t> tuning_bucket_sizes(std::int64_t configured, const std::vector<Parameter*>& params) {
+    std::int64_t total = 0;
+    for (const Parameter* p : params) total += p->value().numel() * 4;
+    std::vector<std::int64_t> sizes{1 << 20, 4 << 20, 16 << 20, configured};
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    const auto first_whole = std::find_if(sizes.begin(), sizes.end(), [&](std::int64_t b) { return b >= total; });
+    if (first_whole != sizes.end()) sizes.erase(first_whole + 1, sizes.end());
+    return sizes;
+  }
+  std::int64_t tuning_steps = 0;  // steps auto-tuning takes (0: off)
+
   // The dense gradients' all-reduce through the CPU ring (ready_order: dense_params reversed).
   // Gradients on a device are copied into host twins the moment each is ready.
   std::unique_ptr<ring::GradientSync> make_host_fuser(std::vector<Parameter*> ready_order) {
@@ -280,8 +295,19 @@ struct Trainer::State {
                                                      : ring::WireType::kNative;
     fusion.tuning.hierarchical = ring_options.hierarchical;
     if (ring_options.auto_tune) {
-      fusion.tune_bucket_bytes = {1 << 20, 4 << 20, 16 << 20};
+      fusion.tune_bucket_bytes = tuning_bucket_sizes(ring_options.bucket_bytes, ready_order);
       fusion.tune_streams = true;
+      int stream_counts = 0;
+      for (int k = 1; k < ring_options.comm.streams; k *= 2) ++stream_counts;
+      ++stream_counts;  // the powers of two below streams, and streams itself
+      tuning_steps = static_cast<std::int64_t>(fusion.tune_bucket_bytes.size()) * stream_counts *
+                     (fusion.tune_warmup_steps + fusion.tune_measured_steps);
+      if (leader()) {
+        log->info("auto-tuning tries buckets of {} KiB x {} stream count(s) over the first {} steps",
+                  fmt::join(fusion.tune_bucket_bytes | std::views::transform([](std::int64_t b) { return b / 1024; }),
+                            ", "),
+                  stream_counts, tuning_steps);
+      }
     }
     // With parameter-server tables the step waits for their pushes between backward and
     // finish_step: the last bucket is all-reduced meanwhile, on the fusion thread.
@@ -1096,6 +1122,13 @@ TrainResult Trainer::run(const RunControl& control) {
   const char* phase = "starting";
   // What backward does besides computing, for an error's phase: the dense gradients' all-reduce
   // and the row pushes start from its gradient hooks.
+  // Named by what the forward waits on in this job (a silent shard or worker shows up here).
+  const std::string forward_phase = [&] {
+    std::vector<std::string> also;
+    if (!s.remote.empty()) also.push_back("pulling rows from the parameter servers");
+    if (s.multi_worker() && o.cluster.sync_batch_norm) also.push_back("summing batch-norm statistics");
+    return also.empty() ? std::string("forward") : fmt::format("forward ({})", fmt::join(also, ", "));
+  }();
   const std::string backward_phase = [&] {
     std::vector<std::string> also;
     if (s.fuser) also.push_back("all-reducing dense gradients as they become ready");
@@ -1173,7 +1206,7 @@ TrainResult Trainer::run(const RunControl& control) {
       s.sparse_lr = s.sparse_schedule->lr_at(step);
       double loss = 0;
       {
-        phase = "forward (pulling rows, batch-norm statistics)";
+        phase = forward_phase.c_str();
         trace::Span span("compute", "forward");
         loss = s.model->forward(*batch, /*training=*/true);
       }
@@ -1411,6 +1444,10 @@ TrainResult Trainer::run(const RunControl& control) {
   result.seconds = seconds_since(start) - eval_seconds - checkpoint_seconds;
   result.samples_per_second = static_cast<double>((step - start_step) * o.data.batch_size * s.workers()) /
                               std::max(result.seconds, 1e-9);
+  if (s.leader() && s.tuning_steps > 0 && step - start_step < s.tuning_steps) {
+    s.log->warn("auto-tuning did not finish: this run had {} steps of the {} it takes; the last setting tried "
+                "was kept (cluster.ring.auto_tune)", step - start_step, s.tuning_steps);
+  }
   if (s.leader() && !s.stores.empty()) {
     std::vector<std::string> rows;
     for (const auto& [name, store] : s.stores) rows.push_back(fmt::format("{} {}", name, store->num_rows()));
