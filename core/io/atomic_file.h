@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace aiacc::io {
@@ -37,7 +38,8 @@ class FileDescriptor {
   int fd_ = -1;
 };
 
-// Opens `path` read-only; IoError naming the path and the errno text when that fails.
+// Opens `path` read-only; IoError naming the path and the errno text when that fails. A missing
+// file says "no such file" when its folder exists and names the missing folder otherwise.
 FileDescriptor open_for_reading(const std::filesystem::path& path);
 
 // Reads exactly `num_bytes` at `offset` into `out`, retrying short reads and EINTR. IoError on a
@@ -52,13 +54,21 @@ void fsync_directory(const std::filesystem::path& directory);
 // Destroying an uncommitted AtomicFile (an exception unwound past it) removes the temporary file
 // and leaves any previous file at `path` untouched. Not thread-safe; one writer per target.
 //
+// What is replaced: a symbolic link at `path` is followed (through chains of links), and the
+// file it points to is replaced; the link stays a link, and a dangling link creates its target.
+// An existing FIFO or character device (a named pipe, /dev/null, /dev/stdout) is never replaced:
+// it is opened and written directly, at the first write() or at commit() (so a FIFO blocks there
+// until it has a reader), with no atomicity; a reader that goes away is an IoError, not SIGPIPE.
+// A socket or block device is refused (IoError) rather than replaced or overwritten.
+//
 // Errors (IoError, message naming the target, the temp file and the errno text, with a hint for
 // ENOSPC, EACCES/EPERM and EROFS): the directory does not exist or is not writable, the target is
 // a directory, the disk is full, ... In every case the previous file survives and no temporary
 // file is left behind.
 class AtomicFile {
  public:
-  // Creates the temporary file "<dir>/.<name>.tmp-XXXXXX" (mode 0644 before umask).
+  // Creates the temporary file "<dir>/.<name>.tmp-XXXXXX" (mode 0644 before umask) in the folder
+  // of the file that will be replaced (the link's target when `path` is a symbolic link).
   explicit AtomicFile(std::filesystem::path path);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -80,9 +90,15 @@ class AtomicFile {
 
  private:
   [[noreturn]] void fail(const char* operation, int error_number);
+  void open_direct();
+  std::string describe() const;
 
   std::filesystem::path path_;
+  // The file written: path_ with symbolic links followed.
+  std::filesystem::path target_;
+  // Empty when writing directly to a FIFO or device (direct_).
   std::filesystem::path temp_path_;
+  bool direct_ = false;
   FileDescriptor fd_;
   std::uint64_t bytes_written_ = 0;
   std::uint32_t crc32_ = 0;

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -88,8 +90,22 @@ std::string read_job_token_file(const std::string& path) {
   // symbolic link (which could point anywhere, e.g. at a file someone else controls).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
+    const int error_number = errno;
+    // O_NOFOLLOW refuses a link with ELOOP ("Too many levels of symbolic links"), which reads
+    // like a loop; say what it is and what to give instead.
+    struct stat entry {};
+    if (error_number == ELOOP && ::lstat(path.c_str(), &entry) == 0 && S_ISLNK(entry.st_mode)) {
+      std::string points_to;
+      std::error_code ignored;
+      const auto target = std::filesystem::read_symlink(path, ignored);
+      if (!ignored) points_to = fmt::format("; it points to '{}'", target.string());
+      throw ConfigError(fmt::format(
+          "cluster.security.token_file: '{}' is a symbolic link; the job token file must be a "
+          "regular file (give the file it points to){}",
+          path, points_to));
+    }
     throw ConfigError(fmt::format("cluster.security.token_file: cannot open '{}': {}", path,
-                                  std::strerror(errno)));
+                                  std::strerror(error_number)));
   }
   struct Closer {
     int fd;

@@ -1,15 +1,25 @@
 // MetricMeter: exact AUC against an O(n^2) pair count (ties at half credit), log loss against a
 // float64 formula at extreme logits, the undefined cases, accuracy, and merge() == one meter.
+// MetricsLog: whole lines, a full disk (/dev/full, a tiny tmpfs) is an IoError naming the file
+// and never leaves a torn record.
 #include "tools/trainer/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
+#include "tests/core/io/temp_dir.h"
 
 namespace aiacc::trainer {
 namespace {
@@ -184,6 +194,95 @@ TEST(MetricMeterTest, MergeEqualsOneMeterOverAllData) {
   EXPECT_NEAR(merged.mean_loss(), whole.mean_loss(), 1e-14);
   EXPECT_DOUBLE_EQ(merged.accuracy(), whole.accuracy());
   EXPECT_THROW(merged.merge(MetricMeter(Task::classification)), InternalError);
+}
+
+using aiacc::testing::read_bytes;
+using aiacc::testing::TempDir;
+using aiacc::testing::write_bytes;
+using ::testing::HasSubstr;
+
+std::string record(int step) {
+  return fmt::format(R"({{"kind":"train","step":{},"loss":0.6931471805599453,"samples_per_s":12345.6}})",
+                     step);
+}
+
+TEST(MetricsLogTest, AppendsWholeLinesToAnExistingFile) {
+  TempDir dir;
+  const auto path = dir / "metrics.jsonl";
+  write_bytes(path, record(1) + "\n");
+  {
+    MetricsLog log(path);
+    log.append(record(2));
+    log.append(record(3));
+    log.close();
+    EXPECT_FALSE(log.is_open());
+  }
+  EXPECT_EQ(read_bytes(path), record(1) + "\n" + record(2) + "\n" + record(3) + "\n");
+  MetricsLog log(path);
+  EXPECT_THROW(log.append("{\"a\":1}\n{\"b\":2}"), InternalError);
+}
+
+// A run that died mid-record left a torn line; the next record must not be glued to it.
+TEST(MetricsLogTest, OpeningDropsATornLastRecord) {
+  TempDir dir;
+  const auto path = dir / "metrics.jsonl";
+  write_bytes(path, record(1) + "\n" + record(2).substr(0, 20));
+  MetricsLog log(path);
+  log.append(record(3));
+  EXPECT_EQ(read_bytes(path), record(1) + "\n" + record(3) + "\n");
+
+  write_bytes(path, "{\"kind\":\"tr");  // nothing complete at all
+  log.open(path);
+  log.append(record(4));
+  EXPECT_EQ(read_bytes(path), record(4) + "\n");
+}
+
+// /dev/full fails every write with ENOSPC, as a full disk does.
+TEST(MetricsLogTest, FullDeviceIsAnIoErrorNamingTheFile) {
+  MetricsLog log("/dev/full");
+  try {
+    log.append(record(1));
+    FAIL() << "a write to /dev/full succeeded";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/dev/full"));
+    EXPECT_THAT(e.what(), HasSubstr("No space left on device"));
+  }
+}
+
+// The reported case: job.run_dir on a 12 KiB tmpfs. metrics.jsonl stopped at 4096 bytes with a
+// torn last record and the job exited 0.
+TEST(MetricsLogTest, FullFileSystemIsAnIoErrorAndLeavesNoTornRecord) {
+  TempDir dir;
+  const auto mount_point = dir / "small";
+  std::filesystem::create_directory(mount_point);
+  if (::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=12k") != 0) {
+    GTEST_SKIP() << "cannot mount a 12 KiB tmpfs here (mount: " << std::strerror(errno)
+                 << "; needs root)";
+  }
+  struct Unmount {
+    std::filesystem::path path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mount_point};
+  const auto path = mount_point / "metrics.jsonl";
+  MetricsLog log(path);
+  std::string message;
+  int written = 0;
+  for (int step = 1; step <= 10000 && message.empty(); ++step) {
+    try {
+      log.append(record(step));
+      written = step;
+    } catch (const IoError& e) {
+      message = e.what();
+    }
+  }
+  ASSERT_FALSE(message.empty()) << "10000 records fitted in a 12 KiB file system";
+  EXPECT_THAT(message, HasSubstr(path.string()));
+  EXPECT_THAT(message, HasSubstr("No space left on device"));
+  std::string expected;
+  for (int step = 1; step <= written; ++step) expected += record(step) + "\n";
+  EXPECT_EQ(read_bytes(path), expected) << "the file must end with the last complete record";
+  EXPECT_THROW(log.append(record(written + 1)), IoError) << "still full";
+  EXPECT_EQ(read_bytes(path), expected);
 }
 
 }  // namespace

@@ -1,14 +1,24 @@
 // MetricMeter: accuracy by argmax (classification) or sign (binary), exact AUC by sorting, and
-// log loss from logits.
+// log loss from logits. MetricsLog: checked, whole-line appends.
 #include "tools/trainer/metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/error.h"
+#include "core/log.h"
 
 namespace aiacc::trainer {
 
@@ -53,7 +63,107 @@ double binary_cross_entropy(double logit, double target) {
   return std::max(logit, 0.0) - logit * target + std::log1p(std::exp(-std::abs(logit)));
 }
 
+std::string os_error(int error_number) {
+  const char* hint = "";
+  switch (error_number) {
+    case ENOSPC: hint = "; the disk is full: free space or choose another job.run_dir"; break;
+    case EDQUOT: hint = "; the disk quota is exhausted"; break;
+    case EFBIG: hint = "; the file exceeds the size limit (ulimit -f)"; break;
+    default: break;
+  }
+  return fmt::format("{} (errno {}){}", std::strerror(error_number), error_number, hint);
+}
+
+// Cuts a regular file whose last byte is not a newline back to just after its last newline
+// (or to nothing). Returns the number of bytes dropped.
+std::uint64_t drop_torn_tail(int fd, const std::filesystem::path& path) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size == 0) return 0;
+  const off_t size = info.st_size;
+  off_t keep = 0;
+  char buffer[4096];
+  for (off_t end = size; end > 0;) {
+    const auto chunk = static_cast<std::size_t>(std::min<off_t>(end, sizeof buffer));
+    const off_t begin = end - static_cast<off_t>(chunk);
+    ssize_t got;
+    do {
+      got = ::pread(fd, buffer, chunk, begin);
+    } while (got < 0 && errno == EINTR);
+    if (got != static_cast<ssize_t>(chunk)) {
+      const int error_number = got < 0 ? errno : EIO;
+      throw IoError(fmt::format("cannot read {} to check its last record: {}", path.string(),
+                                os_error(error_number)));
+    }
+    const char* newline = static_cast<const char*>(::memrchr(buffer, '\n', chunk));
+    if (newline != nullptr) {
+      keep = begin + (newline - buffer) + 1;
+      break;
+    }
+    end = begin;
+  }
+  if (keep == size) return 0;
+  if (::ftruncate(fd, keep) != 0) {
+    const int error_number = errno;
+    throw IoError(fmt::format("cannot cut the torn last record off {}: {}", path.string(),
+                              os_error(error_number)));
+  }
+  return static_cast<std::uint64_t>(size - keep);
+}
+
 }  // namespace
+
+void MetricsLog::open(const std::filesystem::path& path) {
+  if (fd_.valid()) close();
+  // Read access too: the torn-tail check reads the end of the file.
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int error_number = errno;
+    throw IoError(fmt::format("cannot open {} for the metrics: {}", path.string(),
+                              os_error(error_number)));
+  }
+  io::FileDescriptor owned(fd);
+  if (const std::uint64_t dropped = drop_torn_tail(fd, path); dropped > 0) {
+    log::get("trainer")->warn("{}: dropped a torn last record ({} bytes without a newline) that "
+                              "an earlier run left",
+                              path.string(), dropped);
+  }
+  fd_ = std::move(owned);
+  path_ = path;
+}
+
+void MetricsLog::append(std::string_view record) {
+  AIACC_CHECK(fd_.valid(), "MetricsLog::append before open");
+  AIACC_CHECK(record.find('\n') == std::string_view::npos,
+              "a metrics record must be one line, got a newline in {}", record);
+  std::string line;
+  line.reserve(record.size() + 1);
+  line.append(record).push_back('\n');
+  struct stat info {};
+  const bool regular = ::fstat(fd_.get(), &info) == 0 && S_ISREG(info.st_mode);
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t put = ::write(fd_.get(), line.data() + done, line.size() - done);
+    if (put > 0) {
+      done += static_cast<std::size_t>(put);
+      continue;
+    }
+    if (put < 0 && errno == EINTR) continue;
+    // A short write is followed by one that says why; 0 for a non-zero count means no room.
+    const int error_number = put < 0 ? errno : ENOSPC;
+    std::string kept = "; the file ends with the previous record";
+    if (done > 0 && (!regular || ::ftruncate(fd_.get(), info.st_size) != 0)) {
+      kept = fmt::format("; {} bytes of this record were written and could not be removed",
+                         done);
+    }
+    throw IoError(fmt::format("cannot write the metrics to {}: {}{}", path_.string(),
+                              os_error(error_number), kept));
+  }
+}
+
+void MetricsLog::close() { fd_.close(path_); }
 
 void MetricMeter::add(double mean_loss, const Tensor& outputs, const Tensor& labels) {
   const std::int64_t n = labels.dim(0);

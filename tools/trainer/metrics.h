@@ -1,14 +1,18 @@
 // Running metrics over a stream of batches: mean loss and accuracy for every task; for binary
 // (CTR) tasks also exact ROC AUC and log loss over everything added since the last reset().
-// Meters merge, so ranks can evaluate shards and combine them (distributed evaluation).
+// Meters merge, so ranks can evaluate shards and combine them (distributed evaluation). Also the
+// writer of a run folder's metrics.jsonl (MetricsLog).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/batch.h"
+#include "core/io/atomic_file.h"
 #include "core/tensor.h"
 
 namespace aiacc::trainer {
@@ -67,6 +71,36 @@ class MetricMeter {
   std::vector<double> scores_;           // logits, in arrival order
   std::vector<std::uint8_t> positives_;  // 1 where the label is positive
   bool saw_nan_score_ = false;
+};
+
+// Appends one JSON record per line to a metrics file (a run folder's metrics.jsonl). Each line
+// goes out whole through write() calls checked at once (no stdio buffer to hide an error until a
+// flush nobody checks): a full disk or any other failed write is an IoError naming the file and
+// the OS error, and the file is cut back to its last complete line, so it never ends in a torn
+// record. Opening drops a torn last line an earlier process left (it died mid-record), so new
+// records start on a line of their own. Not thread-safe; one writer per file.
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  explicit MetricsLog(const std::filesystem::path& path) { open(path); }
+  MetricsLog(MetricsLog&&) = default;
+  MetricsLog& operator=(MetricsLog&&) = default;
+
+  // Opens `path` for appending, creating it (mode 0644 before umask); a file open before is
+  // closed first. IoError naming the path when it cannot be opened or repaired.
+  void open(const std::filesystem::path& path);
+  bool is_open() const { return fd_.valid(); }
+  // Appends `record` (one line of JSON, without the newline: it is added). IoError naming the
+  // file when it cannot be written whole; the file then ends with the previous record.
+  void append(std::string_view record);
+  // Closes the file, reporting a delayed write error as IoError naming it. The destructor closes
+  // too, but can only log such an error.
+  void close();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  io::FileDescriptor fd_;
 };
 
 }  // namespace aiacc::trainer
