@@ -1,5 +1,10 @@
 // The aiacc-train program as a user meets it: exit status 2 and a located message for bad
 // configs and usage, 0 for a dry run. Runs the real binary (path in argv[1]).
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -164,7 +169,33 @@ TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
   o = run(job + " --set optimizer.type=sgd --set train.epochs=2");
   EXPECT_NE(o.status, 0);
   EXPECT_THAT(o.output, HasSubstr("(the checkpoint was written with optimizer.type adam; this job has sgd)"));
+  // Tables in the workers' own stores: the rows' state of another sparse optimiser was refused
+  // naming a tensor's shapes alone, neither the checkpoint nor the setting.
+  o = run(job + " --set sparse_optimizer.type=adagrad --set cluster.workers=1 --set cluster.servers=0 "
+                "--set cluster.placement=[] --set train.epochs=2");
+  EXPECT_NE(o.status, 0);
+  EXPECT_THAT(o.output, HasSubstr("step-000000000004: the rows of table"));
+  EXPECT_THAT(o.output, HasSubstr("sparse_optimizer.type: sgd -> adagrad"));
+  // A layer-wise rule cannot update rows: named under its own section, not optimizer.type.
+  expect_config_error(job + " --dry-run --set sparse_optimizer.type=lamb", "sparse_optimizer.type: lamb is a layer-wise");
   std::filesystem::remove_all("/tmp/aiacc_cli_evalopt");
+}
+
+// A full disk under job.run_dir fails the job naming metrics.jsonl: it exited 0 with a torn
+// last record and every later step's metrics lost.
+TEST(Cli, AFullDiskFailsTheJobNamingTheMetricsFile) {
+  const std::filesystem::path mount_point = "/tmp/aiacc_cli_full";
+  std::filesystem::create_directories(mount_point);
+  if (::mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=12k") != 0) {
+    GTEST_SKIP() << "cannot mount a 12 KiB tmpfs here (mount: " << std::strerror(errno) << ")";
+  }
+  const std::string job = write_temp("aiacc_cli_full.yaml", kSmallJob);
+  const auto o = run(job + " --set job.run_dir=" + mount_point.string() +
+                     " --set train.epochs=40 --set train.log_every_steps=1 --set train.checkpoint.at_end=false "
+                     "--set train.eval_each_epoch=false");
+  ::umount(mount_point.c_str());
+  EXPECT_EQ(o.status, 1) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cannot write the metrics to /tmp/aiacc_cli_full/cli_test/metrics.jsonl: No space left"));
 }
 
 TEST(Cli, DryRunPrintsResolvedConfigAndPlan) {

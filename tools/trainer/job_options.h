@@ -129,6 +129,15 @@ struct SparseOptimizerOptions : optim::OptimizerOptions {
     type = "adagrad";
     lr = 0.05;
   }
+  // The dense checks, and the rules that cannot update rows one at a time, named under this
+  // section (SparseRowOptimizer would refuse them at start naming optimizer.type).
+  void validate(const config::Node& node) const {
+    optim::OptimizerOptions::validate(node);
+    if (type == "lars" || type == "lamb") {
+      node.child("type").fail(fmt::format("{} is a layer-wise rule and cannot update sparse rows one at a time "
+                                          "(expected one of: sgd, adam, adamw, adagrad, ftrl)", type));
+    }
+  }
 };
 
 struct JobOptions {

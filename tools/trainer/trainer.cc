@@ -25,6 +25,7 @@
 #include "core/device_ops.h"
 #include "core/embedding/local_embedding_store.h"
 #include "core/error.h"
+#include "core/io/atomic_file.h"
 #include "core/io/safetensors.h"
 #include "core/log.h"
 #include "core/optim/loss_scaler.h"
@@ -406,13 +407,12 @@ struct Trainer::State {
   std::unique_ptr<optim::LrSchedule> sparse_schedule;
   double sparse_lr = 0;  // the sparse optimiser's rate for the step in progress
   std::filesystem::path run_path;
-  std::ofstream metrics;
+  MetricsLog metrics;  // whole lines, each write checked: a full disk fails the job naming the file
   std::int64_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;
 
   void write_metrics(const nlohmann::json& record) {
-    metrics << record.dump() << '\n';
-    metrics.flush();
+    metrics.append(record.dump());
   }
 
   NamedTensors model_tensors() const {
@@ -620,7 +620,25 @@ struct Trainer::State {
         if (it == tables.end()) {
           throw DataError(fmt::format("{}: the checkpoint has no rows of table '{}'", where, name));
         }
-        store->load_rows(fresh_state ? with_fresh_state(name, it->second, store->spec().dim) : it->second);
+        try {
+          store->load_rows(fresh_state ? with_fresh_state(name, it->second, store->spec().dim) : it->second);
+        } catch (const Error& e) {
+          // Usually the optimiser state's layout: say which setting changed it.
+          std::vector<std::string> sparse_changes;
+          for (const auto& change : changes) {
+            if (change.key.starts_with("sparse_optimizer.")) {
+              sparse_changes.push_back(fmt::format("{}: {} -> {}", change.key, change.first, change.second));
+            }
+          }
+          throw DataError(fmt::format("{}: the rows of table '{}' do not fit this job's table: {}{}", where, name,
+                                      e.what(),
+                                      sparse_changes.empty()
+                                          ? std::string()
+                                          : fmt::format(" (the checkpoint was written with another sparse "
+                                                        "optimiser: {}; keep its settings to resume, or "
+                                                        "--eval, which takes any)",
+                                                        fmt::join(sparse_changes, ", "))));
+        }
       }
       if (!remote.empty() && shard_files && leader()) group->ps_client()->load_checkpoint(where);
       if (!remote.empty() && multi_worker()) group->barrier();
@@ -1017,7 +1035,6 @@ EvalResult Trainer::evaluate_checkpoint(const std::string& directory) {
     }
     std::error_code ec;
     std::filesystem::create_directories(s.run_path, ec);
-    s.metrics.open(s.run_path / "metrics.jsonl", std::ios::app);
     nlohmann::json record = {{"kind", "eval_checkpoint"}, {"checkpoint", directory},
                              {"step", checkpoint.step}, {"loss", eval.loss},
                              {"accuracy", eval.accuracy}, {"examples", eval.examples}};
@@ -1025,7 +1042,14 @@ EvalResult Trainer::evaluate_checkpoint(const std::string& directory) {
       record["auc"] = eval.auc;
       record["log_loss"] = eval.log_loss;
     }
-    if (s.metrics) s.write_metrics(record);
+    // The result is logged above: a record that cannot be written costs a warning, not the result.
+    try {
+      s.metrics.open(s.run_path / "metrics.jsonl");
+      s.write_metrics(record);
+      s.metrics.close();
+    } catch (const IoError& e) {
+      s.log->warn("the evaluation is not recorded in the metrics: {}", e.what());
+    }
   }
   return eval;
 }
@@ -1054,9 +1078,8 @@ TrainResult Trainer::run(const RunControl& control) {
     }
   }
   if (s.leader()) {
-    s.metrics.open(s.run_path / "metrics.jsonl", std::ios::app);
-    if (!s.metrics) throw IoError(fmt::format("cannot write {}", (s.run_path / "metrics.jsonl").string()));
-    std::ofstream(s.run_path / "config.yaml") << resolved_yaml(o);
+    s.metrics.open(s.run_path / "metrics.jsonl");
+    io::write_file_atomically(s.run_path / "config.yaml", resolved_yaml(o));
   }
 
   if (o.train.trace) {
@@ -1497,6 +1520,7 @@ TrainResult Trainer::run(const RunControl& control) {
                                o.train.baseline_samples_per_s);
     }
     s.write_metrics(record);
+    s.metrics.close();  // an error the file system reports only at close fails the job too
     if (s.group) {
       s.log->info("summary: {} workers, {:.1f} samples/s, {:.0f}% of step time waiting on "
                   "communication, {:.0f}% of gradient all-reduce time hidden behind backward{}",
