@@ -95,6 +95,21 @@ void restore_by_name(const NamedTensors& saved, const NamedTensors& targets, con
     }
     Tensor(target).copy_from(source);
   }
+  // Tensors this model lacks are a model that changed (a part turned off, a smaller head):
+  // leaving them out would evaluate or train something other than what was saved, silently.
+  std::set<std::string> wanted;
+  for (const auto& [name, target] : targets) wanted.insert(name);
+  std::vector<std::string> extra;
+  for (const auto& [name, tensor] : saved) {
+    if (!wanted.count(name)) extra.push_back(name);
+  }
+  if (!extra.empty()) {
+    const std::size_t shown = std::min<std::size_t>(extra.size(), 5);
+    throw DataError(fmt::format("{}: the {} holds {} tensor(s) this model does not have: {}{} (was it saved by "
+                                "another model?)",
+                                where, what, extra.size(), fmt::join(extra.begin(), extra.begin() + shown, ", "),
+                                extra.size() > shown ? fmt::format(" and {} more", extra.size() - shown) : ""));
+  }
 }
 
 // The learning-rate schedule of the optimiser section `section` ("optimizer" or
@@ -542,10 +557,18 @@ struct Trainer::State {
                  : fmt::format(" (the checkpoint was written with {} {}; this job has {})", key, change->first,
                                change->second);
     };
+    // "; the checkpoint's model differs: KEY: A -> B, ..." (or "").
+    const auto model_changes = [&] {
+      std::vector<std::string> listed;
+      for (const auto& change : changes) {
+        if (change.key.starts_with("model.")) listed.push_back(fmt::format("{}: {} -> {}", change.key, change.first, change.second));
+      }
+      return listed.empty() ? std::string() : fmt::format("; the checkpoint's model differs: {}", fmt::join(listed, ", "));
+    };
     try {
       restore_by_name(part("model"), model_tensors(), "model file", where);
     } catch (const DataError& e) {
-      throw DataError(fmt::format("{}{}", e.what(), saved_unlike_this("model.type")));
+      throw DataError(fmt::format("{}{}", e.what(), model_changes()));
     }
     if (scope == RestoreScope::training) {
       try {
@@ -610,6 +633,17 @@ struct Trainer::State {
             if (saved_sharded.count(table)) tables.emplace(table, std::move(rows));
           }
         }
+      }
+      std::vector<std::string> dropped;  // tables the checkpoint has and this model does not
+      for (const auto& [name, rows] : tables) {
+        if (!stores.count(name)) dropped.push_back(name);
+      }
+      for (const auto& name : saved_sharded) {
+        if (!stores.count(name) && !tables.count(name)) dropped.push_back(name);
+      }
+      if (!dropped.empty()) {
+        throw DataError(fmt::format("{}: the checkpoint holds rows of table(s) this model does not have: {}{}", where,
+                                    fmt::join(dropped, ", "), model_changes()));
       }
       for (const auto& [name, store] : stores) {
         const bool sharded = remote.count(name) > 0;
