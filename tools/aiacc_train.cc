@@ -151,7 +151,9 @@ int run(int argc, char** argv) {
   auto* eval_option = app.add_option("--eval", eval_checkpoint,
                                      "evaluate this checkpoint folder (a run's checkpoints/step-N) on the test "
                                      "split, distributed like training, instead of training")
-                          ->type_name("CHECKPOINT");
+                          ->type_name("CHECKPOINT")
+                          // A dry run plans training: the checkpoint would go unread, unchecked.
+                          ->excludes(dry_run_flag);
   // The emitted files train: an evaluation or a dry run would be lost in them without a word.
   app.add_option("--emit", emit_target,
                  "print an sbatch script (slurm) or a Kubernetes manifest (kubernetes) that runs "

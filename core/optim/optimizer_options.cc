@@ -14,6 +14,18 @@ void OptimizerOptions::validate(const config::Node& node) const {
     if (momentum <= 0.0) node.child("nesterov").fail("Nesterov momentum needs momentum > 0");
     if (dampening != 0.0) node.child("nesterov").fail("Nesterov momentum needs dampening 0");
   }
+  // Momentum drives sgd's and lars's velocity (dampening sgd's alone); adam's is beta1, adagrad
+  // and ftrl have none: accepted there, they would change nothing the user meant.
+  if (type != "sgd" && type != "lars") {
+    if (momentum != 0.0) {
+      node.child("momentum").fail(fmt::format("applies to sgd and lars only, type is {}{}", type,
+                                              type == "adam" || type == "adamw" || type == "lamb"
+                                                  ? " (its momentum is beta1)" : ""));
+    }
+  }
+  if (type != "sgd" && dampening != 0.0) {
+    node.child("dampening").fail(fmt::format("applies to sgd only, type is {}", type));
+  }
   if (type == "ftrl" && weight_decay != 0.0) {
     node.child("weight_decay").fail("ftrl regularises through l1 and l2; set weight_decay to 0");
   }

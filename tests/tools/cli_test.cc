@@ -105,6 +105,17 @@ TEST(Cli, UsageErrorsExitTwo) {
   // The emitted files train: --eval or --dry-run would be lost in them.
   expect_config_error(config + " --emit slurm --eval /tmp/x", "excludes");
   expect_config_error(config + " --emit slurm --dry-run", "excludes");
+  // A dry run plans training: the checkpoint to evaluate went unread.
+  expect_config_error(config + " --dry-run --eval /nonexistent", "--dry-run excludes --eval");
+  // Settings that would change nothing the user meant.
+  expect_config_error(config + " --dry-run --set optimizer.type=adam --set optimizer.momentum=0.9",
+                      "optimizer.momentum: applies to sgd and lars only, type is adam (its momentum is beta1)");
+  expect_config_error(config + " --dry-run --set optimizer.type=lars --set optimizer.dampening=0.1",
+                      "optimizer.dampening: applies to sgd only, type is lars");
+  const auto unused = run(config + " --dry-run --set cluster.ps.min_count=5 --set cluster.ps.consistency=async");
+  EXPECT_EQ(unused.status, 0) << unused.output;
+  EXPECT_THAT(unused.output, HasSubstr("cluster.ps.consistency, cluster.ps.min_count have no effect: the job has no "
+                                       "parameter servers"));
   // No value is not "the default".
   expect_config_error(config + " --dry-run --set optimizer.lr=", "--set optimizer.lr=: no value");
   // A job name is one folder inside run_dir.

@@ -731,6 +731,17 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.group = std::move(group);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
   apply_float_mode(options);  // before the loader and fusion threads start: they inherit it
+  if (options.cluster.servers == 0 && s.rank() == 0) {
+    // Parameter-server settings in a job without servers change nothing: say so, once.
+    std::vector<std::string> unused;
+    for (const auto& change : config::yaml_differences(resolved_yaml(JobOptions{}), resolved_yaml(options))) {
+      if (change.key.starts_with("cluster.ps.")) unused.push_back(change.key);
+    }
+    if (!unused.empty()) {
+      log::get("trainer")->warn("{} {} no effect: the job has no parameter servers (cluster.servers: 0)",
+                                fmt::join(unused, ", "), unused.size() == 1 ? "has" : "have");
+    }
+  }
 
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
