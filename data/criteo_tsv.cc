@@ -38,8 +38,9 @@ CriteoTsv::CriteoTsv(const Options& options, const DatasetContext& context) {
   const bool train = context.split == "train";
   path_ = train ? options.train_file : options.test_file;
   if (path_.empty()) {
-    throw ConfigError(fmt::format("dataset criteo_tsv: {} is not set (the {} split's TSV file)",
-                                  train ? "train_file" : "test_file", context.split));
+    throw ConfigError(fmt::format("data.{}.criteo_tsv.{} is not set (the {} split's TSV file; the {} split reads "
+                                  "{})", context.split, train ? "train_file" : "test_file", context.split,
+                                  context.split, train ? "train_file" : "test_file"));
   }
   layout_.num_integer = static_cast<int>(options.num_integer);
   layout_.num_categorical = static_cast<int>(options.num_categorical);

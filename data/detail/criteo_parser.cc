@@ -34,7 +34,10 @@ std::string parse_criteo_line(std::string_view line, const CriteoLayout& layout,
   const auto tabs = std::count(p, end, '\t');
   if (tabs != layout.columns() - 1) {
     return fmt::format("expected {} tab-separated columns (label, {} integer, {} categorical), found {}",
-                       layout.columns(), layout.num_integer, layout.num_categorical, tabs + 1);
+                       layout.columns(), layout.num_integer, layout.num_categorical,
+                       line.empty() ? std::string("an empty line (a blank line, e.g. at the end of the file: remove "
+                                                  "it, or set malformed: skip)")
+                                    : std::to_string(tabs + 1));
   }
 
   const char* stop = field_end(p, end);

@@ -152,7 +152,8 @@ TEST(CriteoTsv, MalformedLineFailsNamingFileLineAndColumn) {
   EXPECT_THAT(error_for("1\t2\t3"),
               HasSubstr(path + ":3: expected 7 tab-separated columns (label, 3 integer, 3 categorical), found 3"));
   EXPECT_THAT(error_for("1\t1\t1\t1\ta\tb\tc\td"), HasSubstr(path + ":3: expected 7 tab-separated columns"));
-  EXPECT_THAT(error_for(""), HasSubstr(path + ":3: expected 7 tab-separated columns (label, 3 integer, 3 categorical), found 1"));
+  EXPECT_THAT(error_for(""), HasSubstr(path + ":3: expected 7 tab-separated columns (label, 3 integer, 3 categorical), "
+                                      "found an empty line"));
   EXPECT_THAT(error_for("1\t1\t2\t3\ta\tzz\tc"),
               HasSubstr(path + ":3: column 6 (C2): bad categorical value 'zz', expected up to 8 hex digits"));
   EXPECT_THAT(error_for("1\t1\t2\t3\ta\tb\t123456789"), HasSubstr(":3: column 7 (C3): bad categorical value '123456789'"));

@@ -219,6 +219,21 @@ TEST(Cli, ACheckpointWithPartsThisModelLacksIsRefused) {
   std::filesystem::remove_all("/tmp/aiacc_cli_parts");
 }
 
+// A finished job run again trains nothing: it says why instead of "done: 0 steps".
+TEST(Cli, AFinishedJobRunAgainSaysThereIsNothingLeftToTrain) {
+  std::filesystem::remove_all("/tmp/aiacc_cli_again");
+  const std::string job = write_temp("aiacc_cli_again.yaml", kSmallJob);
+  const std::string args = job + " --set job.run_dir=/tmp/aiacc_cli_again --set train.epochs=1";
+  auto o = run(args);
+  ASSERT_EQ(o.status, 0) << o.output;
+  o = run(args);
+  EXPECT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("the checkpoint is at step 8, the end of this job's 8 steps (train.epochs 1"));
+  o = run(args + " --set train.max_steps=5");
+  EXPECT_THAT(o.output, HasSubstr("the checkpoint is at step 8, past this job's 5 steps"));
+  std::filesystem::remove_all("/tmp/aiacc_cli_again");
+}
+
 // A full disk under job.run_dir fails the job naming metrics.jsonl: it exited 0 with a torn
 // last record and every later step's metrics lost.
 TEST(Cli, AFullDiskFailsTheJobNamingTheMetricsFile) {

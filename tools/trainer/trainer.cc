@@ -1181,6 +1181,12 @@ TrainResult Trainer::run(const RunControl& control) {
   const std::int64_t epochs = (s.total_steps + s.steps_per_epoch - 1) / s.steps_per_epoch;
   s.log->info("training {} for {} steps ({} epochs of {}), run folder {}", o.model.type,
               s.total_steps, epochs, s.steps_per_epoch, s.run_path.string());
+  if (step >= s.total_steps) {
+    // A finished job run again, or a checkpoint past this config's end: say why nothing trains.
+    s.log->warn("the checkpoint is at step {}, {} this job's {} steps (train.epochs {}, train.max_steps {}): "
+                "nothing left to train; raise train.epochs or train.max_steps to train on", step,
+                step == s.total_steps ? "the end of" : "past", s.total_steps, o.train.epochs, o.train.max_steps);
+  }
   if (auto best = s.test_data->reference_auc()) {
     s.log->info("the test split comes from a known teacher: best achievable AUC {:.4f}", *best);
   }
