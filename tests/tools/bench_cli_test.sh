@@ -138,7 +138,14 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 if ((${#ranks[@]} == 2)); then
-  sleep 2  # past the ranks' connection set-up, into the timed runs
+  # Past the ranks' connection set-up (its own, longer timeout), into the timed 16 MiB runs:
+  # once rank 1 has used 0.3 s of CPU (setting up takes a few ms of it; a loaded machine may
+  # take seconds of wall time for them).
+  for _ in $(seq 300); do
+    read -r -a stat <"/proc/${ranks[1]}/stat" 2>/dev/null || break
+    ((stat[13] + stat[14] >= 30)) && break
+    sleep 0.1
+  done
   kill -STOP "${ranks[1]}"
   start=$(date +%s)
   # Polled rather than a background watchdog, which would hold the test's output open.
