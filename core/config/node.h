@@ -23,7 +23,9 @@ class Document {
   static Document from_string(const std::string& text, const std::string& name);
 
   // Applies "dotted.key=value" (value parsed as YAML, e.g. 3, 0.1, true, [1, 2], text),
-  // creating maps along the path. Throws ConfigError on a malformed assignment.
+  // creating maps along the path; "key[N]" steps into entry N of a list the config already
+  // has. Throws ConfigError on a malformed assignment, no value (null), a step into something
+  // that is not a section or list, or an index past a list's end.
   void apply_override(const std::string& assignment);
 
   Node root() const;
@@ -45,6 +47,7 @@ class Node {
   Node() = default;
 
   bool present() const;           // defined and not null
+  bool is_null() const;           // written with no value: `key:`, `key: ~`, `key: null`
   bool is_map() const;
   bool is_sequence() const;
   bool is_scalar() const;
@@ -52,7 +55,9 @@ class Node {
   const YAML::Node& yaml() const { return node_; }
   std::string scalar() const;     // throws ConfigError unless a scalar
 
-  // Where this node's value came from: "file:line:col", "--set k=v", or the file name.
+  // Where this node's value came from: "file:line:col", "--set k=v", or both when --set
+  // changed keys inside a section of the file ("file:line:col (changed by --set a.b=1)"). For
+  // an absent node: where its nearest present section is, since that is what lacks it.
   std::string where() const;
   // Where the key `key` of this map is written (for unknown-key errors).
   std::string where_key(const std::string& key) const;
@@ -69,9 +74,19 @@ class Node {
  private:
   Node(std::shared_ptr<const Document::Info> info, YAML::Node node, std::string path);
   std::string override_for(const std::string& path) const;
+  // A missing node at `path` under this one, which remembers the nearest present section.
+  Node absent(const std::string& path) const;
+  // A null `node` at `path` under this one, located by this one (yaml-cpp's position for it is
+  // the next token's).
+  Node with_no_value(const YAML::Node& node, const std::string& path) const;
+  // Where a node of the document at `path` (`node` as yaml-cpp has it) came from.
+  std::string located(const YAML::Node& node, const std::string& path) const;
   std::shared_ptr<const Document::Info> info_;
   YAML::Node node_;
   std::string path_;
+  // For an absent or null node: its nearest present ancestor and that one's path.
+  YAML::Node anchor_;
+  std::string anchor_path_;
   friend class Document;
 };
 

@@ -170,6 +170,34 @@ void decode_unsigned(const Node& node, unsigned long long& value, unsigned long 
   value = static_cast<unsigned long long>(signed_value);
 }
 
+namespace {
+
+// How to write an empty value of this shape on purpose.
+const char* empty_form(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::text: return "for an empty string, write ''";
+    case ValueKind::list: return "for an empty list, write []";
+    case ValueKind::map: return "for an empty map, write {}";
+    case ValueKind::section: return "for a section of defaults, write {}; keys meant to be inside it go indented under it";
+    case ValueKind::scalar: break;
+  }
+  return "";
+}
+
+}  // namespace
+
+void fail_no_value(const Node& parent, const std::string& key, ValueKind kind) {
+  const std::string hint = empty_form(kind);
+  parent.fail_key(key, fmt::format("no value (to give the key its default, leave it out{}{})",
+                                   hint.empty() ? "" : "; ", hint));
+}
+
+void fail_no_value(const Node& entry, ValueKind kind) {
+  const std::string hint = empty_form(kind);
+  entry.fail(fmt::format("no value (write the entry's value or leave the entry out{}{})",
+                         hint.empty() ? "" : "; ", hint));
+}
+
 Reader::Reader(const Node& node) : node_(node) {
   if (node_.present() && !node_.is_map()) node_.fail("expected a section (a map of keys)");
 }
@@ -181,6 +209,7 @@ void Reader::blocks(const Catalog& catalog, const std::string& type, TypedBlocks
   for (const auto& name : catalog.names()) {
     known_.push_back(name);
     Node child = node_.child(name);
+    if (child.is_null()) fail_no_value(node_, name, ValueKind::section);
     if (!child.present()) continue;
     if (!child.is_map()) child.fail("expected a section of options for '" + name + "'");
     catalog.check_block(name, child);

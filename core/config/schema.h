@@ -156,6 +156,25 @@ std::string value_text(const T& value);
 
 // ---- reading ----
 
+// The shape of a value, for the hint of the error when a key has none.
+enum class ValueKind { scalar, text, list, map, section };
+template <class T>
+constexpr ValueKind value_kind() {
+  if constexpr (is_optional<T>::value) return value_kind<typename T::value_type>();
+  else if constexpr (is_section<T>::value) return ValueKind::section;
+  else if constexpr (is_vector<T>::value) return ValueKind::list;
+  else if constexpr (is_string_map<T>::value) return ValueKind::map;
+  else if constexpr (std::is_same_v<T, std::string>) return ValueKind::text;
+  else return ValueKind::scalar;
+}
+
+// Key `key` of `parent` is written with no value (`key:`, `key: ~`, `key: null`, or a template
+// placeholder that was not filled in). YAML reads that as null, which would otherwise be taken
+// for "not set" and give the key its default without a word, so it is an error, as in --set.
+[[noreturn]] void fail_no_value(const Node& parent, const std::string& key, ValueKind kind);
+// The same for an entry of a list (`[1, ~]`, a bare `-`).
+[[noreturn]] void fail_no_value(const Node& entry, ValueKind kind);
+
 void decode(const Node& node, bool& value);
 void decode(const Node& node, std::string& value);
 void decode(const Node& node, double& value);
@@ -185,6 +204,7 @@ class Reader {
       decode(child, inner);
       value = inner;
     } else {
+      if (child.is_null()) fail_no_value(node_, key, value_kind<T>());
       if (!child.present()) return;
       decode(child, value);
     }
@@ -216,8 +236,10 @@ void decode(const Node& node, T& value) {
     if (!node.is_sequence()) node.fail("expected a list, e.g. [a, b]");
     value.clear();
     for (std::size_t i = 0; i < node.size(); ++i) {
+      const Node entry = node.element(i);
+      if (entry.is_null()) fail_no_value(entry, value_kind<typename T::value_type>());
       typename T::value_type element{};
-      decode(node.element(i), element);
+      decode(entry, element);
       value.push_back(std::move(element));
     }
   } else if constexpr (is_string_map<T>::value) {
@@ -225,8 +247,10 @@ void decode(const Node& node, T& value) {
     value.clear();
     for (const auto& key : node.keys()) {
       if (!is_utf8(key)) node.fail_key(key, "expected UTF-8 text");
+      const Node entry = node.child(key);
+      if (entry.is_null()) fail_no_value(node, key, value_kind<typename T::mapped_type>());
       typename T::mapped_type element{};
-      decode(node.child(key), element);
+      decode(entry, element);
       value.emplace(key, std::move(element));
     }
   } else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {

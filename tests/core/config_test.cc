@@ -50,6 +50,64 @@ struct OptimOptions {
   }
 };
 
+struct Rule {
+  std::string match;
+  std::string place = "ring";
+  template <class V>
+  void visit(V& v) {
+    v.field("match", match, "parameter name glob");
+    v.field("place", place, "where", one_of({"ps", "ring"}));
+  }
+};
+
+struct Rules {
+  std::vector<Rule> placement;
+  template <class V>
+  void visit(V& v) {
+    v.field("placement", placement, "placement rules");
+  }
+};
+
+// A map whose check covers all its entries (like log.levels).
+struct Levels {
+  std::map<std::string, std::string> names;
+  double lr = 0.1;
+  template <class V>
+  void visit(V& v) {
+    v.field("names", names, "levels by subsystem", [](const std::map<std::string, std::string>& m) {
+      for (const auto& [name, level] : m) {
+        if (name != "ring" && name != "data") return "no subsystem '" + name + "'";
+      }
+      return std::string();
+    });
+    v.field("lr", lr, "unused");
+  }
+};
+
+// A validation of a key that another key makes necessary (like a multistep schedule's milestones).
+struct Plan {
+  std::string type = "cosine";
+  std::vector<int> milestones;
+  template <class V>
+  void visit(V& v) {
+    v.field("type", type, "shape", one_of({"cosine", "multistep"}));
+    v.field("milestones", milestones, "steps");
+  }
+  void validate(const Node& node) const {
+    if (type == "multistep" && milestones.empty()) node.child("milestones").fail("multistep needs at least one milestone");
+  }
+};
+
+struct Planned {
+  Plan plan;
+  int other = 0;
+  template <class V>
+  void visit(V& v) {
+    v.field("plan", plan, "schedule");
+    v.field("other", other, "unused");
+  }
+};
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -191,6 +249,164 @@ TEST(Config, OverridesApplyAndAreNamedInErrors) {
   EXPECT_THAT(message, Not(HasSubstr("job.yaml")));
 }
 
+// YAML reads `key:`, `key: ~` and `key: null` as null, which used to mean "not set": the file's
+// key took its default without a word (a template placeholder left empty, say), while --set
+// refused the same. Written-out empty values ({}, [], '') are values.
+TEST(Config, AKeyWithNoValueInTheFileIsRefusedNamingIt) {
+  EXPECT_THAT(error_of([] { parse("steps: 3\nlr:\nnesterov: true\n"); }),
+              HasSubstr("job.yaml:2:1: lr: no value (to give the key its default, leave it out)"));
+  EXPECT_THAT(error_of([] { parse("lr: ~\n"); }), HasSubstr("job.yaml:1:1: lr: no value"));
+  EXPECT_THAT(error_of([] { parse("lr: null\n"); }), HasSubstr("job.yaml:1:1: lr: no value"));
+  EXPECT_THAT(error_of([] { parse("type:\n"); }), HasSubstr("type: no value (to give the key its default, leave it "
+                                                             "out; for an empty string, write '')"));
+  EXPECT_THAT(error_of([] { parse("schedule: {type: null}\n"); }), HasSubstr("job.yaml:1:12: schedule.type: no value"));
+  EXPECT_THAT(error_of([] { parse("milestones:\n"); }), HasSubstr("milestones: no value (to give the key its "
+                                                                   "default, leave it out; for an empty list, write [])"));
+  // A list entry is located by its list: yaml-cpp places a bare `-` at the next token.
+  EXPECT_THAT(error_of([] { parse("milestones: [1, ~]\n"); }),
+              HasSubstr("job.yaml:1:13: milestones[1]: no value (write the entry's value or leave the entry out)"));
+  EXPECT_THAT(error_of([] { parse("milestones:\n  - 1\n  -\n  - 3\nsteps: 4\n"); }),
+              HasSubstr("job.yaml:2:3: milestones[1]: no value"));
+  EXPECT_THAT(error_of([] { parse("levels: {ring: }\n"); }), HasSubstr("job.yaml:1:10: levels.ring: no value"));
+  EXPECT_THAT(error_of([] { parse("levels:\n"); }), HasSubstr("levels: no value (to give the key its default, leave "
+                                                               "it out; for an empty map, write {})"));
+  // A section with nothing indented under it, e.g. its keys written at the top level.
+  EXPECT_THAT(error_of([] { parse("lr: 0.5\nschedule:\nwarmup_steps: 3\n"); }),
+              HasSubstr("job.yaml:2:1: schedule: no value (to give the key its default, leave it out; for a section "
+                        "of defaults, write {}; keys meant to be inside it go indented under it)"));
+  EXPECT_THAT(error_of([] { parse("schedule:\n"); }), HasSubstr("job.yaml:1:1: schedule: no value"));
+  EXPECT_THAT(error_of([] { read<Rules>(Document::from_string("placement: [{match: a}, ~]\n", "r.yaml").root()); }),
+              HasSubstr("r.yaml:1:12: placement[1]: no value"));
+
+  // Empty values written out are values.
+  const auto empty = parse("milestones: []\nlevels: {ring: ''}\nschedule: {}\n");
+  EXPECT_EQ(empty.levels.at("ring"), "");
+  EXPECT_TRUE(parse("levels: {}\n").levels.empty());
+  EXPECT_TRUE(empty.milestones.empty());
+  EXPECT_EQ(empty.schedule.type, "cosine");
+  // An optional key's null is its documented "off" (the writer writes it so).
+  EXPECT_FALSE(parse("clip: null\n").clip.has_value());
+}
+
+TEST(Config, AnUnknownTopLevelKeyFromSetNamesTheSet) {
+  auto doc = Document::from_string("lr: 0.5\nschedule: {type: step}\n", "job.yaml");
+  doc.apply_override("schedul.type=cosine");
+  const std::string message = error_of([&] { read<OptimOptions>(doc.root()); });
+  EXPECT_THAT(message, HasSubstr("--set schedul.type=cosine: schedul: unknown key (did you mean 'schedule'?)"));
+  EXPECT_THAT(message, Not(HasSubstr("job.yaml")));
+}
+
+// A key twice inside a --set flow value: the position is in that argument, counted from its
+// first character, not a line of the file.
+TEST(Config, AKeySetTwiceInASetValueNamesTheSetAndItsColumns) {
+  auto doc = Document::from_string("# a comment\nlr: 0.5\n", "job.yaml");
+  doc.apply_override("levels={ring: debug, ring: warn}");
+  const std::string message = error_of([&] { read<OptimOptions>(doc.root()); });
+  EXPECT_THAT(message, HasSubstr("--set levels={ring: debug, ring: warn} (at column 22): levels.ring: set a second "
+                                 "time in this --set value (first at column 9); give it once"));
+  EXPECT_THAT(message, Not(HasSubstr("job.yaml")));
+  // Deeper: the section came from the --set.
+  auto deeper = Document::from_string("lr: 0.5\n", "job.yaml");
+  deeper.apply_override("schedule={type: step, warmup_steps: 1, type: cosine}");
+  EXPECT_THAT(error_of([&] { read<OptimOptions>(deeper.root()); }),
+              HasSubstr("--set schedule={type: step, warmup_steps: 1, type: cosine} (at column 40): schedule.type: set "
+                        "a second time in this --set value (first at column 11)"));
+}
+
+// A check of a whole map, list or section fails on that node: when --set changed entries inside
+// it, it names the --set (and the file's line where the file holds the rest).
+TEST(Config, ACheckOfASectionNamesTheSetThatChangedIt) {
+  auto made = Document::from_string("lr: 0.5\n", "job.yaml");
+  made.apply_override("names.rin=debug");
+  std::string message = error_of([&] { read<Levels>(made.root()); });
+  EXPECT_THAT(message, HasSubstr("--set names.rin=debug: names: no subsystem 'rin', got {rin: debug}"));
+  EXPECT_THAT(message, Not(HasSubstr("job.yaml")));
+
+  auto mixed = Document::from_string("lr: 0.5\nnames: {ring: info}\n", "job.yaml");
+  mixed.apply_override("names.rin=debug");
+  EXPECT_THAT(error_of([&] { read<Levels>(mixed.root()); }),
+              HasSubstr("job.yaml:2:8 (changed by --set names.rin=debug): names: no subsystem 'rin'"));
+
+  auto validated = Document::from_string("steps: 5\n", "job.yaml");
+  validated.apply_override("schedule.warmup_steps=9");
+  EXPECT_THAT(error_of([&] { read<OptimOptions>(validated.root()); }),
+              HasSubstr("--set schedule.warmup_steps=9: schedule: warmup_steps exceeds steps"));
+}
+
+// A check that a key is missing, caused by another key: the location is the section that lacks
+// it (with the --set that changed it), never the file alone for a value it does not hold.
+TEST(Config, AMissingKeyNamesItsSectionAndTheSetThatChangedIt) {
+  auto changed = Document::from_string("plan:\n  type: cosine\n", "job.yaml");
+  changed.apply_override("plan.type=multistep");
+  EXPECT_THAT(error_of([&] { read<Planned>(changed.root()); }),
+              HasSubstr("job.yaml:2:3 (changed by --set plan.type=multistep): plan.milestones: multistep needs at least "
+                        "one milestone"));
+
+  auto made = Document::from_string("other: 1\n", "job.yaml");
+  made.apply_override("plan.type=multistep");
+  std::string message = error_of([&] { read<Planned>(made.root()); });
+  EXPECT_THAT(message, HasSubstr("--set plan.type=multistep: plan.milestones: multistep needs"));
+  EXPECT_THAT(message, Not(HasSubstr("job.yaml")));
+
+  auto whole = Document::from_string("other: 1\n", "job.yaml");
+  whole.apply_override("plan={type: multistep}");
+  EXPECT_THAT(error_of([&] { read<Planned>(whole.root()); }),
+              HasSubstr("--set plan={type: multistep}: plan.milestones: multistep needs"));
+
+  EXPECT_THAT(error_of([] { read<Planned>(Document::from_string("plan: {type: multistep}\n", "job.yaml").root()); }),
+              HasSubstr("job.yaml:1:7: plan.milestones: multistep needs"));
+}
+
+// --set takes key[N] for an entry of a list the config has; other list edits give the whole list.
+TEST(Config, SetStepsIntoListEntries) {
+  auto doc = Document::from_string("milestones: [5, 6]\n", "job.yaml");
+  doc.apply_override("milestones[1]=7");
+  EXPECT_EQ(read<OptimOptions>(doc.root()).milestones, (std::vector<int>{5, 7}));
+  doc.apply_override("milestones[0]=x");
+  std::string message = error_of([&] { read<OptimOptions>(doc.root()); });
+  EXPECT_THAT(message, HasSubstr("--set milestones[0]=x: milestones[0]: expected an integer, got 'x'"));
+
+  EXPECT_THAT(error_of([&] { doc.apply_override("milestones[2]=9"); }),
+              HasSubstr("--set milestones[2]=9: 'milestones' has 2 entries, so it has no entry [2]; to add or remove "
+                        "entries, give the whole list instead: --set 'milestones=[...]'"));
+  EXPECT_THAT(error_of([&] { doc.apply_override("lr[0]=1"); }), HasSubstr("'lr' is not in the config, so it has no "
+                                                                          "entry [0]; give the whole list instead"));
+  doc.apply_override("lr=0.5");
+  EXPECT_THAT(error_of([&] { doc.apply_override("lr[0]=1"); }), HasSubstr("'lr' is not a list, so it has no entry [0]"));
+  EXPECT_THAT(error_of([&] { doc.apply_override("milestones[0].x=1"); }),
+              HasSubstr("'milestones[0]' is not a section, so it has no key 'x'"));
+  for (const char* bad : {"milestones[x]=1", "milestones[]=1", "milestones[-1]=1", "milestones[0=1", "milestones]=1",
+                          "milestones[0]x=1"}) {
+    EXPECT_THAT(error_of([&] { doc.apply_override(bad); }), HasSubstr("is neither a key nor key[index]")) << bad;
+  }
+
+  auto rules = Document::from_string("placement:\n  - {match: a, place: ps}\n  - {match: b, place: ps}\n", "r.yaml");
+  rules.apply_override("placement[1].place=ring");
+  const auto read_rules = read<Rules>(rules.root());
+  EXPECT_EQ(read_rules.placement.at(0).place, "ps");
+  EXPECT_EQ(read_rules.placement.at(1).place, "ring");
+  rules.apply_override("placement[0].plac=ring");
+  message = error_of([&] { read<Rules>(rules.root()); });
+  EXPECT_THAT(message, HasSubstr("--set placement[0].plac=ring: placement[0].plac: unknown key (did you mean 'place'?)"));
+  EXPECT_THAT(message, Not(HasSubstr("r.yaml")));
+  auto bad_value = Document::from_string("placement:\n  - {match: a, place: ps}\n", "r.yaml");
+  bad_value.apply_override("placement[0].place=rnig");
+  EXPECT_THAT(error_of([&] { read<Rules>(bad_value.root()); }),
+              HasSubstr("--set placement[0].place=rnig: placement[0].place: expected one of: ps, ring"));
+}
+
+// A later --set of a whole section replaces what earlier ones wrote inside it: they are no longer
+// named for its keys.
+TEST(Config, ALaterSetOfASectionReplacesEarlierSetsInsideIt) {
+  auto doc = Document::from_string("steps: 5\n", "job.yaml");
+  doc.apply_override("schedule.warmup_steps=3");
+  doc.apply_override("schedule={type: step, warmup_steps: -1}");
+  const std::string message = error_of([&] { read<OptimOptions>(doc.root()); });
+  EXPECT_THAT(message, HasSubstr("--set schedule={type: step, warmup_steps: -1}: schedule.warmup_steps: expected a "
+                                 "value >= 0"));
+  EXPECT_THAT(message, Not(HasSubstr("warmup_steps=3")));
+}
+
 TEST(Config, AFolderIsNotAConfigFile) {
   EXPECT_THAT(error_of([] { Document::from_file(::testing::TempDir()); }), HasSubstr("is a folder, not a config file"));
 }
@@ -277,6 +493,15 @@ TEST(Registry, CreatesFromBlocksAndRejectsUnknown) {
   EXPECT_THAT(error_of([] { widgets().create("tiny", Node(), 0); }),
               HasSubstr("unknown widget type 'tiny'; known: large, small"));
   EXPECT_THROW(widgets().add_class<Small>("small"), Error);
+}
+
+// An implementation's block with nothing under it used to take all defaults without a word.
+TEST(Registry, ABlockWithNoValueIsRefused) {
+  EXPECT_THAT(error_of([] { read<Holder>(Document::from_string("type: small\nsmall:\n", "w.yaml").root()); }),
+              HasSubstr("w.yaml:2:1: small: no value"));
+  EXPECT_THAT(error_of([] { read<Holder>(Document::from_string("small: {size: ~}\n", "w.yaml").root()); }),
+              HasSubstr("w.yaml:1:9: small.size: no value"));
+  EXPECT_EQ(read<Holder>(Document::from_string("type: small\nsmall: {}\n", "w.yaml").root()).type, "small");
 }
 
 TEST(Registry, ReferenceListsEveryBlockResolvedOnlyTheChosen) {
