@@ -41,6 +41,16 @@ const char* kSmallJob =
     "  train: {type: synthetic_images, synthetic_images: {size: 256}}\n"
     "  test: {type: synthetic_images, synthetic_images: {size: 64}}\n";
 
+// A Wide&Deep job of 512 synthetic examples in batches of 64, run in /tmp/aiacc_cli_NAME;
+// `model_extra` goes inside its wide_deep block.
+std::string small_wide_deep_job(const std::string& name, const std::string& model_extra) {
+  return "job: {name: " + name + ", run_dir: /tmp/aiacc_cli_" + name + "}\n"
+         "model: {type: wide_deep, wide_deep: {embedding_dim: 4, hidden: [8]" + model_extra + "}}\n"
+         "data:\n  batch_size: 64\n"
+         "  train: {type: synthetic_ctr, synthetic_ctr: {size: 512, num_categorical: 4, num_integer: 2}}\n"
+         "  test: {type: synthetic_ctr, synthetic_ctr: {size: 128, num_categorical: 4, num_integer: 2}}\n";
+}
+
 // The program exits 2 (a configuration or usage error) saying `expected`.
 void expect_config_error(const std::string& arguments, const std::string& expected) {
   const aiacc::testing::CommandResult r = run(arguments);
@@ -153,11 +163,7 @@ TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
   std::filesystem::remove_all("/tmp/aiacc_cli_evalopt");
   const std::string job =
       write_temp("aiacc_cli_evalopt.yaml",
-                 "job: {name: evalopt, run_dir: /tmp/aiacc_cli_evalopt}\n"
-                 "model: {type: wide_deep, wide_deep: {embedding_dim: 4, hidden: [8]}}\n"
-                 "data:\n  batch_size: 64\n"
-                 "  train: {type: synthetic_ctr, synthetic_ctr: {size: 512, num_categorical: 4, num_integer: 2}}\n"
-                 "  test: {type: synthetic_ctr, synthetic_ctr: {size: 128, num_categorical: 4, num_integer: 2}}\n"
+                 small_wide_deep_job("evalopt", "") +
                  "optimizer: {type: adam, lr: 0.01}\n"
                  "sparse_optimizer: {type: sgd}\n"
                  "cluster: {workers: 2, servers: 2, placement: [{match: '*', place: ps}]}\n");
@@ -198,12 +204,7 @@ TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
 TEST(Cli, ACheckpointWithPartsThisModelLacksIsRefused) {
   std::filesystem::remove_all("/tmp/aiacc_cli_parts");
   const std::string job =
-      write_temp("aiacc_cli_parts.yaml",
-                 "job: {name: parts, run_dir: /tmp/aiacc_cli_parts}\n"
-                 "model: {type: wide_deep, wide_deep: {embedding_dim: 4, hidden: [8], cross_features: [C1_x_C2]}}\n"
-                 "data:\n  batch_size: 64\n"
-                 "  train: {type: synthetic_ctr, synthetic_ctr: {size: 512, num_categorical: 4, num_integer: 2}}\n"
-                 "  test: {type: synthetic_ctr, synthetic_ctr: {size: 128, num_categorical: 4, num_integer: 2}}\n");
+      write_temp("aiacc_cli_parts.yaml", small_wide_deep_job("parts", ", cross_features: [C1_x_C2]"));
   aiacc::testing::CommandResult o = run(job);
   ASSERT_EQ(o.status, 0) << o.output;
   const std::string checkpoint = " --eval /tmp/aiacc_cli_parts/parts/checkpoints/step-000000000008";
