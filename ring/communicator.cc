@@ -38,6 +38,7 @@ std::shared_ptr<Communicator> Communicator::connect(std::shared_ptr<net::Context
   auto mesh = net::connect_mesh(std::move(context), rendezvous, spec, fmt::format("ring-{}", name),
                                 net::deadline_after(options.channel.connect_timeout_s));
   auto comm = std::make_shared<Communicator>(std::move(mesh), options);
+  comm->label_links(name);
   // Host topology: every rank publishes its host identity; equal identities share memory.
   const auto deadline = net::deadline_after(options.channel.connect_timeout_s);
   rendezvous.set_string(fmt::format("ring/{}/host/{}", name, rank), host_identity(), deadline);
@@ -133,6 +134,18 @@ Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
       for (int stream = 0; stream < mesh_.streams(); ++stream) mesh_.channel(peer, stream).close();
     }
     update_spin();
+  }
+  label_links("");
+}
+
+void Communicator::label_links(std::string_view ring) {
+  if (world_size_ == 1) return;
+  const std::string prefix = ring.empty() ? "ring" : fmt::format("{} ring", ring);
+  for (int peer : mesh_.peers()) {
+    for (int stream = 0; stream < options_.streams; ++stream) {
+      to(peer, stream).set_stream_label(fmt::format("{} stream {}, from this rank to rank {}", prefix, stream, peer));
+      from(peer, stream).set_stream_label(fmt::format("{} stream {}, from rank {} to this rank", prefix, stream, peer));
+    }
   }
 }
 

@@ -126,6 +126,10 @@ class Communicator {
 
  private:
   net::Link& directed(int peer, int stream, bool outgoing);
+  // Names every link's stream in its errors as the user knows it: "dense ring stream 1, from
+  // rank 2 to this rank" (`ring`: the communicator's name, may be empty), not as the mesh
+  // numbers it (2s + direction).
+  void label_links(std::string_view ring);
   void update_spin();
 
   net::Mesh mesh_;

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/peer_timeout_error.h"
 #include "core/net/security.h"
 
 namespace aiacc::net {
@@ -110,21 +111,21 @@ void Channel::drain_monitor() {
 
 std::string Channel::describe(short event) const {
   // A bound socket's endpoint is this rank's own address, not the peer's: say which it is.
-  return fmt::format("{} rank {} (stream {}, {} {})", event == ZMQ_POLLOUT ? "send to" : "recv from", peer_,
-                     stream_, socket_.is_bound() ? "accepted on this rank's" : "connected to", socket_.endpoint());
+  return fmt::format("{} rank {} ({}; {} {})", event == ZMQ_POLLOUT ? "send to" : "recv from", peer_, stream_name(),
+                     socket_.is_bound() ? "accepted on this rank's" : "connected to", socket_.endpoint());
 }
 
 void Channel::require_open(std::string_view what) const {
   if (!socket_.is_open()) {
-    throw CommError(fmt::format("channel to rank {} (stream {}) is closed, during: {}", peer_,
-                                stream_, what));
+    throw CommError(fmt::format("channel to rank {} ({}) is closed, during: {}", peer_,
+                                stream_name(), what));
   }
 }
 
 void Channel::fail(const char* call, std::string_view what) const {
   const int error = zmq_errno();
-  throw CommError(fmt::format("{} failed: {} (errno {}), peer rank {} (stream {}, {} {}), during: {}",
-                              call, zmq_strerror(error), error, peer_, stream_,
+  throw CommError(fmt::format("{} failed: {} (errno {}), peer rank {} ({}; {} {}), during: {}",
+                              call, zmq_strerror(error), error, peer_, stream_name(),
                               socket_.is_bound() ? "accepted on this rank's" : "connected to", socket_.endpoint(), what));
 }
 
@@ -141,8 +142,9 @@ void Channel::wait_for(short event, Deadline deadline, std::string_view what,
     }
     const long timeout_ms = remaining_ms(deadline);
     if (timeout_ms == 0) {
-      throw TimeoutError(fmt::format("timed out after {:.2f} s: {}: {}", seconds_since(start),
-                                     describe(event), what));
+      throw PeerTimeoutError(fmt::format("timed out after {:.2f} s: {}: {}", seconds_since(start),
+                                         describe(event), what),
+                             peer_);
     }
     zmq_pollitem_t items[2] = {{socket_.handle(), 0, event, 0},
                                {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -221,10 +223,11 @@ void Channel::send_parts(std::span<const std::span<const std::byte>> parts, Dead
       std::terminate();
     }
     if (!error) {
-      error = std::make_exception_ptr(TimeoutError(
+      error = std::make_exception_ptr(PeerTimeoutError(
           fmt::format("timed out after {:.2f} s waiting for the transport to release a "
                       "zero-copy buffer: {}: {}",
-                      seconds_since(start), describe(ZMQ_POLLOUT), what)));
+                      seconds_since(start), describe(ZMQ_POLLOUT), what),
+          peer_));
     }
   }
   if (error) std::rethrow_exception(error);
@@ -257,9 +260,10 @@ void Channel::wait_posted(Deadline deadline, std::string_view what) {
   const auto start = Clock::now();
   if (posted_->wait_until(deadline)) return;
   abandon_posted();
-  throw TimeoutError(fmt::format("timed out after {:.2f} s waiting for the transport to send "
-                                 "posted buffers: {}: {}",
-                                 seconds_since(start), describe(ZMQ_POLLOUT), what));
+  throw PeerTimeoutError(fmt::format("timed out after {:.2f} s waiting for the transport to send "
+                                     "posted buffers: {}: {}",
+                                     seconds_since(start), describe(ZMQ_POLLOUT), what),
+                         peer_);
 }
 
 void Channel::abandon_posted() noexcept {
@@ -308,9 +312,9 @@ std::vector<Message> Channel::recv_parts(Deadline deadline, std::string_view wha
 Message Channel::recv(Deadline deadline, std::string_view what) {
   std::vector<Message> parts = recv_parts(deadline, what);
   if (parts.size() != 1) {
-    throw CommError(fmt::format("expected a single-frame message from rank {} (stream {}), got "
+    throw CommError(fmt::format("expected a single-frame message from rank {} ({}), got "
                                 "{} frames, during: {}",
-                                peer_, stream_, parts.size(), what));
+                                peer_, stream_name(), parts.size(), what));
   }
   return std::move(parts.front());
 }

@@ -47,10 +47,10 @@ class Channel final : public Link {
   // Sends `bytes` as one message. Blocks until the caller may reuse `bytes`: for a copied
   // message, until it is queued (may wait while send_hwm messages are queued); for a zero-copy
   // one (size >= zero_copy_min_bytes), until ZeroMQ has finished reading the buffer.
-  // Throws TimeoutError at `deadline` (naming the peer, `what` and the time waited) and
-  // CommError on a transport failure or a disconnected peer. A send to a peer that has just
-  // died may still succeed (the message is queued); the failure then surfaces at the next
-  // recv or blocking send. After a zero-copy timeout the channel is closed (the only way to
+  // Throws TimeoutError at `deadline` (a PeerTimeoutError, naming the peer, `what` and the time
+  // waited) and CommError on a transport failure or a disconnected peer. A send to a peer that
+  // has just died may still succeed (the message is queued); the failure then surfaces at the
+  // next recv or blocking send. After a zero-copy timeout the channel is closed (the only way to
   // make ZeroMQ release the caller's buffer) and later calls throw CommError.
   // Not thread-safe: one thread per channel at a time.
   void send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) override;
@@ -108,7 +108,7 @@ class Channel final : public Link {
   [[noreturn]] void fail(const char* call, std::string_view what) const;
   // Reads pending connection events; sets peer_gone_ when the peer's connection ends.
   void drain_monitor();
-  std::string describe(short event) const;  // "send to rank 2 (stream 0, tcp://...)"
+  std::string describe(short event) const;  // "send to rank 2 (stream 0; connected to tcp://...)"
 
   // Receives socket_'s connection events (inproc PAIR), so a dead peer is reported at once
   // rather than at the deadline. Declared before socket_, so socket_ (whose close stops the

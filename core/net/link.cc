@@ -15,10 +15,14 @@ void Link::recv_into(std::span<std::byte> out, Deadline deadline, std::string_vi
   if (!out.empty()) std::memcpy(out.data(), message.bytes().data(), out.size());
 }
 
+std::string Link::stream_name() const {
+  return stream_label_.empty() ? fmt::format("stream {}", stream()) : stream_label_;
+}
+
 void Link::throw_size_mismatch(std::size_t got, std::size_t expected, std::string_view what) const {
-  throw CommError(fmt::format("{}: rank {} sent {} bytes on stream {}, expected {}: the ranks disagree on the "
+  throw CommError(fmt::format("{}: rank {} sent {} bytes ({}), expected {}: the ranks disagree on the "
                               "buffer size, dtype or wire type",
-                              what, peer(), got, stream() / 2, expected));
+                              what, peer(), got, stream_name(), expected));
 }
 
 }  // namespace aiacc::net

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/net/deadline.h"
 #include "core/net/message.h"
@@ -41,7 +43,13 @@ class Link {
   // stream s, by direction).
   virtual int stream() const = 0;
 
- // The CommError for a received message of `got` bytes where `expected` were due, naming the
+  // How error messages name this link's stream: "stream N" (the mesh's numbering) unless its
+  // owner has said what the stream is to the user (ring/communicator.cc: "dense ring stream 0,
+  // from rank 1 to this rank": the configured stream and the direction, not the mesh's index).
+  std::string stream_name() const;
+  void set_stream_label(std::string label) { stream_label_ = std::move(label); }
+
+  // The CommError for a received message of `got` bytes where `expected` were due, naming the
   // peer, the stream and `what`.
   [[noreturn]] void throw_size_mismatch(std::size_t got, std::size_t expected, std::string_view what) const;
 
@@ -51,6 +59,9 @@ class Link {
   Link& operator=(const Link&) = default;
   Link(Link&&) = default;
   Link& operator=(Link&&) = default;
+
+ private:
+  std::string stream_label_;  // empty: "stream N"
 };
 
 }  // namespace aiacc::net

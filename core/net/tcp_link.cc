@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/net/peer_timeout_error.h"
 
 namespace aiacc::net {
 namespace {
@@ -49,20 +50,20 @@ TcpLink::TcpLink(io::FileDescriptor socket, int peer, int stream, std::string en
 TcpLink::~TcpLink() { abandon_posted(); }
 
 std::string TcpLink::describe(short event) const {
-  return fmt::format("{} rank {} (stream {}, tcp {})", event == POLLOUT ? "send to" : "recv from", peer_, stream_,
+  return fmt::format("{} rank {} ({}; tcp {})", event == POLLOUT ? "send to" : "recv from", peer_, stream_name(),
                      endpoint_);
 }
 
 void TcpLink::require_open(std::string_view what) const {
   if (!socket_.valid()) {
-    throw CommError(fmt::format("tcp link to rank {} (stream {}) is closed, during: {}", peer_, stream_, what));
+    throw CommError(fmt::format("tcp link to rank {} ({}) is closed, during: {}", peer_, stream_name(), what));
   }
 }
 
 void TcpLink::fail(const char* call, int error, std::string_view what) {
   close();  // a failed call may have moved part of a message: nothing after it can be trusted
-  throw CommError(fmt::format("{} failed: {} (errno {}), peer rank {} (stream {}, tcp {}), during: {}", call,
-                              std::strerror(error), error, peer_, stream_, endpoint_, what));
+  throw CommError(fmt::format("{} failed: {} (errno {}), peer rank {} ({}; tcp {}), during: {}", call,
+                              std::strerror(error), error, peer_, stream_name(), endpoint_, what));
 }
 
 void TcpLink::enlist() noexcept {
@@ -154,7 +155,8 @@ void TcpLink::wait_for(short event, Deadline deadline, std::string_view what, Cl
     }
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw TimeoutError(fmt::format("timed out after {:.2f} s: {}: {}", seconds_since(start), describe(event), what));
+      throw PeerTimeoutError(
+          fmt::format("timed out after {:.2f} s: {}: {}", seconds_since(start), describe(event), what), peer_);
     }
     const int timeout_ms = now < spin_end ? 0 : static_cast<int>(remaining_ms(deadline));
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);

@@ -44,10 +44,11 @@ class TcpLink final : public Link {
   // Drops (abandon_posted) what is still queued.
   ~TcpLink() override;
 
-  // Throws TimeoutError at `deadline` and CommError when the peer has gone (connection reset
-  // or closed) or the link was closed; both name the peer rank, the stream and `what`. A send
-  // or wait that fails drops what was queued (abandon_posted) before it throws, and any
-  // failure in the middle of a message closes the link.
+  // Throws TimeoutError (a PeerTimeoutError naming the peer) at `deadline` and CommError when
+  // the peer has gone (connection reset or closed) or the link was closed; both name the peer
+  // rank, the stream (stream_name()) and `what`. A send or wait that fails drops what was
+  // queued (abandon_posted) before it throws, and any failure in the middle of a message
+  // closes the link.
   void send(std::span<const std::byte> bytes, Deadline deadline, std::string_view what) override;
   // Never blocks and has no queue limit (unlike Channel's high-water mark): what the kernel
   // does not take now is queued (the caller's buffer, not a copy); `deadline` is unused.
@@ -94,7 +95,7 @@ class TcpLink final : public Link {
   void delist() noexcept;
   // Closes the link and throws CommError for a failed call.
   [[noreturn]] void fail(const char* call, int error, std::string_view what);
-  std::string describe(short event) const;  // "recv from rank 2 (stream 0, tcp 127.0.0.1:41234)"
+  std::string describe(short event) const;  // "recv from rank 2 (stream 0; tcp 127.0.0.1:41234)"
 
   io::FileDescriptor socket_;
   int peer_;

@@ -23,6 +23,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/net/peer_timeout_error.h"
 #include "core/util/cpus.h"
 
 namespace aiacc::ring::detail {
@@ -216,8 +217,12 @@ void HostSegment::wait_for_arrivals(std::uint64_t generation, std::string_view w
     if (!dead.empty()) {
       throw CommError(fmt::format("{} ({}): local rank(s) {} died (process gone)", owner_, what, fmt::join(dead, ", ")));
     }
+    if (missing.empty()) continue;  // the last arrived meanwhile: the loop returns
     if (now >= deadline) {
-      throw TimeoutError(fmt::format("{} ({}): timed out waiting for local rank(s) {}", owner_, what, fmt::join(missing, ", ")));
+      // Any missing rank holds this one up: the first is the one to ask (ring/wait_chain.h).
+      throw net::PeerTimeoutError(
+          fmt::format("{} ({}): timed out waiting for local rank(s) {}", owner_, what, fmt::join(missing, ", ")),
+          missing.front());
     }
   }
 }

@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/net/peer_timeout_error.h"
 #include "core/util/half.h"
 #include "ring/allreduce.h"
 #include "ring/detail/element_ops.h"
@@ -393,13 +395,44 @@ TEST(AllreduceMismatch, SizeMismatchIsReportedNotHung) {
       CommError);
 }
 
+// Errors name a stream as the user configured it (cluster.ring.streams: 0 .. K-1) with its
+// direction: with 2 streams, rank 0's messages from rank 1 on stream 1 travel on the mesh's
+// stream 3, which no user knows of.
+TEST(AllreduceMismatch, ErrorsNameTheConfiguredStreamAndTheDirection) {
+  std::vector<std::string> errors(2);
+  run_world(2, ring_options(2, 5.0), [&](std::shared_ptr<Communicator> comm) {
+    const int peer = 1 - comm->rank();
+    std::vector<std::byte> bytes(8);
+    if (comm->rank() == 1) {
+      comm->to(peer, 1).send(std::span<const std::byte>(bytes.data(), 4), net::deadline_after(5), "a short message");
+      return;
+    }
+    try {
+      comm->from(peer, 1).recv_into(bytes, net::deadline_after(5), "an 8-byte message");
+    } catch (const CommError& e) {
+      errors[0] = e.what();
+    }
+    try {
+      comm->from(peer, 0).recv(net::deadline_after(0.2), "a message never sent");
+    } catch (const CommError& e) {
+      errors[1] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("rank 1 sent 4 bytes (ring stream 1, from rank 1 to this rank), expected 8"),
+            std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("recv from rank 1 (ring stream 0, from rank 1 to this rank;"), std::string::npos)
+      << errors[1];
+}
+
 // Failures on either transport.
 class AllreduceFailures : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(AllreduceFailures, SilentPeerTimesOutNamingIt) {
-  // Rank 2 is alive but never joins: its right neighbour (rank 0) waits on it and must say so;
-  // every rank must fail with a timeout instead of hanging.
+  // Rank 2 is alive but never joins: its right neighbour (rank 0) waits on it and must say so
+  // (in the error's text and as the PeerTimeoutError's peer); every rank must fail with a
+  // timeout instead of hanging.
   std::vector<std::string> errors(3);
+  std::vector<int> peers(3, -1);
   run_world(3, ring_options(1, 1.0, GetParam()), [&](std::shared_ptr<Communicator> comm) {
     std::vector<float> data(100000, 1.0f);
     if (comm->rank() == 2) {
@@ -408,13 +441,20 @@ TEST_P(AllreduceFailures, SilentPeerTimesOutNamingIt) {
     }
     try {
       RingAllreduce(comm, Buffer{data.data(), 100000, DType::f32}, {}).run();
+    } catch (const net::PeerTimeoutError& e) {
+      errors[static_cast<std::size_t>(comm->rank())] = e.what();
+      peers[static_cast<std::size_t>(comm->rank())] = e.peer();
     } catch (const CommError& e) {
       // Rank 1 may see rank 0 give up (a disconnect) before its own deadline.
       errors[static_cast<std::size_t>(comm->rank())] = e.what();
     }
   });
   EXPECT_NE(errors[0].find("timed out"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].find("recv from rank 2"), std::string::npos) << errors[0];
+  EXPECT_EQ(peers[0], 2) << errors[0];
+  // The ring's stream as configured (0 of 1) and the direction, not the mesh's index (1: the
+  // higher rank's direction).
+  EXPECT_NE(errors[0].find("recv from rank 2 (ring stream 0, from rank 2 to this rank;"), std::string::npos)
+      << errors[0];
   EXPECT_NE(errors[0].find("ring allreduce reduce-scatter"), std::string::npos) << errors[0];
   EXPECT_FALSE(errors[1].empty()) << "rank 1 should time out too";
 }

@@ -932,6 +932,54 @@ TEST(DistributedTrain, ASilentPeerGivesATimeoutNamingIt) {
   EXPECT_LT(seconds, 4.0 + 12.0) << r.output;
 }
 
+TEST(DistributedTrain, AFrozenWorkerIsNamedThoughANeighbourBetweenTimesOutFirst) {
+  // A flat ring of 3 whose worker 1 freezes (SIGSTOP) after step 5: worker 0 waits for worker
+  // 2, which waits for worker 1, so worker 0's timeout alone names a healthy rank, and so may
+  // the job's first failure. Whichever worker fails first must name worker 1 as the likely cause.
+  // Hidden layers large enough (1 MiB of gradients) for the ring algorithm: below 512 KiB,
+  // recursive doubling makes worker 0 wait for worker 1 itself.
+  std::string yaml = mlp_job("frozen_of_3", 32, "  workers: 3\n  ring: {timeout_s: 4, hierarchical: false}\n");
+  const std::string hidden = "hidden: [64, 32]";
+  ASSERT_NE(yaml.find(hidden), std::string::npos);
+  yaml.replace(yaml.find(hidden), hidden.size(), "hidden: [256, 256]");
+  auto r = train("frozen_of_3", yaml, "AIACC_TEST_KILL_AT=1:5:stop");
+  EXPECT_NE(r.status, 0) << r.output;
+  const auto failed = r.output.find("job failed");
+  ASSERT_NE(failed, std::string::npos) << r.output;
+  const std::string line = r.output.substr(failed, r.output.find('\n', failed) - failed);
+  EXPECT_THAT(line, HasSubstr("timed out after"));
+  EXPECT_THAT(line, HasSubstr("ring allreduce"));
+  EXPECT_THAT(line, HasSubstr("rank 1 is likely the cause, stopped or stuck")) << r.output;
+}
+
+TEST(DistributedTrain, WithoutASupervisorAWorkerNamesTheFrozenRankBehindItsNeighbour) {
+  // torchrun-style ranks, whose own logs are all a user has: in a flat ring of 3, worker 1
+  // freezes after step 5; worker 0 times out waiting for worker 2, which waits for worker 1.
+  // Worker 0's error must say so and name worker 1, within its timeout, the wait chain's
+  // window (3 s) and the store's linger after a failure (3 s) and a margin.
+  const fs::path config = scratch() / "frozen_chain.yaml";
+  std::string yaml = mlp_job("frozen_chain", 32, "  workers: 3\n  launcher: external\n  ring: {timeout_s: 4, hierarchical: false}\n");
+  const std::string hidden = "hidden: [64, 32]";  // 1 MiB of gradients: the ring algorithm
+  ASSERT_NE(yaml.find(hidden), std::string::npos);
+  yaml.replace(yaml.find(hidden), hidden.size(), "hidden: [256, 256]");
+  std::ofstream(config) << yaml;
+  const std::string env = external_env(3, 61);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = aiacc::testing::run_command(fmt::format(
+      "RANK=1 AIACC_TEST_KILL_AT=1:5:stop {env} {prog} {cfg} > {out}.1 2>&1 & frozen=$!; "
+      "RANK=2 {env} {prog} {cfg} > {out}.2 2>&1 & other=$!; "
+      "RANK=0 {env} {prog} {cfg} 2>&1; echo status $?; kill -9 $frozen; wait $other",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "frozen_chain.out").string())));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_THAT(r.output, HasSubstr("status 1"));
+  EXPECT_THAT(r.output, HasSubstr("s: recv from rank 2 (dense ring stream 0, from rank 2 to this rank;"));
+  EXPECT_THAT(r.output, HasSubstr("wait chain: rank 2 was itself waiting for rank 1 (all-reducing gradients), which "
+                                  "reported nothing"));
+  EXPECT_THAT(r.output, HasSubstr("rank 1 is likely the cause, stopped or stuck"));
+  EXPECT_LT(seconds, 4.0 + 3.0 + 3.0 + 12.0) << r.output;
+}
+
 TEST(DistributedTrain, OnlyProcessesWithTheJobTokenAreAdmitted) {
   const fs::path config = scratch() / "tokens.yaml";
   std::ofstream(config) << mlp_job("tokens", 32, "  workers: 2\n  launcher: external\n  start_timeout_s: 4\n");

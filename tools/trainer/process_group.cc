@@ -8,9 +8,11 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/net/peer_timeout_error.h"
 #include "ps/server.h"
 #include "ring/barrier.h"
 #include "ring/broadcast.h"
+#include "ring/wait_chain.h"
 
 namespace aiacc::trainer {
 
@@ -366,6 +368,20 @@ void ProcessGroup::report_failure(const std::string& message, bool config_error)
     }
   } catch (const std::exception& e) {
     log::get("trainer")->warn("could not tell the rendezvous store of this failure: {}", e.what());
+  }
+}
+
+std::string ProcessGroup::explain_timeout(const TimeoutError& e, std::string_view operation) noexcept {
+  if (!is_worker() || cluster_.workers < 2) return "";
+  try {
+    // The communicators number their ranks as the job does (workers first), so a link's peer
+    // is the rank whose report to read.
+    const auto* waited = dynamic_cast<const net::PeerTimeoutError*>(&e);
+    const ring::WaitReport mine{waited != nullptr ? waited->peer() : -1, std::string(operation)};
+    const std::string found = ring::exchange_wait_chain(*rendezvous_, role_.rank, mine, kWaitChainWindowS);
+    return found.empty() ? found : "; " + found;
+  } catch (const std::exception&) {
+    return "";
   }
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/net/context.h"
@@ -96,6 +97,15 @@ class ProcessGroup {
   // whose store goes with it, keeps it up until every rank has been told or a few seconds have
   // passed. Best effort: never throws.
   void report_failure(const std::string& message, bool config_error) noexcept;
+
+  // A collective of this worker timed out (`e`, during `operation`): tells the other workers at
+  // the store whom it waited for and follows their reports to the rank that holds them all up
+  // (ring/wait_chain.h), so an error that names a healthy neighbour also names the silent rank.
+  // Returns "; wait chain: ..." to append to the error, or "" (one worker, or nothing found).
+  // Takes up to kWaitChainWindowS (the others' timeouts fall due about when this one did), less
+  // when the chain closes sooner; never throws. Training thread (it uses rendezvous()).
+  std::string explain_timeout(const TimeoutError& e, std::string_view operation) noexcept;
+  static constexpr double kWaitChainWindowS = 3.0;
 
  private:
   void check(const std::string& what, const std::string& text, int ranks);

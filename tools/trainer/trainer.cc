@@ -1502,8 +1502,10 @@ TrainResult Trainer::run(const RunControl& control) {
     }
   }
   } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format("worker {} {} step {}, {}: {}", s.rank(), after_step ? "after" : "at",
-                                   after_step ? step : step + 1, phase, e.what()));
+    // The peer this rank waited for may itself wait for the silent rank: the others say whom.
+    const std::string chain = s.group ? s.group->explain_timeout(e, phase) : "";
+    throw TimeoutError(fmt::format("worker {} {} step {}, {}: {}{}", s.rank(), after_step ? "after" : "at",
+                                   after_step ? step : step + 1, phase, e.what(), chain));
   } catch (const CommError& e) {
     throw CommError(fmt::format("worker {} {} step {}, {}: {}", s.rank(), after_step ? "after" : "at",
                                 after_step ? step : step + 1, phase, e.what()));

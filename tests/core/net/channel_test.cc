@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/net/mesh.h"
+#include "core/net/peer_timeout_error.h"
 #include "tests/core/net/net_fixture.h"
 #include "tests/testing/run_ranks.h"
 
@@ -140,7 +141,8 @@ TEST(Channel, SilentPeerTimesOutWithinDeadlineNamingPeerAndOperation) {
     try {
       mesh.channel(1).recv(deadline_after(timeout_s), "ring allreduce bucket 3");
       ADD_FAILURE() << "expected TimeoutError";
-    } catch (const TimeoutError& e) {
+    } catch (const PeerTimeoutError& e) {
+      EXPECT_EQ(e.peer(), 1);
       const double waited = seconds_since(start);
       EXPECT_GE(waited, timeout_s - 0.01);
       EXPECT_LT(waited, timeout_s + 1.0);

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/net/mesh.h"
+#include "core/net/peer_timeout_error.h"
 #include "core/net/security.h"
 #include "core/net/tcp_mesh.h"
 #include "tests/core/net/net_fixture.h"
@@ -105,9 +106,11 @@ TEST(TcpLink, SilentPeerTimesOutNamingPeerAndOperationAndTheLinkStaysUsable) {
     try {
       link.recv(deadline_after(0.3), "ring allreduce bucket 3");
       ADD_FAILURE() << "expected TimeoutError";
-    } catch (const TimeoutError& e) {
+    } catch (const PeerTimeoutError& e) {
       EXPECT_GE(seconds_since(start), 0.29);
-      EXPECT_THAT(e.what(), HasSubstr("recv from rank 1"));
+      EXPECT_EQ(e.peer(), 1);
+      // Unlabelled, the stream is the mesh's.
+      EXPECT_THAT(e.what(), HasSubstr("recv from rank 1 (stream " + std::to_string(link.stream()) + "; tcp "));
       EXPECT_THAT(e.what(), HasSubstr("ring allreduce bucket 3"));
     }
     timed_out.count_down();
@@ -148,11 +151,13 @@ TEST(TcpLink, RecvIntoABufferOfAnotherSizeNamesBothSizesAndClosesTheLink) {
       return;
     }
     std::vector<std::byte> place(999);
+    // Its owner names the stream as its user knows it (ring/communicator.cc).
+    link.set_stream_label("dense ring stream 2, from rank 1 to this rank");
     try {
       link.recv_into(place, deadline_after(5), "ring allreduce all-gather step 1");
       ADD_FAILURE() << "expected CommError";
     } catch (const CommError& e) {
-      EXPECT_THAT(e.what(), HasSubstr("rank 1 sent 1000 bytes"));
+      EXPECT_THAT(e.what(), HasSubstr("rank 1 sent 1000 bytes (dense ring stream 2, from rank 1 to this rank)"));
       EXPECT_THAT(e.what(), HasSubstr("expected 999"));
       EXPECT_THAT(e.what(), HasSubstr("all-gather step 1"));
     }
