@@ -132,8 +132,9 @@ std::string exchange_wait_chain(net::RendezvousClient& store, int self, const Wa
                                 double window_s) noexcept {
   const auto start = net::Clock::now();
   const auto deadline = net::deadline_after(window_s);
-  std::map<int, WaitReport> reports{{self, mine}};
+  std::map<int, WaitReport> reports;  // empty construction does not allocate: cannot throw
   try {
+    reports.emplace(self, mine);
     try {
       // A rank that cannot name its peer only tells the others it is alive and waiting (their
       // chains end at it); its timeout may well be the store's own, so it spends less on it.

