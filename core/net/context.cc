@@ -17,8 +17,6 @@
 
 namespace aiacc::net {
 
-namespace {
-
 // The open-file limit this process may use: the soft limit, raised once to the hard limit (as
 // Go's runtime and many servers do). Every ZeroMQ socket holds at least one descriptor (its
 // mailbox) and every TCP connection one more; a job of w ranks with K streams opens about
@@ -36,8 +34,6 @@ int open_file_limit() {
   }();
   return limit;
 }
-
-}  // namespace
 
 int Context::max_sockets() const { return zmq_ctx_get(handle_, ZMQ_MAX_SOCKETS); }
 

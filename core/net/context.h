@@ -25,6 +25,10 @@ namespace detail {
 class HandshakeWatcher;
 }
 
+// The open-file limit of this process: its soft RLIMIT_NOFILE, raised once (at the first call;
+// Context::create makes it) to the hard limit, capped at 2^20.
+int open_file_limit();
+
 class Context {
  public:
   // `io_threads`: ZeroMQ background I/O threads. One moves ~3 GB/s over loopback TCP, which is

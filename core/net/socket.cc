@@ -1,7 +1,6 @@
 // Socket: checked wrappers around zmq_socket, setsockopt, bind, connect, poll and close.
 #include "core/net/socket.h"
 
-#include <sys/resource.h>
 #include <zmq.h>
 
 #include <atomic>
@@ -15,14 +14,6 @@
 
 namespace aiacc::net {
 
-namespace {
-
-long open_files_limit() {
-  rlimit files{};
-  return getrlimit(RLIMIT_NOFILE, &files) == 0 ? static_cast<long>(files.rlim_cur) : -1;
-}
-
-}  // namespace
 
 Socket::Socket(std::shared_ptr<Context> context, int type, int linger_ms)
     : context_(std::move(context)) {
@@ -56,7 +47,7 @@ void Socket::fail(const char* call) const {
   const std::string limits =
       error == EMFILE ? fmt::format(" (this process's limits: {} ZeroMQ sockets per context, {} open files; "
                                     "fewer ranks x cluster.ring.streams, or a higher `ulimit -n`)",
-                                    context_ ? context_->max_sockets() : -1, open_files_limit())
+                                    context_ ? context_->max_sockets() : -1, open_file_limit())
                       : std::string();
   throw CommError(fmt::format("{} on {} failed: {} (errno {}){}", call, endpoint_,
                               zmq_strerror(error), error, limits));

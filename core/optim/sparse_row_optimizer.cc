@@ -25,13 +25,16 @@ std::int64_t advance(float& row_step) {
 
 }  // namespace
 
+std::string sparse_rule_refusal(const std::string& type) {
+  if (type != "lars" && type != "lamb") return "";
+  return fmt::format("{} is a layer-wise rule and cannot update sparse rows one at a time "
+                     "(expected one of: sgd, adam, adamw, adagrad, ftrl)", type);
+}
+
 SparseRowOptimizer::SparseRowOptimizer(const OptimizerOptions& options)
     : options_(options), type_(detail::parse_rule_type(options.type)), adagrad_(detail::adagrad_rule(options)) {
-  if (type_ == RuleType::lars || type_ == RuleType::lamb) {
-    throw ConfigError(fmt::format(
-        "optimizer.type: {} is a layer-wise rule and cannot update sparse rows one at a time "
-        "(expected one of: sgd, adam, adamw, adagrad, ftrl)",
-        options.type));
+  if (const std::string refusal = sparse_rule_refusal(options.type); !refusal.empty()) {
+    throw ConfigError("optimizer.type: " + refusal);
   }
 }
 

@@ -9,10 +9,16 @@
 // growing (by then every bias correction 1 - beta^t is 1 in double anyway).
 #pragma once
 
+#include <string>
+
 #include "core/optim/detail/rules_from_options.h"
 #include "core/optim/optimizer_options.h"
 
 namespace aiacc::optim {
+
+// Why `type` cannot update sparse rows ("lamb is a layer-wise rule ..."), or "" when it can:
+// layer-wise rules (lars, lamb) need the whole tensor's norms.
+std::string sparse_rule_refusal(const std::string& type);
 
 class SparseRowOptimizer {
  public:

@@ -9,6 +9,7 @@
 #include "core/config/schema.h"
 #include "core/log.h"
 #include "core/optim/optimizer_options.h"
+#include "core/optim/sparse_row_optimizer.h"
 #include "data/data_options.h"
 #include "models/model.h"
 #include "tools/trainer/cluster_options.h"
@@ -133,9 +134,8 @@ struct SparseOptimizerOptions : optim::OptimizerOptions {
   // section (SparseRowOptimizer would refuse them at start naming optimizer.type).
   void validate(const config::Node& node) const {
     optim::OptimizerOptions::validate(node);
-    if (type == "lars" || type == "lamb") {
-      node.child("type").fail(fmt::format("{} is a layer-wise rule and cannot update sparse rows one at a time "
-                                          "(expected one of: sgd, adam, adamw, adagrad, ftrl)", type));
+    if (const std::string refusal = optim::sparse_rule_refusal(type); !refusal.empty()) {
+      node.child("type").fail(refusal);
     }
   }
 };
