@@ -353,11 +353,26 @@ std::vector<std::span<const std::byte>> ProcessGroup::allgather(std::span<const 
 
 void ProcessGroup::broadcast(Tensor& tensor, int root) {
   if (cluster_.workers == 1 || tensor.numel() == 0) return;
-  ring::Broadcast(control_, ring::Buffer::of(tensor), root).run();
+  explaining_timeouts(fmt::format("broadcasting worker {}'s tensor", root),
+                      [&] { ring::Broadcast(control_, ring::Buffer::of(tensor), root).run(); });
 }
 
 void ProcessGroup::barrier() {
-  if (cluster_.workers > 1) ring::barrier(*control_, "job barrier");
+  if (cluster_.workers > 1) explaining_timeouts("at a job barrier", [&] { ring::barrier(*control_, "job barrier"); });
+}
+
+void ProcessGroup::explaining_timeouts(std::string_view operation, const std::function<void()>& collective) {
+  try {
+    collective();
+  } catch (const TimeoutError& e) {
+    // A worker waiting for a healthy neighbour (a broadcast's chain, a barrier's later rounds)
+    // would otherwise blame it for the rank that stopped before it.
+    const std::string message = fmt::format("{}: {}{}", operation, e.what(), explain_timeout(e, operation));
+    if (const auto* waited = dynamic_cast<const net::PeerTimeoutError*>(&e)) {
+      throw net::PeerTimeoutError(message, waited->peer());
+    }
+    throw TimeoutError(message);
+  }
 }
 
 void ProcessGroup::report_failure(const std::string& message, bool config_error) noexcept {
@@ -376,7 +391,8 @@ void ProcessGroup::report_failure(const std::string& message, bool config_error)
 }
 
 std::string ProcessGroup::explain_timeout(const TimeoutError& e, std::string_view operation) noexcept {
-  if (!is_worker() || cluster_.workers < 2) return "";
+  if (!is_worker() || cluster_.workers < 2 || timeout_explained_) return "";
+  timeout_explained_ = true;
   try {
     // The communicators number their ranks as the job does (workers first), so a link's peer
     // is the rank whose report to read.

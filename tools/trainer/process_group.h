@@ -87,6 +87,9 @@ class ProcessGroup {
   void broadcast(Tensor& tensor, int root);
   // Returns once every worker has called it.
   void barrier();
+  // broadcast() and barrier() explain their own timeouts, as they also run at start and at the
+  // end of the job where no caller does: a TimeoutError of theirs names the operation and ends
+  // with what explain_timeout found.
 
   // End of the job: worker 0 waits for every worker, then shuts the servers down.
   void finish();
@@ -104,11 +107,16 @@ class ProcessGroup {
   // Returns "; wait chain: ..." to append to the error, or "" (one worker, or nothing found).
   // Takes up to kWaitChainWindowS (the others' timeouts fall due about when this one did), less
   // when the chain closes sooner; never throws. Training thread (it uses rendezvous()).
+  // Once per job (the store keeps one report per rank): "" after the first call, e.g. for a
+  // timeout of broadcast() or barrier() that already carries its finding.
   std::string explain_timeout(const TimeoutError& e, std::string_view operation) noexcept;
   static constexpr double kWaitChainWindowS = 3.0;
 
  private:
   void check(const std::string& what, const std::string& text, int ranks);
+  // Runs `collective`; its TimeoutError comes back naming `operation`, with explain_timeout's
+  // finding appended (a PeerTimeoutError keeps its peer).
+  void explaining_timeouts(std::string_view operation, const std::function<void()>& collective);
   // An in-place sum over `words` 8-byte elements of `dtype` (f64 or i64) on the control
   // communicator, built on first use and kept: within a host it runs through shared memory,
   // whose set-up (segments) is too slow to repeat every step. Collective like every use.
@@ -131,6 +139,7 @@ class ProcessGroup {
   std::unique_ptr<ring::HostAllgather> host_allgather_;  // allgather() when every worker shares a host
   int checks_ = 0;
   bool stop_store_gone_ = false;  // shard_stop_signal: the store did not answer once
+  bool timeout_explained_ = false;  // explain_timeout has published this rank's report
 };
 
 }  // namespace aiacc::trainer
