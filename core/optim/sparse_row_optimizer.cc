@@ -2,6 +2,7 @@
 #include "core/optim/sparse_row_optimizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <span>
@@ -28,7 +29,8 @@ std::int64_t advance(float& row_step) {
 std::string sparse_rule_refusal(const std::string& type) {
   if (type != "lars" && type != "lamb") return "";
   return fmt::format("{} is a layer-wise rule and cannot update sparse rows one at a time "
-                     "(expected one of: sgd, adam, adamw, adagrad, ftrl)", type);
+                     "(expected one of: {})",
+                     type, fmt::join(kSparseRuleNames, ", "));
 }
 
 SparseRowOptimizer::SparseRowOptimizer(const OptimizerOptions& options)

@@ -10,11 +10,15 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "core/optim/detail/rules_from_options.h"
 #include "core/optim/optimizer_options.h"
 
 namespace aiacc::optim {
+
+// The rules that update sparse rows one at a time (optimizer.type values a table may take).
+inline constexpr std::string_view kSparseRuleNames[] = {"sgd", "adam", "adamw", "adagrad", "ftrl"};
 
 // Why `type` cannot update sparse rows ("lamb is a layer-wise rule ..."), or "" when it can:
 // layer-wise rules (lars, lamb) need the whole tensor's norms.

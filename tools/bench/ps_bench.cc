@@ -98,8 +98,6 @@ workers as local processes, against loopback TCP as iperf3 measures it, then the
 Sizes whose buffers and rows would not fit in this machine's memory are refused at once.
 )";
 
-// The shard's sparse rules (lars and lamb are layer-wise: not for tables).
-constexpr std::string_view kOptimizers[] = {"sgd", "adam", "adamw", "adagrad", "ftrl"};
 constexpr int kMaxDim = 1 << 20;
 // Rows per pull when tables are filled (--table-rows, --memory-rows).
 constexpr std::int64_t kFillChunk = 200000;
@@ -242,8 +240,9 @@ Args parse(int argc, char** argv) {
     }
     else if (key == "--seconds") a.seconds = positive_flag(key, value, 3600);
     else if (key == "--optimizer") {
-      if (std::find(std::begin(kOptimizers), std::end(kOptimizers), value) == std::end(kOptimizers)) {
-        throw ConfigError(fmt::format("--optimizer takes {}, got '{}'", fmt::join(kOptimizers, ", "), value));
+      if (std::find(std::begin(optim::kSparseRuleNames), std::end(optim::kSparseRuleNames), value) ==
+          std::end(optim::kSparseRuleNames)) {
+        throw ConfigError(fmt::format("--optimizer takes {}, got '{}'", fmt::join(optim::kSparseRuleNames, ", "), value));
       }
       a.optimizer = value;
     }
