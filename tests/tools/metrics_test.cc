@@ -1,15 +1,20 @@
 // MetricMeter: exact AUC against an O(n^2) pair count (ties at half credit), log loss against a
 // float64 formula at extreme logits, the undefined cases, accuracy, and merge() == one meter.
 // MetricsLog: whole lines, a full disk (/dev/full, a tiny tmpfs) is an IoError naming the file
-// and never leaves a torn record.
+// and never leaves a torn record, the file is looked at on open and on a failed write only.
 #include "tools/trainer/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,6 +25,18 @@
 
 #include "core/error.h"
 #include "tests/core/io/temp_dir.h"
+
+namespace {
+std::atomic<int> g_fstat_calls{0};
+}  // namespace
+
+// Counts the fstat calls of the code under test (<sys/stat.h> maps fstat to fstat64 with 64-bit
+// file offsets) and passes them on to the C library.
+extern "C" int fstat64(int fd, struct stat64* info) noexcept {
+  static const auto next = reinterpret_cast<int (*)(int, struct stat64*)>(::dlsym(RTLD_NEXT, "fstat64"));
+  g_fstat_calls.fetch_add(1, std::memory_order_relaxed);
+  return next(fd, info);
+}
 
 namespace aiacc::trainer {
 namespace {
@@ -234,6 +251,57 @@ TEST(MetricsLogTest, OpeningDropsATornLastRecord) {
   write_bytes(path, "{\"kind\":\"tr");  // nothing complete at all
   log.open(path);
   log.append(record(4));
+  EXPECT_EQ(read_bytes(path), record(4) + "\n");
+}
+
+// A record is one write(): the file is looked at when it is opened and again only when a write
+// fails (it was fstat'd before every record, a system call per step for nothing).
+TEST(MetricsLogTest, AppendingLooksAtTheFileOnlyWhenAWriteFails) {
+  TempDir dir;
+  const int before_open = g_fstat_calls.load();
+  MetricsLog log(dir / "metrics.jsonl");
+  if (g_fstat_calls.load() == before_open) GTEST_SKIP() << "this build's fstat calls are not counted here";
+  const int after_open = g_fstat_calls.load();
+  for (int step = 1; step <= 100; ++step) log.append(record(step));
+  EXPECT_EQ(g_fstat_calls.load(), after_open);
+}
+
+// A write that fails part-way through a record (here at the file size limit: ulimit -f) is cut
+// back to the records before it, by the file's size at the failure: the file was emptied
+// between records (a log rotation), and a size kept from before would grow it with zeros.
+TEST(MetricsLogTest, AFailedWriteIsCutBackEvenAfterTheFileWasEmptied) {
+  TempDir dir;
+  const auto path = dir / "metrics.jsonl";
+  MetricsLog log(path);
+  for (int step = 1; step <= 3; ++step) log.append(record(step));
+  std::filesystem::resize_file(path, 0);
+  struct Limit {
+    rlimit saved{};
+    void (*handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
+    Limit() {
+      ::getrlimit(RLIMIT_FSIZE, &saved);
+      rlimit small = saved;
+      small.rlim_cur = static_cast<rlim_t>(record(4).size() * 3 / 2);
+      ::setrlimit(RLIMIT_FSIZE, &small);
+    }
+    ~Limit() {
+      ::setrlimit(RLIMIT_FSIZE, &saved);
+      std::signal(SIGXFSZ, handler);
+    }
+  };
+  std::string message;
+  {
+    Limit limit;
+    log.append(record(4));
+    try {
+      log.append(record(5));  // half of it fits
+    } catch (const IoError& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_THAT(message, HasSubstr(path.string()));
+  EXPECT_THAT(message, HasSubstr("File too large"));
+  EXPECT_THAT(message, HasSubstr("the file ends with the previous record"));
   EXPECT_EQ(read_bytes(path), record(4) + "\n");
 }
 

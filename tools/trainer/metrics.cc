@@ -74,12 +74,10 @@ std::string os_error(int error_number) {
   return fmt::format("{} (errno {}){}", std::strerror(error_number), error_number, hint);
 }
 
-// Cuts a regular file whose last byte is not a newline back to just after its last newline
-// (or to nothing). Returns the number of bytes dropped.
-std::uint64_t drop_torn_tail(int fd, const std::filesystem::path& path) {
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_size == 0) return 0;
-  const off_t size = info.st_size;
+// Cuts a regular file of `size` bytes whose last byte is not a newline back to just after its
+// last newline (or to nothing). Returns the number of bytes dropped.
+std::uint64_t drop_torn_tail(int fd, const std::filesystem::path& path, off_t size) {
+  if (size == 0) return 0;
   off_t keep = 0;
   char buffer[4096];
   for (off_t end = size; end > 0;) {
@@ -125,13 +123,29 @@ void MetricsLog::open(const std::filesystem::path& path) {
                               os_error(error_number)));
   }
   io::FileDescriptor owned(fd);
-  if (const std::uint64_t dropped = drop_torn_tail(fd, path); dropped > 0) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int error_number = errno;
+    throw IoError(fmt::format("cannot stat {} for the metrics: {}", path.string(), os_error(error_number)));
+  }
+  // An open file's type never changes: whether a failed write can be cut back is known now.
+  regular_ = S_ISREG(info.st_mode);
+  if (const std::uint64_t dropped = regular_ ? drop_torn_tail(fd, path, info.st_size) : 0; dropped > 0) {
     log::get("trainer")->warn("{}: dropped a torn last record ({} bytes without a newline) that "
                               "an earlier run left",
                               path.string(), dropped);
   }
   fd_ = std::move(owned);
   path_ = path;
+}
+
+// The size is read after the failure, not kept from before: appends go to the end of the file
+// whatever its size, and the file may have been emptied or cut since the last record (a log
+// rotation), so the end before this record is the size now less what this record put there.
+bool MetricsLog::cut_back(std::size_t written) const {
+  struct stat info {};
+  if (!regular_ || ::fstat(fd_.get(), &info) != 0 || info.st_size < static_cast<off_t>(written)) return false;
+  return ::ftruncate(fd_.get(), info.st_size - static_cast<off_t>(written)) == 0;
 }
 
 void MetricsLog::append(std::string_view record) {
@@ -141,8 +155,6 @@ void MetricsLog::append(std::string_view record) {
   std::string line;
   line.reserve(record.size() + 1);
   line.append(record).push_back('\n');
-  struct stat info {};
-  const bool regular = ::fstat(fd_.get(), &info) == 0 && S_ISREG(info.st_mode);
   std::size_t done = 0;
   while (done < line.size()) {
     const ssize_t put = ::write(fd_.get(), line.data() + done, line.size() - done);
@@ -154,7 +166,7 @@ void MetricsLog::append(std::string_view record) {
     // A short write is followed by one that says why; 0 for a non-zero count means no room.
     const int error_number = put < 0 ? errno : ENOSPC;
     std::string kept = "; the file ends with the previous record";
-    if (done > 0 && (!regular || ::ftruncate(fd_.get(), info.st_size) != 0)) {
+    if (done > 0 && !cut_back(done)) {
       kept = fmt::format("; {} bytes of this record were written and could not be removed",
                          done);
     }

@@ -99,8 +99,13 @@ class MetricsLog {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  // Removes the `written` bytes a failed append left at the end of the file; false when it
+  // cannot (not a regular file, or the file is shorter than that).
+  bool cut_back(std::size_t written) const;
+
   std::filesystem::path path_;
   io::FileDescriptor fd_;
+  bool regular_ = false;  // a regular file (not /dev/full, a pipe, ...): one that can be cut back
 };
 
 }  // namespace aiacc::trainer
