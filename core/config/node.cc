@@ -168,6 +168,10 @@ std::string join_path(const std::string& parent, const std::string& key) {
   return parent.empty() ? key : parent + "." + key;
 }
 
+bool is_key_or_section_holding(const std::string& key, const std::string& path) {
+  return path == key || inside(path, key);
+}
+
 Document::Document(std::string name, YAML::Node root)
     : info_(std::make_shared<Info>(Info{std::move(name), {}})), root_(std::move(root)) {
   if (!root_.IsDefined() || root_.IsNull()) root_ = YAML::Node(YAML::NodeType::Map);
@@ -311,7 +315,7 @@ std::string Node::override_for(const std::string& path) const {
   // "a.b.c" and, for a list value, "a.b[0].c".
   std::string best;
   for (const auto& [key, shown] : info_->overrides) {
-    if ((path == key || inside(path, key)) && (best.empty() || key.size() > best.size())) best = key;
+    if (is_key_or_section_holding(key, path) && (best.empty() || key.size() > best.size())) best = key;
   }
   return best.empty() ? std::string() : info_->overrides.at(best);
 }

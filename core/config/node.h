@@ -93,4 +93,9 @@ class Node {
 // "a.b" + "c" -> "a.b.c"; "" + "c" -> "c".
 std::string join_path(const std::string& parent, const std::string& key);
 
+// Whether `key` is the key `path` or a section holding it, i.e. whether a --set of `key` writes
+// `path`'s value: "cluster.ring" holds "cluster.ring.interface", "placement" holds
+// "placement[0].tables"; "cluster.ring" does not hold "cluster.ring_size".
+bool is_key_or_section_holding(const std::string& key, const std::string& path);
+
 }  // namespace aiacc::config

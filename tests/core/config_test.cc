@@ -407,6 +407,22 @@ TEST(Config, ALaterSetOfASectionReplacesEarlierSetsInsideIt) {
   EXPECT_THAT(message, Not(HasSubstr("warmup_steps=3")));
 }
 
+// What a --set of a key writes: the key itself and everything inside it, by whole steps of the
+// path (the check the trainer's --emit and aiacc-bench train refuse their own keys by).
+TEST(Config, AKeyOrASectionHoldingItIsTold) {
+  EXPECT_TRUE(is_key_or_section_holding("cluster.ring.interface", "cluster.ring.interface"));
+  EXPECT_TRUE(is_key_or_section_holding("cluster.ring", "cluster.ring.interface"));
+  EXPECT_TRUE(is_key_or_section_holding("cluster", "cluster.ring.interface"));
+  EXPECT_TRUE(is_key_or_section_holding("placement", "placement[0].tables"));
+  EXPECT_TRUE(is_key_or_section_holding("placement[0]", "placement[0].tables"));
+  // A longer key, a sibling whose name starts alike, or a key inside the path is not.
+  EXPECT_FALSE(is_key_or_section_holding("cluster.ring.interface.x", "cluster.ring.interface"));
+  EXPECT_FALSE(is_key_or_section_holding("cluster.ring", "cluster.ring_size"));
+  EXPECT_FALSE(is_key_or_section_holding("cluster.rin", "cluster.ring.interface"));
+  EXPECT_FALSE(is_key_or_section_holding("placement[1]", "placement[10].tables"));
+  EXPECT_FALSE(is_key_or_section_holding("job", "cluster.ring.interface"));
+}
+
 TEST(Config, AFolderIsNotAConfigFile) {
   EXPECT_THAT(error_of([] { Document::from_file(::testing::TempDir()); }), HasSubstr("is a folder, not a config file"));
 }

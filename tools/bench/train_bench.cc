@@ -35,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/config/node.h"
 #include "core/error.h"
 #include "tools/bench/bench_args.h"
 
@@ -124,11 +125,12 @@ void check_override(const Args& a, const std::string& assignment) {
   const std::string key = assignment.substr(0, equals);
   std::vector<std::string> inside;  // the bench's keys within section `key`
   for (const Setting& setting : bench_settings(a, a.workers, {}, {})) {
+    if (!config::is_key_or_section_holding(key, setting.key)) continue;
     if (key == setting.key) {
       throw ConfigError(fmt::format("--set {}: {} is set by aiacc-bench train for every run ({})", assignment,
                                     setting.key, setting.why));
     }
-    if (setting.key.starts_with(key + ".")) inside.push_back(setting.key);
+    inside.push_back(setting.key);
   }
   if (!inside.empty()) {
     throw ConfigError(fmt::format("--set {}: the section {} holds {}, which aiacc-bench train sets for every run; "

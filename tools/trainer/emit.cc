@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/config/node.h"
 #include "core/error.h"
 #include "core/net/security.h"
 
@@ -387,8 +388,7 @@ std::string emit_cluster_files(const std::string& target, const JobOptions& job,
   for (const auto& assignment : overrides) {
     const std::string key = assignment.substr(0, assignment.find('='));
     for (const std::string_view owned : {"cluster.launcher", "cluster.ring.interface"}) {
-      const bool sets_it = key == owned || (owned.substr(0, key.size()) == key && owned[key.size()] == '.');
-      if (sets_it) {
+      if (config::is_key_or_section_holding(key, std::string(owned))) {
         throw ConfigError(fmt::format("--set {}: --emit {} sets {} for every rank itself (external; each node's "
                                       "own address); leave it out",
                                       assignment, target, owned));
