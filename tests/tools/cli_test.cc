@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tests/testing/process.h"
+#include "tools/trainer/checkpoint.h"
 
 namespace {
 
@@ -218,6 +219,39 @@ TEST(Cli, ACheckpointWithPartsThisModelLacksIsRefused) {
   EXPECT_EQ(o.status, 1) << o.output;
   EXPECT_THAT(o.output, HasSubstr("rows of table(s) this model does not have: wide.C1_x_C2"));
   std::filesystem::remove_all("/tmp/aiacc_cli_parts");
+}
+
+// A model without tables refuses a checkpoint holding table rows, as one with tables refuses the
+// tables it lacks: only a model with tables compared the checkpoint's tables with its own, so an
+// MLP evaluated (and resumed) a checkpoint that held some, saying nothing.
+TEST(Cli, AModelWithoutTablesRefusesACheckpointHoldingSome) {
+  const std::filesystem::path saved = "/tmp/aiacc_cli_notables";
+  const std::filesystem::path with_tables = "/tmp/aiacc_cli_notables_tables";
+  std::filesystem::remove_all(saved);
+  std::filesystem::remove_all(with_tables);
+  const std::string job = write_temp("aiacc_cli_notables.yaml", kSmallJob) + " --set train.epochs=1";
+  aiacc::testing::CommandResult o = run(job + " --set job.run_dir=" + saved.string());
+  ASSERT_EQ(o.status, 0) << o.output;
+  // The MLP's own checkpoint plus rows of a table in its embeddings file and the record of a
+  // table on the parameter servers.
+  const aiacc::trainer::CheckpointManager original(saved / "cli_test", 0);
+  aiacc::trainer::Checkpoint checkpoint = original.load(original.path_for(8));
+  checkpoint.files["embeddings"] = {{"wide.C1.ids", aiacc::Tensor::zeros(aiacc::Shape{1}, aiacc::DType::i64)},
+                                    {"wide.C1.values", aiacc::Tensor::zeros(aiacc::Shape{1, 1})}};
+  checkpoint.state["sharded_tables"] = {"deep.C2"};
+  const aiacc::trainer::CheckpointManager tables(with_tables / "cli_test", 0);
+  const std::string eval = " --eval " + tables.save(checkpoint).string();
+  o = run(job + " --eval " + original.path_for(8).string());
+  ASSERT_EQ(o.status, 0) << o.output;
+  const std::string refusal = "rows of table(s) this model does not have: wide.C1, deep.C2";
+  o = run(job + eval);
+  EXPECT_EQ(o.status, 1) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("step-000000000008: the checkpoint holds " + refusal));
+  o = run(job + " --set job.run_dir=" + with_tables.string() + " --set train.epochs=2");
+  EXPECT_EQ(o.status, 1) << o.output;
+  EXPECT_THAT(o.output, HasSubstr(refusal));
+  std::filesystem::remove_all(saved);
+  std::filesystem::remove_all(with_tables);
 }
 
 // A finished job run again trains nothing: it says why instead of "done: 0 steps".

@@ -577,7 +577,9 @@ struct Trainer::State {
         throw DataError(fmt::format("{}: {}{}", where, e.what(), saved_unlike_this("optimizer.type")));
       }
     }
-    if (!stores.empty()) {
+    // Also for a model without tables: one that has none must refuse a checkpoint holding some,
+    // as one with tables refuses those it lacks (it evaluated the dense part alone, silently).
+    {
       // Sharded tables come back through the shards when the checkpoint holds one file per
       // shard of this job; otherwise (another shard count, or this job keeps the table in a
       // store of its own) their rows are read from the shard files and routed like any rows.
