@@ -17,8 +17,23 @@
 
 namespace aiacc::ring {
 
+namespace {
+
+// How rank `rank`'s ring `ring` names its mesh streams: mesh stream 2s carries stream s from
+// the lower rank to the higher, 2s + 1 back (directed()).
+net::StreamLabel ring_stream_label(int rank, std::string_view ring) {
+  const std::string prefix = ring.empty() ? "ring" : fmt::format("{} ring", ring);
+  return [rank, prefix](int peer, int mesh_stream) {
+    const bool outgoing = (mesh_stream % 2 == 0) == (rank < peer);
+    return outgoing ? fmt::format("{} stream {}, from this rank to rank {}", prefix, mesh_stream / 2, peer)
+                    : fmt::format("{} stream {}, from rank {} to this rank", prefix, mesh_stream / 2, peer);
+  };
+}
+
+}  // namespace
+
 net::MeshSpec Communicator::make_mesh_spec(int rank, int world_size, const CommunicatorOptions& options,
-                                           std::string job) {
+                                           std::string job, std::string_view ring) {
   net::MeshSpec spec;
   spec.rank = rank;
   spec.world_size = world_size;
@@ -27,6 +42,7 @@ net::MeshSpec Communicator::make_mesh_spec(int rank, int world_size, const Commu
   spec.interface = options.interface;
   spec.channel = options.channel;
   spec.hello_key = options.hello_key;
+  spec.stream_label = ring_stream_label(rank, ring);
   return spec;
 }
 
@@ -34,11 +50,10 @@ std::shared_ptr<Communicator> Communicator::connect(std::shared_ptr<net::Context
                                                     net::RendezvousClient& rendezvous, int rank,
                                                     int world_size, const CommunicatorOptions& options,
                                                     std::string_view name) {
-  auto spec = make_mesh_spec(rank, world_size, options, fmt::format("ring/{}", name));
+  auto spec = make_mesh_spec(rank, world_size, options, fmt::format("ring/{}", name), name);
   auto mesh = net::connect_mesh(std::move(context), rendezvous, spec, fmt::format("ring-{}", name),
                                 net::deadline_after(options.channel.connect_timeout_s));
   auto comm = std::make_shared<Communicator>(std::move(mesh), options);
-  comm->label_links(name);
   // Host topology: every rank publishes its host identity; equal identities share memory.
   const auto deadline = net::deadline_after(options.channel.connect_timeout_s);
   rendezvous.set_string(fmt::format("ring/{}/host/{}", name, rank), host_identity(), deadline);
@@ -134,18 +149,6 @@ Communicator::Communicator(net::Mesh mesh, const CommunicatorOptions& options)
       for (int stream = 0; stream < mesh_.streams(); ++stream) mesh_.channel(peer, stream).close();
     }
     update_spin();
-  }
-  label_links("");
-}
-
-void Communicator::label_links(std::string_view ring) {
-  if (world_size_ == 1) return;
-  const std::string prefix = ring.empty() ? "ring" : fmt::format("{} ring", ring);
-  for (int peer : mesh_.peers()) {
-    for (int stream = 0; stream < options_.streams; ++stream) {
-      to(peer, stream).set_stream_label(fmt::format("{} stream {}, from this rank to rank {}", prefix, stream, peer));
-      from(peer, stream).set_stream_label(fmt::format("{} stream {}, from rank {} to this rank", prefix, stream, peer));
-    }
   }
 }
 

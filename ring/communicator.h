@@ -65,12 +65,16 @@ struct CommunicatorOptions {
 class Communicator {
  public:
   // Takes a mesh over every other rank with 2 * streams mesh streams (see make_mesh_spec), and
-  // with the tcp transport sets up its links through it (every rank at the same time).
+  // with the tcp transport sets up its links through it (every rank at the same time). Links
+  // are named in errors as the mesh's spec names them (make_mesh_spec: by ring stream).
   Communicator(net::Mesh mesh, const CommunicatorOptions& options);
 
   // The mesh spec a Communicator with `options` needs (for tests that build meshes directly).
+  // Its errors, and its links' from then on, name each stream as the user knows it: "dense
+  // ring stream 1, from rank 2 to this rank" (`ring`: the communicator's name, may be empty),
+  // not as the mesh numbers it (2s + direction).
   static net::MeshSpec make_mesh_spec(int rank, int world_size, const CommunicatorOptions& options,
-                                      std::string job);
+                                      std::string job, std::string_view ring = {});
   // Builds the mesh through the rendezvous store (every rank calls it with the same `name`)
   // and returns the communicator. Blocks until connected or options.channel.connect_timeout_s.
   static std::shared_ptr<Communicator> connect(std::shared_ptr<net::Context> context,
@@ -126,10 +130,6 @@ class Communicator {
 
  private:
   net::Link& directed(int peer, int stream, bool outgoing);
-  // Names every link's stream in its errors as the user knows it: "dense ring stream 1, from
-  // rank 2 to this rank" (`ring`: the communicator's name, may be empty), not as the mesh
-  // numbers it (2s + direction).
-  void label_links(std::string_view ring);
   void update_spin();
 
   net::Mesh mesh_;

@@ -63,6 +63,13 @@ bool try_send(Socket& socket, const std::string& payload) {
   }
 }
 
+// "rank 2 (dense ring stream 0, from rank 2 to this rank; listening on this rank's tcp://...)":
+// a link in a start-up error, named as its own errors name it once the mesh is up (channel.cc).
+std::string describe(const PendingLink& link, const StreamLabel& label) {
+  return fmt::format("rank {} ({}; {} {})", link.peer, stream_name(label, link.peer, link.stream),
+                     link.binds ? "listening on this rank's" : "connecting to", link.socket.endpoint());
+}
+
 detail::Hello receive_hello(Socket& socket) {
   Message message;
   while (zmq_msg_recv(message.raw(), socket.handle(), ZMQ_DONTWAIT) < 0) {
@@ -72,6 +79,10 @@ detail::Hello receive_hello(Socket& socket) {
 }
 
 }  // namespace
+
+std::string stream_name(const StreamLabel& label, int peer, int stream) {
+  return label ? label(peer, stream) : fmt::format("stream {}", stream);
+}
 
 bool parse_mesh_address(const std::string& entry, int& peer, int& stream, std::string& endpoint) {
   const auto colon = entry.find(':');
@@ -109,7 +120,8 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       peers_(listener.spec_.peers),
       encrypted_(listener.context_->curve().has_value()),
       job_(listener.spec_.job),
-      hello_key_(listener.spec_.hello_key) {
+      hello_key_(listener.spec_.hello_key),
+      stream_label_(listener.spec_.stream_label) {
   const MeshSpec& spec = listener.spec_;
   const auto start = Clock::now();
   if (static_cast<int>(table.size()) != world_size_) {
@@ -142,9 +154,9 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
       }
       if (endpoint.empty()) {
         throw CommError(fmt::format(
-            "mesh of rank {}: rank {} publishes no address for rank {} stream {} (its mesh "
-            "peers or stream count differ from ours, or it is another job)",
-            rank_, peer, rank_, stream));
+            "mesh of rank {}: rank {} publishes no address for its link with this rank ({}): its "
+            "mesh peers or stream count differ from ours, or it is another job",
+            rank_, peer, stream_name(peer, stream)));
       }
       Socket socket = Channel::make_socket(listener.context_, spec.channel);
       socket.connect(endpoint);
@@ -177,8 +189,7 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
     if (timeout_ms == 0) {
       std::string missing;
       for (const PendingLink* link : polled) {
-        missing += fmt::format("{}rank {} stream {} ({}, {})", missing.empty() ? "" : ", ",
-                               link->peer, link->stream, link->socket.endpoint(),
+        missing += fmt::format("{}{}: {}", missing.empty() ? "" : ", ", describe(*link, stream_label_),
                                link->binds ? "no hello received" : "no answer to our hello");
       }
       throw TimeoutError(fmt::format("mesh of rank {} (job '{}'): timed out after {:.2f} s "
@@ -219,17 +230,17 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
         listener.context_->report_failed_handshake(link.socket.endpoint(), link.binds,
                                                    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH, 401);
         throw CommError(fmt::format(
-            "mesh handshake: rank {} got a {} on {} claiming to be rank {} that does not prove "
-            "this job's token (a process outside the job, or another job's)",
-            rank_, link.binds ? "hello" : "reply", link.socket.endpoint(), hello.from_rank));
+            "mesh handshake: rank {} got a {} for its link with {} claiming to be rank {} that "
+            "does not prove this job's token (a process outside the job, or another job's)",
+            rank_, link.binds ? "hello" : "reply", describe(link, stream_label_), hello.from_rank));
       }
       if (link.binds) {
         if (hello.kind != detail::Hello::kHello || !matches) {
           const std::string reason = fmt::format(
-              "rank {} expected a hello from rank {} (stream {}, job '{}') on {}, but got one "
-              "from rank {} for rank {} (stream {}, job '{}')",
-              rank_, link.peer, link.stream, spec.job, link.socket.endpoint(), hello.from_rank,
-              hello.to_rank, hello.stream, hello.job);
+              "rank {} expected a hello from rank {} ({}, job '{}') on {}, but got one from "
+              "rank {} for rank {} (mesh stream {}, job '{}')",
+              rank_, link.peer, stream_name(link.peer, link.stream), spec.job, link.socket.endpoint(),
+              hello.from_rank, hello.to_rank, hello.stream, hello.job);
           // Best effort: tell the impostor why, so it fails fast instead of timing out.
           try_send(link.socket, detail::encode_hello({detail::Hello::kReject, rank_,
                                                       hello.from_rank, hello.stream, spec.job,
@@ -240,16 +251,17 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
         continue;
       }
       if (hello.kind == detail::Hello::kReject) {
-        throw CommError(fmt::format("mesh handshake: rank {} rejected the hello of rank {} "
-                                    "(stream {}): {}",
-                                    link.peer, rank_, link.stream, hello.reason));
+        throw CommError(fmt::format("mesh handshake: rank {} rejected the hello of rank {} ({}; "
+                                    "connecting to {}): {}",
+                                    link.peer, rank_, stream_name(link.peer, link.stream),
+                                    link.socket.endpoint(), hello.reason));
       }
       if (hello.kind != detail::Hello::kAccept || !matches) {
         throw CommError(fmt::format(
-            "mesh handshake: rank {} connected to {} expecting rank {} (stream {}, job '{}'), "
-            "but rank {} answered (stream {}, job '{}')",
-            rank_, link.socket.endpoint(), link.peer, link.stream, spec.job, hello.from_rank,
-            hello.stream, hello.job));
+            "mesh handshake: rank {} connected to {} expecting rank {} ({}, job '{}'), but rank "
+            "{} answered (mesh stream {}, job '{}')",
+            rank_, link.socket.endpoint(), link.peer, stream_name(link.peer, link.stream), spec.job,
+            hello.from_rank, hello.stream, hello.job));
       }
       link.done = true;
       --remaining;
@@ -259,7 +271,9 @@ Mesh::Mesh(MeshListener listener, const AddressTable& table, Deadline deadline)
   for (int peer : peers_) channels_[peer].reserve(streams_);
   for (auto& link : links) {
     // Links are ordered by (peer, stream), so each peer's vector is indexed by stream.
-    channels_[link.peer].emplace_back(std::move(link.socket), link.peer, link.stream, spec.channel);
+    channels_[link.peer]
+        .emplace_back(std::move(link.socket), link.peer, link.stream, spec.channel)
+        .set_stream_label(stream_name(link.peer, link.stream));
   }
 }
 

@@ -12,6 +12,7 @@
 // answers accept or reject, so a miswired or foreign peer is a CommError naming both ranks.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +29,13 @@
 
 namespace aiacc::net {
 
+// How errors name the link to `peer` for mesh stream `stream` to the user, as its owner knows
+// it (ring/communicator.cc: "dense ring stream 0, from rank 2 to this rank", the configured
+// stream and the direction, not the mesh's index).
+using StreamLabel = std::function<std::string(int peer, int stream)>;
+// `label`'s name for the link, or "stream N" (the mesh's numbering) without one.
+std::string stream_name(const StreamLabel& label, int peer, int stream);
+
 struct MeshSpec {
   int rank = 0;
   int world_size = 1;
@@ -43,6 +51,9 @@ struct MeshSpec {
   // carries a MAC of its fields and that nonce: a process without the token cannot join, and a
   // captured hello is worth nothing in another mesh. Unset: no proofs (CURVE or trusted).
   std::optional<CurveKey> hello_key;
+  // Names the links in start-up errors and labels the channels (Link::set_stream_label), and a
+  // TcpMesh's links; unset: "stream N".
+  StreamLabel stream_label;
 };
 
 // Phase 1: validates the spec and binds this rank's accepting sockets. Move-only.
@@ -69,7 +80,8 @@ class Mesh {
  public:
   // Connects to the peers that bind for us (found in `table`, what every rank's listener
   // published) and accepts the others, all concurrently. Blocks until every channel is
-  // handshaken or `deadline`: TimeoutError lists the ranks and streams still missing.
+  // handshaken or `deadline`: TimeoutError lists the links still missing (peer rank, stream as
+  // spec.stream_label names it, address).
   // Throws CommError on a handshake from the wrong rank, stream or job (naming both sides),
   // or when a peer does not list us.
   Mesh(MeshListener listener, const AddressTable& table, Deadline deadline);
@@ -91,6 +103,8 @@ class Mesh {
   bool encrypted() const { return encrypted_; }
   const std::string& job() const { return job_; }
   const std::optional<CurveKey>& hello_key() const { return hello_key_; }
+  // The spec's name for the link to `peer` for `stream` (stream_name()).
+  std::string stream_name(int peer, int stream) const { return net::stream_name(stream_label_, peer, stream); }
 
  private:
   int rank_;
@@ -100,6 +114,7 @@ class Mesh {
   bool encrypted_;
   std::string job_;
   std::optional<CurveKey> hello_key_;
+  StreamLabel stream_label_;
   std::map<int, std::vector<Channel>> channels_;  // peer -> one channel per stream
 };
 

@@ -263,12 +263,14 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
   // 1. Addresses and nonces, over the mesh.
   const std::string nonce = generate_job_token();
   io::FileDescriptor listener;
+  std::string listening;  // "host:port", named when connections do not come
   if (!higher.empty()) {
     std::string host, port;
     listener = listen_on(options, host, port);
+    listening = host + ":" + port;
     const std::string text = fmt::format("tcp {} {} {}", host, port, nonce);
     const auto* bytes = reinterpret_cast<const std::byte*>(text.data());
-    for (int peer : higher) control.channel(peer, 0).send({bytes, text.size()}, deadline, "tcp mesh: sending our address");
+    for (int peer : higher) control.channel(peer, 0).send({bytes, text.size()}, deadline, "tcp mesh: sending this rank's tcp address");
   }
   // 2. Connect to the lower peers; each stream's hello goes out at once.
   struct Outbound {
@@ -277,12 +279,17 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
     std::string endpoint, job, nonce, context;
   };
   std::vector<Outbound> outbound;
+  // Links named as their owner names them (Mesh::stream_name), in their errors from now on.
+  auto add_link = [&](int peer, int stream, io::FileDescriptor fd, const std::string& endpoint) {
+    links_.try_emplace({peer, stream}, std::move(fd), peer, stream, endpoint, spin_us_.get())
+        .first->second.set_stream_label(control.stream_name(peer, stream));
+  };
   for (int peer : lower) {
-    const PeerAddress address =
-        parse_peer_address(control.channel(peer, 0).recv(deadline, "tcp mesh: receiving a peer's address"), peer);
+    const PeerAddress address = parse_peer_address(
+        control.channel(peer, 0).recv(deadline, fmt::format("tcp mesh: receiving rank {}'s tcp address", peer)), peer);
     for (int stream = 0; stream < streams; ++stream) {
-      std::string context = fmt::format("tcp mesh: rank {} connecting to rank {} (stream {}) at {}:{}", rank, peer,
-                                        stream, address.host, address.port);
+      std::string context = fmt::format("tcp mesh: rank {} connecting to rank {} ({}) at {}:{}", rank, peer,
+                                        control.stream_name(peer, stream), address.host, address.port);
       io::FileDescriptor fd = connect_to(address.host, address.port, options, deadline, context);
       const std::string job = tcp_job(control, address.nonce);
       write_handshake(fd.get(),
@@ -325,9 +332,9 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
     write_handshake(connection.fd.get(),
                     {detail::Hello::kAccept, rank, hello.from_rank, hello.stream, job, "",
                      proof_for(control, detail::Hello::kAccept, rank, hello.from_rank, hello.stream, job, nonce)},
-                    deadline, fmt::format("tcp mesh: rank {} confirming rank {} stream {}", rank, hello.from_rank, hello.stream));
-    links_.try_emplace({hello.from_rank, hello.stream}, std::move(connection.fd), hello.from_rank, hello.stream,
-                       connection.from, spin_us_.get());
+                    deadline, fmt::format("tcp mesh: rank {} confirming rank {} ({})", rank, hello.from_rank,
+                                          control.stream_name(hello.from_rank, hello.stream)));
+    add_link(hello.from_rank, hello.stream, std::move(connection.fd), connection.from);
   };
   while (!missing.empty()) {
     std::vector<pollfd> fds{{listener.get(), POLLIN, 0}};
@@ -337,8 +344,11 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
     if (ready < 0 && errno != EINTR) fail_errno("poll", "tcp mesh: accepting connections");
     if (ready == 0 && timeout == 0) {
       std::string list;
-      for (const auto& [peer, stream] : missing) list += fmt::format("{}rank {} stream {}", list.empty() ? "" : ", ", peer, stream);
-      throw TimeoutError(fmt::format("tcp mesh: rank {} timed out waiting for connections from: {}", rank, list));
+      for (const auto& [peer, stream] : missing) {
+        list += fmt::format("{}rank {} ({})", list.empty() ? "" : ", ", peer, control.stream_name(peer, stream));
+      }
+      throw TimeoutError(
+          fmt::format("tcp mesh: rank {} timed out waiting on {} for connections from: {}", rank, listening, list));
     }
     for (std::size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
@@ -391,17 +401,18 @@ TcpMesh::TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline
   for (Outbound& connection : outbound) {
     const auto answer = read_handshake(connection.fd.get(), deadline, connection.context);
     if (!answer) {
-      throw CommError(fmt::format("tcp mesh: rank {} refused rank {}'s connection on stream {} (its log says why)",
-                                  connection.peer, rank, connection.stream));
+      throw CommError(fmt::format("tcp mesh: rank {} refused rank {}'s connection ({}; connected to {}): its log says why",
+                                  connection.peer, rank, control.stream_name(connection.peer, connection.stream),
+                                  connection.endpoint));
     }
     if (answer->kind != detail::Hello::kAccept || answer->from_rank != connection.peer || answer->to_rank != rank ||
         answer->stream != connection.stream || answer->job != connection.job || !proof_holds(control, *answer, connection.nonce)) {
-      throw CommError(fmt::format("tcp mesh: the process answering as rank {} (stream {}, {}) is not that rank of "
-                                  "this mesh or lacks the job token's proof",
-                                  connection.peer, connection.stream, connection.endpoint));
+      throw CommError(fmt::format("tcp mesh: the process answering as rank {} ({}; connected to {}) is not that "
+                                  "rank of this mesh or lacks the job token's proof",
+                                  connection.peer, control.stream_name(connection.peer, connection.stream),
+                                  connection.endpoint));
     }
-    links_.try_emplace({connection.peer, connection.stream}, std::move(connection.fd), connection.peer,
-                       connection.stream, connection.endpoint, spin_us_.get());
+    add_link(connection.peer, connection.stream, std::move(connection.fd), connection.endpoint);
   }
 }
 

@@ -43,7 +43,8 @@ struct TcpMeshOptions {
 class TcpMesh {
  public:
   // Blocks until every link is connected and confirmed, or `deadline`: TimeoutError naming the
-  // peers and streams still missing. CommError when a peer sends a malformed address.
+  // peers and streams still missing. CommError when a peer sends a malformed address. Errors
+  // name the links' streams as the control mesh does (Mesh::stream_name), and so do the links'.
   TcpMesh(Mesh& control, const TcpMeshOptions& options, Deadline deadline);
   TcpMesh(TcpMesh&&) noexcept = default;  // links stay where they are (map nodes)
   TcpMesh& operator=(TcpMesh&&) noexcept = default;

@@ -1,11 +1,16 @@
-// Broadcast, allgather and barrier against known results, world sizes 1-6.
+// Broadcast, allgather and barrier against known results, world sizes 1-6; start-up errors
+// of Communicator::connect naming the ring's streams as the user knows them.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <latch>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/net/rendezvous_client.h"
+#include "core/net/rendezvous_server.h"
 #include "core/net/security.h"
 #include "ring/allgather.h"
 #include "ring/barrier.h"
@@ -18,6 +23,7 @@ namespace {
 
 using testing::ring_options;
 using testing::run_world;
+using ::testing::HasSubstr;
 
 TEST(Broadcast, EveryRankGetsTheRootsBytes) {
   for (int world = 1; world <= 6; ++world) {
@@ -112,6 +118,50 @@ TEST(CommunicatorTransport, CurveMeshesKeepTheirEncryptedChannels) {
       }
     }
   }
+}
+
+// Two ranks join the store; `absent` never connects its ring. Returns the start-up error of
+// the other, which connects the "dense" ring with a short connect timeout.
+std::string connect_error_without(int absent) {
+  net::RendezvousServer server(net::Context::create(), "127.0.0.1", 0);
+  std::string error;
+  std::latch done(1);
+  testing::run_ranks(2, [&](int rank) {
+    net::RendezvousClient client(net::Context::create(), server.endpoint());
+    client.register_rank(rank, 2, {}, net::deadline_after(10));
+    client.wait_all(net::deadline_after(10));
+    if (rank == absent) {
+      done.wait();
+      return;
+    }
+    auto options = ring_options(1, 5.0);
+    options.channel.connect_timeout_s = 0.5;
+    try {
+      Communicator::connect(net::Context::create(), client, rank, 2, options, "dense");
+      ADD_FAILURE() << "rank " << rank << " connected without its peer";
+    } catch (const TimeoutError& e) {
+      error = e.what();
+    }
+    done.count_down();
+  });
+  return error;
+}
+
+// Rank 0 binds both directions' links to rank 1 and waits for its hellos: the error names them
+// as the links' own errors do later (the configured stream and the direction, not the mesh's
+// stream 0 and 1), with the addresses it waited on.
+TEST(CommunicatorConnect, APeerThatNeverConnectsIsNamedWithTheRingStreams) {
+  const std::string error = connect_error_without(1);
+  EXPECT_THAT(error, HasSubstr("rank 1 (dense ring stream 0, from this rank to rank 1; listening on this rank's tcp://"));
+  EXPECT_THAT(error, HasSubstr("rank 1 (dense ring stream 0, from rank 1 to this rank; listening on this rank's tcp://"));
+  EXPECT_THAT(error, HasSubstr("no hello received"));
+}
+
+// Rank 1 connects to the addresses rank 0 publishes at the store, which never come.
+TEST(CommunicatorConnect, APeerThatNeverPublishesItsAddressesIsNamedWithTheRingStreams) {
+  const std::string error = connect_error_without(0);
+  EXPECT_THAT(error, HasSubstr("rank 0 did not publish its addresses"));
+  EXPECT_THAT(error, HasSubstr("dense ring stream 0, from this rank to rank 0"));
 }
 
 TEST(SplitWeighted, CoversTheRangeInOrder) {

@@ -1,11 +1,14 @@
 // Mesh: every pairing of ranks and streams connects to the right peer (checked by payload),
 // ring-neighbour meshes, and handshake failures: a hello from the wrong rank or job is a
-// CommError naming both ranks; a peer that never connects is a TimeoutError listing it.
+// CommError naming both ranks; a peer that never connects is a TimeoutError listing it, each
+// link named as the mesh's owner names it (MeshSpec::stream_label) with its address.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zmq.h>
 
 #include <cstring>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/net/detail/hello.h"
@@ -20,6 +23,8 @@ using aiacc::testing::LocalExchange;
 using aiacc::testing::local_mesh;
 using aiacc::testing::mesh_spec;
 using aiacc::testing::run_ranks;
+using aiacc::testing::silent_recv_error;
+using aiacc::testing::labelled_spec;
 using ::testing::HasSubstr;
 
 // Sends (from, to, stream) on every channel and checks what arrives names the expected triple.
@@ -154,9 +159,46 @@ TEST(Mesh, PeerThatNeverConnectsIsATimeoutListingIt) {
   } catch (const TimeoutError& e) {
     EXPECT_LT(seconds_since(start), 1.3);
     EXPECT_THAT(e.what(), HasSubstr("mesh of rank 0"));
-    EXPECT_THAT(e.what(), HasSubstr("rank 1 stream 0"));
-    EXPECT_THAT(e.what(), HasSubstr("rank 2 stream 1"));
+    EXPECT_THAT(e.what(), HasSubstr("rank 1 (stream 0; listening on this rank's tcp://"));
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 (stream 1; listening on this rank's tcp://"));
   }
+}
+
+// Start-up errors name each link as the mesh's owner does (a ring: "dense ring stream 0, from
+// rank 2 to this rank"), with the address, on either side of the link: a rank that binds waits
+// for a hello that does not come, one that connects for an answer from an address that
+// refuses it (ZeroMQ retries the connection until the deadline).
+TEST(Mesh, AStartUpTimeoutNamesEachLinkAsItsOwnerDoes) {
+  auto context = Context::create();
+  const MeshSpec binds = labelled_spec(0, 3, 2);
+  try {
+    Mesh mesh(MeshListener(context, binds), AddressTable(3), deadline_after(0.3));
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 2 (user stream 1 with rank 2; listening on this rank's tcp://127.0.0.1:"));
+    EXPECT_THAT(e.what(), HasSubstr("): no hello received"));
+  }
+  const MeshSpec connects = labelled_spec(1, 2, 1);
+  AddressTable table(2);
+  table[0] = {"1:0=tcp://127.0.0.1:1"};  // nothing listens on port 1
+  try {
+    Mesh mesh(MeshListener(context, connects), table, deadline_after(0.3));
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 0 (user stream 0 with rank 0; connecting to tcp://127.0.0.1:1): no answer "
+                                    "to our hello"));
+  }
+}
+
+// The channels keep those names: their errors once the mesh is up read as the start-up's.
+TEST(Mesh, ChannelsAreNamedAsTheOwnerNamesThem) {
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, labelled_spec(rank, 2, 2));
+    EXPECT_EQ(mesh.stream_name(1 - rank, 1), fmt::format("user stream 1 with rank {}", 1 - rank));
+    EXPECT_THAT(silent_recv_error(mesh.channel(1 - rank, 1)),
+                HasSubstr(fmt::format("recv from rank {} (user stream 1 with rank {};", 1 - rank, 1 - rank)));
+  });
 }
 
 TEST(Mesh, PeerPublishingNoAddressForUsIsACommError) {
@@ -168,7 +210,7 @@ TEST(Mesh, PeerPublishingNoAddressForUsIsACommError) {
     Mesh mesh(std::move(listener), table, deadline_after(2));
     FAIL() << "expected CommError";
   } catch (const CommError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rank 0 publishes no address for rank 1 stream 0"));
+    EXPECT_THAT(e.what(), HasSubstr("rank 0 publishes no address for its link with this rank (stream 0)"));
   }
 }
 

@@ -8,10 +8,12 @@
 #include <span>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <condition_variable>
 #include <vector>
 
+#include "core/error.h"
 #include "core/net/mesh.h"
 
 namespace aiacc::testing {
@@ -32,6 +34,32 @@ inline net::MeshSpec mesh_spec(int rank, int world, int streams, net::ChannelOpt
   spec.streams = streams;
   spec.channel = options;
   return spec;
+}
+
+// Names links as an owner of the mesh would (MeshSpec::stream_label): "user stream 1 with rank
+// 2", for tests that errors use the owner's names.
+inline net::StreamLabel user_stream_label() {
+  return [](int peer, int stream) {
+    return "user stream " + std::to_string(stream) + " with rank " + std::to_string(peer);
+  };
+}
+
+// mesh_spec with links named by user_stream_label.
+inline net::MeshSpec labelled_spec(int rank, int world, int streams) {
+  net::MeshSpec spec = mesh_spec(rank, world, streams);
+  spec.stream_label = user_stream_label();
+  return spec;
+}
+
+// The error of a receive on `link` that its peer sends nothing to: a timeout, or the peer's own
+// timeout closing the link ("" if a message came).
+inline std::string silent_recv_error(net::Link& link) {
+  try {
+    link.recv(net::deadline_after(0.1), "a message never sent");
+  } catch (const CommError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Every rank binds, publishes into a shared table, waits for all, then connects.

@@ -1,7 +1,8 @@
 // TcpLink and TcpMesh: exact bytes in order for every size (empty, small, larger than the
 // kernel's buffers), posts that progress while their thread waits to receive (no deadlock with
 // tiny buffers), waits that spin or sleep, deadlines that name the peer and the operation, a
-// dead peer reported at once, and a mesh over three ranks with several streams.
+// dead peer reported at once, and a mesh over three ranks with several streams; its start-up
+// errors (a peer that never connects, a refused connection) name the links as the owner does.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,8 @@
 #include <sys/socket.h>
 
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/net/mesh.h"
@@ -34,6 +37,8 @@ using aiacc::testing::mesh_spec;
 using aiacc::testing::pattern;
 using aiacc::testing::run_ranks;
 using aiacc::testing::same_bytes;
+using aiacc::testing::silent_recv_error;
+using aiacc::testing::labelled_spec;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -224,12 +229,15 @@ TEST(TcpMesh, ThreeRanksWithThreeStreamsEachReachEveryPeerOnEveryStream) {
   });
 }
 
-TEST(TcpMesh, AMissingPeerIsATimeoutNamingIt) {
+// The TimeoutError of the rank of two that builds its TCP mesh (2 streams, links named by
+// labelled_spec) when rank `absent` never does.
+std::string tcp_mesh_timeout_without(int absent) {
   LocalExchange exchange(2);
   std::latch failed(1);
+  std::string error;
   run_ranks(2, [&](int rank) {
-    Mesh mesh = local_mesh(exchange, mesh_spec(rank, 2, 1));
-    if (rank == 0) {  // never builds its TCP mesh
+    Mesh mesh = local_mesh(exchange, labelled_spec(rank, 2, 2));
+    if (rank == absent) {
       failed.wait();
       return;
     }
@@ -237,9 +245,65 @@ TEST(TcpMesh, AMissingPeerIsATimeoutNamingIt) {
       TcpMesh tcp(mesh, {}, deadline_after(0.3));
       ADD_FAILURE() << "expected TimeoutError";
     } catch (const TimeoutError& e) {
-      EXPECT_THAT(e.what(), HasSubstr("tcp mesh"));
+      error = e.what();
     }
     failed.count_down();
+  });
+  return error;
+}
+
+// Start-up errors name the links as the mesh's owner does (MeshSpec::stream_label), with the
+// address: a rank whose lower peer never sends its address names the mesh link it waited on;
+// one whose higher peer never connects lists that peer's links and where it listened; one
+// whose connection is refused names the link and the address it tried.
+TEST(TcpMesh, AMissingPeerIsATimeoutNamingIt) {
+  EXPECT_THAT(tcp_mesh_timeout_without(0), HasSubstr("recv from rank 0 (user stream 0 with rank 0; connected to tcp://"));
+  const std::string error = tcp_mesh_timeout_without(1);
+  EXPECT_THAT(error, HasSubstr("tcp mesh: rank 0 timed out waiting on 127.0.0.1:"));
+  EXPECT_THAT(error, HasSubstr("for connections from: rank 1 (user stream 0 with rank 1), rank 1 (user stream 1 "
+                               "with rank 1)"));
+}
+
+TEST(TcpMesh, ARefusedConnectionNamesTheLinkAndTheAddress) {
+  LocalExchange exchange(2);
+  // Bound but not listening: connections to it are refused.
+  io::FileDescriptor closed(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(closed.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::getsockname(closed.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+  std::latch done(1);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, labelled_spec(rank, 2, 1));
+    if (rank == 0) {  // publishes an address where nothing accepts, as a rank that died would
+      const std::string text = fmt::format("tcp 127.0.0.1 {} {}", port, std::string(64, 'a'));
+      mesh.channel(1, 0).send(std::as_bytes(std::span(text)), deadline_after(5), "address");
+      done.wait();
+      return;
+    }
+    try {
+      TcpMesh tcp(mesh, {}, deadline_after(5));
+      ADD_FAILURE() << "expected CommError";
+    } catch (const CommError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("connect failed: Connection refused"));
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("tcp mesh: rank 1 connecting to rank 0 (user stream 0 with rank 0) "
+                                                  "at 127.0.0.1:{}", port)));
+    }
+    done.count_down();
+  });
+}
+
+// The links keep those names once the mesh is up.
+TEST(TcpMesh, LinksAreNamedAsTheOwnerNamesThem) {
+  LocalExchange exchange(2);
+  run_ranks(2, [&](int rank) {
+    Mesh mesh = local_mesh(exchange, labelled_spec(rank, 2, 1));
+    TcpMesh tcp(mesh, {}, deadline_after(10));
+    EXPECT_THAT(silent_recv_error(tcp.link(1 - rank, 0)),
+                HasSubstr(fmt::format("recv from rank {} (user stream 0 with rank {};", 1 - rank, 1 - rank)));
   });
 }
 
@@ -268,7 +332,7 @@ TEST(TcpMesh, AForeignHelloIsRefusedAndTheMissingPeerNamed) {
         TcpMesh tcp(mesh, {}, deadline_after(1.0));
         ADD_FAILURE() << "expected TimeoutError";
       } catch (const TimeoutError& e) {
-        EXPECT_THAT(e.what(), HasSubstr("rank 1 stream 0"));
+        EXPECT_THAT(e.what(), HasSubstr("rank 1 (stream 0)"));
       }
       return;
     }
@@ -332,8 +396,8 @@ TEST(TcpMesh, IdleConnectionsCannotShutARealPeerOut) {
       ADD_FAILURE() << "rank " << rank << ": expected TimeoutError";
     } catch (const TimeoutError& e) {
       if (rank == 0) {
-        EXPECT_THAT(e.what(), HasSubstr("timed out waiting for connections from: rank 2 stream 0"));
-        EXPECT_THAT(e.what(), Not(HasSubstr("rank 1 stream")));
+        EXPECT_THAT(e.what(), HasSubstr("for connections from: rank 2 (stream 0)"));
+        EXPECT_THAT(e.what(), Not(HasSubstr("rank 1 (")));
       }
     } catch (const CommError& e) {
       ADD_FAILURE() << "rank " << rank << ": " << e.what();
