@@ -13,6 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/testing/process.h"
 #include "tools/trainer/checkpoint.h"
@@ -444,6 +447,35 @@ TEST(Cli, AnInterfaceThisHostLacksIsNamedWithItsKey) {
   EXPECT_THAT(r.output, HasSubstr("worker 0: joining the dense ring on cluster.ring.interface 192.0.2.1: zmq_bind"));
   EXPECT_THAT(r.output, HasSubstr("job failed: worker"));
   EXPECT_THAT(r.output, HasSubstr("(the first failure: rendezvous: rank"));
+}
+
+// The records of `path` (metrics.jsonl) of kind `kind`.
+std::vector<nlohmann::json> metrics_records(const std::filesystem::path& path, const std::string& kind) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto record = nlohmann::json::parse(line);
+    if (record.value("kind", "") == kind) records.push_back(std::move(record));
+  }
+  return records;
+}
+
+// One process communicates with nobody: its progress records said a few percent of each
+// interval went to communication (the local tables' row updates were timed as such) while its
+// summary said 0.
+TEST(Cli, OneProcessSpendsNoTimeWaitingOnCommunication) {
+  const std::filesystem::path runs = "/tmp/aiacc_cli_onewait";
+  std::filesystem::remove_all(runs);
+  const auto o = run(write_temp("aiacc_cli_onewait.yaml", small_wide_deep_job("onewait", "")) +
+                     " --set train.log_every_steps=2 --set train.checkpoint.at_end=false");
+  ASSERT_EQ(o.status, 0) << o.output;
+  const auto progress = metrics_records(runs / "onewait" / "metrics.jsonl", "train");
+  ASSERT_EQ(progress.size(), 4u);
+  for (const auto& record : progress) EXPECT_EQ(record.at("comm_wait_share").get<double>(), 0.0) << record.dump();
+  const auto summary = metrics_records(runs / "onewait" / "metrics.jsonl", "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].at("comm_wait_share").get<double>(), 0.0);
+  std::filesystem::remove_all(runs);
 }
 
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {

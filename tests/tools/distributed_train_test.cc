@@ -365,6 +365,28 @@ TEST(DistributedTrain, AutoTuningTriesTheConfiguredBucketAndSaysWhenItCannotFini
   expect_same_state("tune_plain", "tune_whole", 0.0);
 }
 
+// One worker beside a parameter-server shard, every table on the ring (its own store): nothing
+// is communicated during the steps, so the progress lines, their records and the summary all
+// say 0. The progress counted the local tables' row updates as communication.
+TEST(DistributedTrain, OneWorkerWithItsTablesLocalWaitsOnNoCommunication) {
+  const std::string cluster = "  workers: 1\n  servers: 1\n  placement: [{match: '*', place: ring}]\n";
+  const auto r = train("wait_1w", wide_deep_job("wait_1w", 32, cluster), "", "", "--set train.log_every_steps=5");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("comm wait 0%"));
+  EXPECT_THAT(r.output, HasSubstr("samples/s, 0% of step time waiting on communication"));
+  int progress = 0, summaries = 0;
+  std::ifstream metrics(scratch() / "wait_1w" / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto record = nlohmann::json::parse(line);
+    const std::string kind = record.value("kind", "");
+    if (kind != "train" && kind != "summary") continue;
+    (kind == "train" ? progress : summaries) += 1;
+    EXPECT_EQ(record.at("comm_wait_share").get<double>(), 0.0) << line;
+  }
+  EXPECT_EQ(progress, kSteps / 5);
+  EXPECT_EQ(summaries, 1);
+}
+
 // A launcher killed outright (SIGKILL: no cleanup of its own) takes its processes with it: the
 // kernel sends them SIGTERM instead of leaving them to train on unsupervised.
 TEST(DistributedTrain, KillingTheLauncherOutrightEndsItsProcesses) {

@@ -387,6 +387,11 @@ struct Trainer::State {
   int workers() const { return group ? group->workers() : 1; }
   bool leader() const { return rank() == 0; }
   bool multi_worker() const { return workers() > 1; }
+  // Share of training time spent waiting on communication, from the wait summed over the workers:
+  // the progress records and the summary both report this.
+  double comm_wait_share(double summed_wait_seconds, double seconds) const {
+    return summed_wait_seconds / workers() / std::max(seconds, 1e-9);
+  }
 
   // Worker 0's values of every dense parameter and buffer on every worker.
   void broadcast_model() {
@@ -894,13 +899,15 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
         skip_rows = true;
       }
       const std::span<const std::int64_t> ids = skip_rows ? std::span<const std::int64_t>() : std::span(grad.ids);
-      const auto start = Clock::now();
       if (remote_store != nullptr) {
+        const auto start = Clock::now();
         remote_store->push_async(ids, grad.rows.data<float>(), s.sparse_lr);
+        s.comm_wait_seconds += seconds_since(start);
       } else {
+        // A worker's own table (local, or a replica exchanged after backward): applying the rows
+        // is the sparse optimiser's work, not communication, with one worker or many.
         store->push(ids, grad.rows.data<float>(), s.sparse_lr);
       }
-      s.comm_wait_seconds += seconds_since(start);
     });
     s.sparse_params.push_back(p);
   }
@@ -1398,7 +1405,7 @@ TrainResult Trainer::run(const RunControl& control) {
         // flights config's interval), which would only make them idle at the next collective.
         const double metric = binary ? (s.leader() ? interval.auc() : 0.0) : totals[1] / examples;
         const double rate = totals[2] / std::max(elapsed, 1e-9);
-        const double comm_share = totals[3] / s.workers() / std::max(elapsed, 1e-9);
+        const double comm_share = s.comm_wait_share(totals[3], elapsed);
         if (s.leader() && totals[2] == 0) {
           // Every step of the interval was skipped (non-finite, or fp16 overflow while the loss
           // scale settles): no loss or rate to report.
@@ -1557,7 +1564,7 @@ TrainResult Trainer::run(const RunControl& control) {
     std::vector<double> totals{s.run_wait_seconds + s.comm_wait_seconds, s.run_allreduce_seconds,
                                s.run_allreduce_exposed_seconds};
     if (s.multi_worker()) s.group->sum(totals);
-    result.comm_wait_share = totals[0] / s.workers() / std::max(result.seconds, 1e-9);
+    result.comm_wait_share = s.comm_wait_share(totals[0], result.seconds);
     // Exposed time also holds waiting for a slower worker, so it can exceed the collectives'
     // own time: the share is clamped to [0, 1].
     result.allreduce_hidden_share = totals[1] > 0 ? std::clamp(1.0 - totals[2] / totals[1], 0.0, 1.0) : 0.0;
