@@ -31,6 +31,13 @@ class AutoTuner {
   // The setting to use for the next step.
   const TuningCandidate& current() const { return candidates_[static_cast<std::size_t>(current_)]; }
   bool done() const { return done_; }
+  // The candidates in the order they are tried.
+  const std::vector<TuningCandidate>& candidates() const { return candidates_; }
+  // Steps tuning takes in all (0 for a single candidate: it is chosen at once).
+  std::int64_t steps() const {
+    return candidates_.size() > 1 ? static_cast<std::int64_t>(candidates_.size()) * (warmup_steps_ + measured_steps_)
+                                  : 0;
+  }
 
   // Records this rank's time for the step just run with current(). Collective once tuning ends
   // (the step that completes the last candidate broadcasts rank 0's choice). Returns true if

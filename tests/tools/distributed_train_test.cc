@@ -348,8 +348,17 @@ TEST(DistributedTrain, KeepingTheLastBatchWithSeveralWorkersIsAConfigError) {
 
 // cluster.ring.auto_tune tries the configured bucket size too (it tried 1, 4 and 16 MiB only, and
 // all three for a model one bucket holds), says what it tries, warns when the job ends first,
-// and changes no result: sums of two workers do not depend on the bucket plan.
+// and changes no result: sums of two workers do not depend on the bucket plan. Its step count
+// is the tuner's: a single setting (one bucket, one stream) is chosen at once, where the
+// trainer's own count said 4 steps and warned that a 3-step job did not finish tuning.
 TEST(DistributedTrain, AutoTuningTriesTheConfiguredBucketAndSaysWhenItCannotFinish) {
+  const auto single = train("tune_single", mlp_job("tune_single", 16, "  workers: 2\n  ring: {auto_tune: true}\n"), "",
+                            "", "--set train.max_steps=3");
+  ASSERT_EQ(single.status, 0) << single.output;
+  EXPECT_THAT(single.output, HasSubstr("auto-tuning: bucket 1024 KiB, 1 stream is the only setting for this model "
+                                       "and cluster.ring.comm.streams: nothing to tune"));
+  EXPECT_THAT(single.output, Not(HasSubstr("did not finish")));
+
   const std::string cluster = "  workers: 2\n  ring: {bucket_bytes: 2048, auto_tune: true}\n";
   const auto brief = train("tune_brief", mlp_job("tune_brief", 16, cluster), "", "", "--set train.max_steps=3");
   ASSERT_EQ(brief.status, 0) << brief.output;

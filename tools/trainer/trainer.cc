@@ -8,7 +8,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <ranges>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -297,7 +296,7 @@ struct Trainer::State {
     if (first_whole != sizes.end()) sizes.erase(first_whole + 1, sizes.end());
     return sizes;
   }
-  std::int64_t tuning_steps = 0;  // steps auto-tuning takes (0: off)
+  const ring::AutoTuner* tuner = nullptr;  // the host fuser's (cluster.ring.auto_tune), else null
 
   // The dense gradients' all-reduce through the CPU ring (ready_order: dense_params reversed).
   // Gradients on a device are copied into host twins the moment each is ready.
@@ -313,17 +312,6 @@ struct Trainer::State {
     if (ring_options.auto_tune) {
       fusion.tune_bucket_bytes = tuning_bucket_sizes(ring_options.bucket_bytes, ready_order);
       fusion.tune_streams = true;
-      int stream_counts = 0;
-      for (int k = 1; k < ring_options.comm.streams; k *= 2) ++stream_counts;
-      ++stream_counts;  // the powers of two below streams, and streams itself
-      tuning_steps = static_cast<std::int64_t>(fusion.tune_bucket_bytes.size()) * stream_counts *
-                     (fusion.tune_warmup_steps + fusion.tune_measured_steps);
-      if (leader()) {
-        log->info("auto-tuning tries buckets of {} KiB x {} stream count(s) over the first {} steps",
-                  fmt::join(fusion.tune_bucket_bytes | std::views::transform([](std::int64_t b) { return b / 1024; }),
-                            ", "),
-                  stream_counts, tuning_steps);
-      }
     }
     // With parameter-server tables the step waits for their pushes between backward and
     // finish_step: the last bucket is all-reduced meanwhile, on the fusion thread.
@@ -341,7 +329,28 @@ struct Trainer::State {
         p = host;
       }
     }
-    return std::make_unique<ring::GradientFuser>(group->dense(), std::move(ready_order), fusion);
+    auto fuser = std::make_unique<ring::GradientFuser>(group->dense(), std::move(ready_order), fusion);
+    if (ring_options.auto_tune) {
+      tuner = fuser->tuner();
+      if (leader()) log_tuning_plan(*tuner);
+    }
+    return fuser;
+  }
+  // What auto-tuning tries, as the tuner will try it.
+  void log_tuning_plan(const ring::AutoTuner& plan) const {
+    std::set<std::int64_t> kib;
+    std::set<int> streams;
+    for (const ring::TuningCandidate& c : plan.candidates()) {
+      kib.insert(c.bucket_bytes / 1024);
+      streams.insert(c.streams);
+    }
+    if (plan.steps() == 0) {
+      log->info("auto-tuning: {} is the only setting for this model and cluster.ring.comm.streams: nothing to tune",
+                plan.current().str());
+      return;
+    }
+    log->info("auto-tuning tries buckets of {} KiB x {} stream count(s) over the first {} steps", fmt::join(kib, ", "),
+              streams.size(), plan.steps());
   }
   // The dense gradients' all-reduce on the devices (NCCL), queued during backward.
   std::unique_ptr<ring::GradientSync> make_device_fuser(std::vector<Parameter*> ready_order) {
@@ -1529,9 +1538,9 @@ TrainResult Trainer::run(const RunControl& control) {
   result.seconds = seconds_since(start) - eval_seconds - checkpoint_seconds;
   result.samples_per_second = static_cast<double>((step - start_step) * o.data.batch_size * s.workers()) /
                               std::max(result.seconds, 1e-9);
-  if (s.leader() && s.tuning_steps > 0 && step - start_step < s.tuning_steps) {
+  if (s.leader() && s.tuner != nullptr && !s.tuner->done()) {
     s.log->warn("auto-tuning did not finish: this run had {} steps of the {} it takes; the last setting tried "
-                "was kept (cluster.ring.auto_tune)", step - start_step, s.tuning_steps);
+                "was kept (cluster.ring.auto_tune)", step - start_step, s.tuner->steps());
   }
   if (s.leader() && !s.stores.empty()) {
     std::vector<std::string> rows;
