@@ -460,6 +460,33 @@ std::vector<nlohmann::json> metrics_records(const std::filesystem::path& path, c
   return records;
 }
 
+// Options of a model type the job does not select change nothing: warned about (like
+// cluster.ps.* without servers; kept for --set model.type=...) naming each key, where it is
+// written and the selected type. They were accepted without a word.
+TEST(Cli, OptionsOfAnotherModelTypeAreWarnedAbout) {
+  const std::string job = write_temp("aiacc_cli_othermodel.yaml",
+                                     "job: {name: cli_test, run_dir: /tmp/aiacc_cli_test}\n"
+                                     "model: {type: mlp, mlp: {hidden: [16]}, resnet: {depth: 32}, wide_deep: {}}\n"
+                                     "data:\n  batch_size: 32\n"
+                                     "  train: {type: synthetic_images, synthetic_images: {size: 256}}\n"
+                                     "  test: {type: synthetic_images, synthetic_images: {size: 64}}\n");
+  auto o = run(job + " --dry-run --set model.resnet.width=8");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("(changed by --set model.resnet.width=8): model.resnet.depth, model.resnet.width "
+                                  "have no effect: model.type is mlp (only the options of the selected type are used)"));
+  EXPECT_THAT(o.output, HasSubstr("aiacc_cli_othermodel.yaml:2:"));
+  EXPECT_THAT(o.output, HasSubstr(": model.wide_deep has no effect: model.type is mlp"));
+  EXPECT_THAT(o.output, Not(HasSubstr("model.mlp")));
+  // Switching the type with --set: now the mlp block is the one that changes nothing.
+  o = run(job + " --dry-run --set model.type=resnet");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr(": model.mlp.hidden has no effect: model.type is resnet"));
+  EXPECT_THAT(o.output, Not(HasSubstr("model.resnet.depth has no effect")));
+  o = run(write_temp("aiacc_cli_onemodel.yaml", kSmallJob) + " --dry-run");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("no effect")));
+}
+
 // One process communicates with nobody: its progress records said a few percent of each
 // interval went to communication (the local tables' row updates were timed as such) while its
 // summary said 0.

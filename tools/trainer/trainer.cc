@@ -249,6 +249,28 @@ void check_splits_agree(const data::DataOptions& data, const InputSpec& train, c
 
 
 
+// Settings that change nothing, kept for switching a feature on later (--set cluster.servers=2,
+// --set model.type=resnet): a warning each, naming the keys and why (unknown keys are refused
+// by the config reader).
+void warn_no_effect(const std::string& where, const std::vector<std::string>& keys, const std::string& why) {
+  if (keys.empty()) return;
+  log::get("trainer")->warn("{}{} {} no effect: {}", where.empty() ? "" : where + ": ", fmt::join(keys, ", "),
+                            keys.size() == 1 ? "has" : "have", why);
+}
+
+void warn_unused_settings(const JobOptions& options) {
+  if (options.cluster.servers == 0) {
+    std::vector<std::string> unused;
+    for (const auto& change : config::yaml_differences(resolved_yaml(JobOptions{}), resolved_yaml(options))) {
+      if (change.key.starts_with("cluster.ps.")) unused.push_back(change.key);
+    }
+    warn_no_effect("", unused, "the job has no parameter servers (cluster.servers: 0)");
+  }
+  for (const auto& block : models::unused_model_options(options.model)) {
+    warn_no_effect(block.where, block.keys,
+                   fmt::format("model.type is {} (only the options of the selected type are used)", options.model.type));
+  }
+}
 
 }  // namespace
 
@@ -747,17 +769,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.group = std::move(group);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
   apply_float_mode(options);  // before the loader and fusion threads start: they inherit it
-  if (options.cluster.servers == 0 && s.rank() == 0) {
-    // Parameter-server settings in a job without servers change nothing: say so, once.
-    std::vector<std::string> unused;
-    for (const auto& change : config::yaml_differences(resolved_yaml(JobOptions{}), resolved_yaml(options))) {
-      if (change.key.starts_with("cluster.ps.")) unused.push_back(change.key);
-    }
-    if (!unused.empty()) {
-      log::get("trainer")->warn("{} {} no effect: the job has no parameter servers (cluster.servers: 0)",
-                                fmt::join(unused, ", "), unused.size() == 1 ? "has" : "have");
-    }
-  }
+  if (s.rank() == 0) warn_unused_settings(options);
 
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
