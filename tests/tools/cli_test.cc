@@ -460,6 +460,41 @@ std::vector<nlohmann::json> metrics_records(const std::filesystem::path& path, c
   return records;
 }
 
+// --eval records its result beside the evaluated checkpoint's run, not in the run folder the
+// config names (evaluating run a's checkpoint under a config whose job.name is b wrote into b,
+// creating it); a checkpoint kept outside a run's checkpoints folder is recorded in the
+// config's run folder. The log says where either way.
+TEST(Cli, AnEvaluationIsRecordedInTheEvaluatedCheckpointsRun) {
+  const std::filesystem::path runs = "/tmp/aiacc_cli_evalrun";
+  std::filesystem::remove_all(runs);
+  const std::string job = write_temp("aiacc_cli_evalrun.yaml", kSmallJob) + " --set job.run_dir=" + runs.string();
+  auto o = run(job + " --set job.name=trained --set train.eval_each_epoch=false");
+  ASSERT_EQ(o.status, 0) << o.output;
+  const auto checkpoint = runs / "trained" / "checkpoints" / "step-000000000008";
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << o.output;
+
+  o = run(job + " --set job.name=evaluating --eval " + checkpoint.string() + "/");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("evaluation recorded in " + (runs / "trained" / "metrics.jsonl").string() +
+                                  " (the checkpoint's run)"));
+  const auto evals = metrics_records(runs / "trained" / "metrics.jsonl", "eval_checkpoint");
+  ASSERT_EQ(evals.size(), 1u);
+  EXPECT_EQ(evals[0].at("step"), 8);
+  EXPECT_EQ(evals[0].at("examples"), 64);
+  EXPECT_FALSE(std::filesystem::exists(runs / "evaluating"));
+
+  const auto kept = runs / "kept" / "step-000000000008";
+  std::filesystem::create_directories(kept.parent_path());
+  std::filesystem::copy(checkpoint, kept, std::filesystem::copy_options::recursive);
+  o = run(job + " --set job.name=evaluating --eval " + kept.string());
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("evaluation recorded in " + (runs / "evaluating" / "metrics.jsonl").string() +
+                                  " (this job's run folder: the checkpoint is not in a run's checkpoints folder)"));
+  EXPECT_EQ(metrics_records(runs / "evaluating" / "metrics.jsonl", "eval_checkpoint").size(), 1u);
+  EXPECT_EQ(metrics_records(runs / "trained" / "metrics.jsonl", "eval_checkpoint").size(), 1u);
+  std::filesystem::remove_all(runs);
+}
+
 // Options of a model type the job does not select change nothing: warned about (like
 // cluster.ps.* without servers; kept for --set model.type=...) naming each key, where it is
 // written and the selected type. They were accepted without a word.

@@ -248,6 +248,22 @@ void check_splits_agree(const data::DataOptions& data, const InputSpec& train, c
 }
 
 
+// Where an evaluation of the checkpoint `directory` is recorded: the run it belongs to
+// (<run>/checkpoints/step-N: beside that run's training records, whatever this job's run_dir
+// and name say), or `job_run` for a checkpoint kept outside a run's checkpoints folder.
+struct EvalRecordPlace {
+  std::filesystem::path run;
+  bool checkpoint_run = false;  // the checkpoint's own run, not this job's
+};
+EvalRecordPlace eval_record_place(const std::string& directory, const std::filesystem::path& job_run) {
+  std::error_code ec;
+  std::filesystem::path checkpoint = std::filesystem::weakly_canonical(directory, ec);
+  if (ec) checkpoint = std::filesystem::absolute(directory).lexically_normal();
+  if (checkpoint.filename().empty()) checkpoint = checkpoint.parent_path();  // "step-N/"
+  const std::filesystem::path folder = checkpoint.parent_path();
+  if (folder.filename() == "checkpoints") return {folder.parent_path(), true};
+  return {job_run, false};
+}
 
 // Settings that change nothing, kept for switching a feature on later (--set cluster.servers=2,
 // --set model.type=resnet): a warning each, naming the keys and why (unknown keys are refused
@@ -1108,8 +1124,10 @@ EvalResult Trainer::evaluate_checkpoint(const std::string& directory) {
       s.log->info("checkpoint {} (step {}): test loss {:.4f} accuracy {:.4f} ({} examples)", directory,
                   checkpoint.step, eval.loss, eval.accuracy, eval.examples);
     }
+    const EvalRecordPlace place = eval_record_place(directory, s.run_path);
+    const std::filesystem::path metrics_path = place.run / "metrics.jsonl";
     std::error_code ec;
-    std::filesystem::create_directories(s.run_path, ec);
+    if (!place.checkpoint_run) std::filesystem::create_directories(place.run, ec);
     nlohmann::json record = {{"kind", "eval_checkpoint"}, {"checkpoint", directory},
                              {"step", checkpoint.step}, {"loss", eval.loss},
                              {"accuracy", eval.accuracy}, {"examples", eval.examples}};
@@ -1119,9 +1137,12 @@ EvalResult Trainer::evaluate_checkpoint(const std::string& directory) {
     }
     // The result is logged above: a record that cannot be written costs a warning, not the result.
     try {
-      s.metrics.open(s.run_path / "metrics.jsonl");
+      s.metrics.open(metrics_path);
       s.write_metrics(record);
       s.metrics.close();
+      s.log->info("evaluation recorded in {} ({})", metrics_path.string(),
+                  place.checkpoint_run ? "the checkpoint's run"
+                                       : "this job's run folder: the checkpoint is not in a run's checkpoints folder");
     } catch (const IoError& e) {
       s.log->warn("the evaluation is not recorded in the metrics: {}", e.what());
     }

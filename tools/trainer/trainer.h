@@ -80,8 +80,9 @@ class Trainer {
 
   // Loads the checkpoint in `directory` (a step-<N> folder of a run) and evaluates it on the
   // test split, distributed like training; logs the metrics and, on worker 0, appends an
-  // "eval_checkpoint" record to the run folder's metrics.jsonl. Throws DataError naming the
-  // folder when it is not a complete checkpoint of this model.
+  // "eval_checkpoint" record to the metrics.jsonl of the checkpoint's run (<run> of
+  // <run>/checkpoints/step-N; this job's run folder for a checkpoint kept elsewhere) and logs
+  // where. Throws DataError naming the folder when it is not a complete checkpoint of this model.
   EvalResult evaluate_checkpoint(const std::string& directory);
 
  private:
