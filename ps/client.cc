@@ -176,30 +176,57 @@ Ticket PsClient::push(const std::string& table, std::span<const std::int64_t> id
   // shard and step (also when empty, never chunked). Async pushes are chunked like pulls.
   const bool whole = config.options.consistency != "async";
   const std::size_t chunk = whole ? std::numeric_limits<std::size_t>::max() : chunk_rows(d);
-  std::vector<detail::OutRequest> requests;
+  struct ShardRows {
+    int shard;
+    std::shared_ptr<const std::vector<std::int64_t>> ids;
+    const std::vector<std::int64_t>* positions;
+    std::size_t chunks;
+  };
+  std::vector<ShardRows> shards;
+  std::size_t max_chunks = 0;
+  int total = 0;
   for (int k = 0; k < num_shards(); ++k) {
     const auto ks = static_cast<std::size_t>(k);
-    const auto& positions = split.positions[ks];
     if (split.ids[ks].empty() && !whole) continue;
-    // The shard's gradient rows gathered once into a buffer left uninitialised (every row is
-    // written); the chunks' frames are slices of it and of the shard's id list.
-    const auto ids_owner = std::make_shared<const std::vector<std::int64_t>>(std::move(split.ids[ks]));
-    const std::size_t rows = ids_owner->size();
-    const std::shared_ptr<float[]> grads_owner(new float[std::max<std::size_t>(rows * d, 1)]);
-    for (std::size_t j = 0; j < rows; ++j) {
-      kernels::copy_row(grads_owner.get() + j * d, unique_grads + static_cast<std::size_t>(positions[j]) * d, d);
-    }
-    for (std::size_t begin = 0; begin == 0 || begin < rows; begin += chunk) {
+    const std::size_t rows = split.ids[ks].size();
+    const std::size_t chunks = rows == 0 ? 1 : (rows + std::min(chunk, rows) - 1) / std::min(chunk, rows);
+    shards.push_back({k, std::make_shared<const std::vector<std::int64_t>>(std::move(split.ids[ks])),
+                      &split.positions[ks], chunks});
+    max_chunks = std::max(max_chunks, chunks);
+    total += static_cast<int>(chunks);
+  }
+  t->remaining = total;
+  if (total == 0) {
+    t->done = true;
+    return Ticket(std::move(t));
+  }
+  // Each chunk's gradient rows are gathered into a buffer of its own and handed to the I/O
+  // thread at once, the shards' chunks in turn: the socket sends the gathered rows while they
+  // are still in cache and while the next chunk is gathered, instead of after a gather of the
+  // whole request through memory (at dim 128, 100k rows are 51 MB).
+  for (std::size_t c = 0; c < max_chunks; ++c) {
+    for (const ShardRows& s : shards) {
+      if (c >= s.chunks) continue;
+      const std::size_t rows = s.ids->size();
+      const std::size_t begin = c * std::min(chunk, std::max<std::size_t>(rows, 1));
       const std::size_t end = std::min(rows, begin + std::min(chunk, rows));
-      detail::OutRequest r = make_request(t, k, Op::push, table, step, end - begin, d);
+      // Left uninitialised: every row is written.
+      const std::shared_ptr<float[]> grads_owner(new float[std::max<std::size_t>((end - begin) * d, 1)]);
+      for (std::size_t j = begin; j < end; ++j) {
+        kernels::copy_row(grads_owner.get() + (j - begin) * d,
+                          unique_grads + static_cast<std::size_t>((*s.positions)[j]) * d, d);
+      }
+      detail::OutRequest r = make_request(t, s.shard, Op::push, table, step, end - begin, d);
       r.header.lr = lr;
-      r.frames = {slice_bytes(ids_owner->data(), begin, end), slice_bytes(grads_owner.get(), begin * d, end * d)};
-      r.owners = {ids_owner, grads_owner};
+      r.frames = {slice_bytes(s.ids->data(), begin, end), slice_bytes(grads_owner.get(), 0, (end - begin) * d)};
+      r.owners = {s.ids, grads_owner};
       r.send_twice = options_.duplicate_pushes_for_testing;
-      requests.push_back(std::move(r));
+      std::vector<detail::OutRequest> one;
+      one.push_back(std::move(r));
+      io_->submit(std::move(one));
     }
   }
-  return submit(std::move(t), std::move(requests));
+  return Ticket(std::move(t));
 }
 
 void PsClient::wait(const Ticket& ticket) {
