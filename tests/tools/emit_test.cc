@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/net/security.h"
 #include "tests/testing/process.h"
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
@@ -143,18 +144,95 @@ TEST_F(EmitTest, KubernetesManifestIsAnIndexedJobWithHeadlessService) {
             config_map["metadata"]["name"].as<std::string>());
 }
 
+// The item of `list` (volumes, volumeMounts) named `name`, or an undefined node.
+YAML::Node named(const YAML::Node& list, const std::string& name) {
+  for (const auto& item : list) {
+    if (item["name"].as<std::string>() == name) return item;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
 // With cluster.security.token_file the manifest holds no Secret of its own (the token is the
-// file's) and says where every pod must hold it; it used to say nothing.
-TEST_F(EmitTest, KubernetesManifestWithATokenFileSaysWherePodsMustHoldIt) {
+// user's file) but mounts the Secret the user makes from the file where aiacc-train takes it: a
+// regular file (subPath; Kubernetes' default is a symbolic link into ..data/), mode 0400 (the
+// default is 0644), of the ranks' user (root's, with no fsGroup to make it group-readable). It
+// used to say "mount it from a Secret" and leave the user to a mount that aiacc-train refuses.
+TEST_F(EmitTest, KubernetesManifestMountsTheTokenFileAsARegularFileOnlyItsOwnerReads) {
   JobOptions job = load_job(config_path_, {});
   job.cluster.security.token_file = "/secrets/job-token";
   const std::string manifest = emit_kubernetes(job, config_path_, {});
   const std::vector<YAML::Node> docs = YAML::LoadAll(manifest);
   ASSERT_EQ(docs.size(), 3u);
   for (const auto& doc : docs) EXPECT_NE(doc["kind"].as<std::string>(), "Secret");
-  EXPECT_THAT(manifest, HasSubstr("# cluster.security.token_file is /secrets/job-token: every pod must hold the "
-                                  "job token there"));
-  EXPECT_FALSE(env_entry(docs[2]["spec"]["template"]["spec"]["containers"][0], "AIACC_JOB_TOKEN"));
+  EXPECT_THAT(manifest, HasSubstr("\n#   kubectl create secret generic emit-test-job-token "
+                                  "--from-file=token=/secrets/job-token\n"));
+
+  const YAML::Node pod = docs[2]["spec"]["template"]["spec"];
+  const YAML::Node container = pod["containers"][0];
+  EXPECT_FALSE(env_entry(container, "AIACC_JOB_TOKEN"));
+  const YAML::Node mount = named(container["volumeMounts"], "job-token");
+  ASSERT_TRUE(mount) << manifest;
+  EXPECT_EQ(mount["mountPath"].as<std::string>(), "/secrets/job-token");
+  EXPECT_TRUE(mount["readOnly"].as<bool>());
+  const YAML::Node volume = named(pod["volumes"], "job-token");
+  ASSERT_TRUE(volume) << manifest;
+  EXPECT_EQ(volume["secret"]["secretName"].as<std::string>(), "emit-test-job-token");
+  ASSERT_EQ(volume["secret"]["items"].size(), 1u);
+  EXPECT_EQ(volume["secret"]["items"][0]["key"].as<std::string>(), "token");
+  const std::string sub_path = mount["subPath"].as<std::string>("");
+  EXPECT_EQ(sub_path, volume["secret"]["items"][0]["path"].as<std::string>());
+  // YAML 1.1 (Kubernetes' and yaml-cpp's reading) takes 0400 as octal.
+  const int mode = volume["secret"]["defaultMode"].as<int>();
+  EXPECT_EQ(mode, 0400);
+  EXPECT_EQ(container["securityContext"]["runAsUser"].as<int>(), 0);
+  EXPECT_FALSE(pod["securityContext"] && pod["securityContext"]["fsGroup"]);
+
+  // The file as a pod sees it, read the way every rank reads it: the key's file itself with
+  // subPath, the volume's symbolic link to it without. (Here its owner is this test's user, as
+  // in the pod it is the root user the container runs as.)
+  const fs::path data = folder_ / "volume" / "..data";
+  fs::create_directories(data);
+  const std::string token(64, 'a');
+  const std::string key_file = write("volume/..data/token", token + "\n");
+  fs::permissions(key_file, static_cast<fs::perms>(mode));
+  fs::create_symlink("..data/token", folder_ / "volume" / "token");
+  const std::string in_pod = sub_path.empty() ? (folder_ / "volume" / "token").string() : key_file;
+  EXPECT_EQ(net::read_job_token_file(in_pod), token);
+}
+
+// A relative token_file is relative to the container's working folder; one inside the
+// read-only ConfigMap mount cannot be mounted.
+TEST_F(EmitTest, KubernetesTokenFileMountPathIsThePodsPath) {
+  JobOptions job = load_job(config_path_, {});
+  job.cluster.security.token_file = "./secrets/tok";
+  const auto docs = YAML::LoadAll(emit_kubernetes(job, config_path_, {}));
+  const YAML::Node container = docs.at(2)["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(named(container["volumeMounts"], "job-token")["mountPath"].as<std::string>(),
+            "/workspace/secrets/tok");
+  job.cluster.security.token_file = "/config/tok";
+  try {
+    emit_kubernetes(job, config_path_, {});
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cluster.security.token_file: '/config/tok' is in /config"));
+  }
+}
+
+// What the Kubernetes manifest needs of a token file, the README says where it tells of --emit.
+TEST(EmitReadme, SaysHowTheManifestMountsATokenFile) {
+  std::ifstream in(testing::source_root() / "README.md");
+  ASSERT_TRUE(in) << testing::source_root();
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str();
+  const auto start = readme.find("### Running on a cluster");
+  ASSERT_NE(start, std::string::npos);
+  const std::string section = readme.substr(start, readme.find("\n### ", start + 1) - start);
+  EXPECT_THAT(section, HasSubstr("kubectl create secret generic <name>-token --from-file=token=FILE"));
+  EXPECT_THAT(section, HasSubstr("`subPath`"));
+  EXPECT_THAT(section, HasSubstr("mode 0400"));
+  EXPECT_THAT(section, HasSubstr("`runAsUser: 0`"));
+  EXPECT_THAT(section, HasSubstr("`AIACC_TRAIN`"));
 }
 
 TEST_F(EmitTest, ConfigMapLoadsAsTheSameJob) {
@@ -191,7 +269,8 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
 
   // Stand-ins: srun runs its command once (as one task would), scontrol names two nodes (not
   // used: the store's address is rank 0's), hostname -I gives two addresses, aiacc-train
-  // records what it was given.
+  // (named by AIACC_TRAIN at sbatch, as on nodes that have it elsewhere) records what it was
+  // given.
   const fs::path bin = folder_ / "bin";
   fs::create_directories(bin);
   const std::string args_file = (folder_ / "args.txt").string();
@@ -211,6 +290,7 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
   // Job 4242 takes port 29511 + 242 (two jobs sharing a first node must not collide), whatever
   // MASTER_PORT another tool left in the shell.
   const auto ran = testing::run_command("unset AIACC_JOB_TOKEN AIACC_MASTER_PORT; MASTER_PORT=29500 SLURM_JOB_ID=4242 "
+                                        "AIACC_TRAIN=" + (bin / "aiacc-train").string() + " "
                                         "SLURM_JOB_NODELIST='node-[a-b]' "
                                         "PATH=" + bin.string() + ":$PATH bash " + script_path + " 2>&1");
   ASSERT_EQ(ran.status, 0) << ran.output;
@@ -222,6 +302,44 @@ TEST_F(EmitTest, SlurmScriptPassesArgumentsThroughBothShells) {
                                  "cluster.launcher=external", "--set",
                                  "cluster.ring.interface=10.1.2.3", "--set", "optimizer.lr=0.05",
                                  "--set", tricky));
+}
+
+// The script runs the aiacc-train that wrote it, by its absolute path: a build tree's program is
+// on no node's PATH (the script used to run a bare "aiacc-train"). AIACC_TRAIN overrides it.
+std::string slurm_program_line(const std::string& program) {
+  return "\nAIACC_TRAIN=${AIACC_TRAIN:-" + shell_quote(program) + "}\nexport AIACC_TRAIN\n";
+}
+
+TEST_F(EmitTest, SlurmScriptRunsTheProgramThatWroteIt) {
+  const std::string script = emit_slurm(load_job(config_path_, {}), config_path_, {});
+  EXPECT_THAT(script, HasSubstr(slurm_program_line(fs::read_symlink("/proc/self/exe").string())));
+  EXPECT_THAT(script, HasSubstr("bash -c 'exec \"$AIACC_TRAIN\" " + config_path_ + " \\\n"));
+  EXPECT_THAT(script, ::testing::Not(HasSubstr("exec aiacc-train")));
+}
+
+// The same through the program itself, run by a relative path from a build tree (argv[1]: the
+// path meson passes, absolute).
+TEST_F(EmitTest, SlurmScriptFromTheProgramNamesItsAbsolutePath) {
+  const auto& args = ::testing::internal::GetArgvs();
+  if (args.size() < 2) GTEST_SKIP() << "give the path of aiacc-train as the first argument";
+  const fs::path program = fs::canonical(args[1]);
+  const fs::path relative = fs::relative(program, folder_);
+  const auto emitted = testing::run_command("cd " + shell_quote(folder_.string()) + " && " +
+                                            shell_quote(relative.string()) +
+                                            " job.yaml --emit slurm 2>&1");
+  ASSERT_EQ(emitted.status, 0) << emitted.output;
+  EXPECT_THAT(emitted.output, HasSubstr(slurm_program_line(program.string())));
+}
+
+// A pod runs its image's aiacc-train: the manifest keeps the image's name for it, and says
+// where to change it, not the emitting program's path (which no pod has).
+TEST_F(EmitTest, KubernetesCommandIsTheImagesProgram) {
+  const std::string manifest = emit_kubernetes(load_job(config_path_, {}), config_path_, {});
+  const auto docs = YAML::LoadAll(manifest);
+  const YAML::Node container = docs.at(3)["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["command"].as<std::vector<std::string>>(), std::vector<std::string>{"aiacc-train"});
+  EXPECT_THAT(manifest, HasSubstr("put its full path here if the image has it elsewhere"));
+  EXPECT_THAT(manifest, ::testing::Not(HasSubstr(fs::read_symlink("/proc/self/exe").string())));
 }
 
 TEST_F(EmitTest, SlurmRejectsRunDirThatAnSbatchLineCannotHold) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -40,6 +41,15 @@ fi
 export AIACC_JOB_TOKEN
 
 )";
+
+// The emitting program's absolute path, which the Slurm script runs: a bare name would need
+// aiacc-train on every node's PATH, which a build tree does not give. "aiacc-train" (PATH's)
+// where the kernel cannot say.
+std::string this_program() {
+  std::error_code error;
+  const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error || path.empty() ? "aiacc-train" : path.string();
+}
 
 std::string join(const std::vector<std::string>& words, const std::string& separator) {
   std::string out;
@@ -130,6 +140,61 @@ std::string yaml_literal_block(const std::string& text, int indent) {
   return out;
 }
 
+// The manifest's lines that give every pod cluster.security.token_file from the Secret
+// <name>-token, which the user creates from the file (the token is theirs: the manifest does
+// not hold it).
+struct TokenFileParts {
+  std::string header;     // how to create the Secret
+  std::string container;  // why the mount looks as it does, and the user it needs
+  std::string mount;      // the container's volumeMount
+  std::string volume;     // the pod's volume
+};
+
+TokenFileParts token_file_parts(const std::string& token_file, const std::string& name) {
+  // Relative paths in the config are relative to the container's working folder.
+  const std::string in_pod =
+      (std::filesystem::path(kPodWorkingFolder) / token_file).lexically_normal().string();
+  if (token_file.find_first_of("\r\n") != std::string::npos) {
+    throw ConfigError("cluster.security.token_file: the path has a line break, which the "
+                      "manifest's comments and kubectl command cannot carry");
+  }
+  const std::string config_folder = std::string(kPodConfigFolder) + "/";
+  if (in_pod + "/" == config_folder || in_pod.starts_with(config_folder)) {
+    throw ConfigError(fmt::format(
+        "cluster.security.token_file: '{}' is in {}, where the pods mount the job's ConfigMap "
+        "(read-only); choose another path for --emit kubernetes",
+        token_file, kPodConfigFolder));
+  }
+  TokenFileParts parts;
+  parts.header = fmt::format(
+      "# The job token is the file cluster.security.token_file ({file}): before applying this,\n"
+      "# put it in the Secret the pods mount it from (and keep the Secret private):\n"
+      "#   kubectl create secret generic {name}-token --from-file=token={file}\n",
+      fmt::arg("file", shell_quote(token_file)), fmt::arg("name", name));
+  // aiacc-train takes a token file only as a regular file of its own user that nobody else can
+  // read (core/net/security.cc). Kubernetes shows a Secret key as a symbolic link into
+  // ..data/, mode 0644: subPath bind-mounts the file itself instead, with the volume's mode.
+  parts.container = fmt::format(
+      "          # {file}: the Secret's key \"token\", mounted with subPath so that it is a regular\n"
+      "          # file (not Kubernetes' usual symbolic link), readable by its owner only (0400), as\n"
+      "          # aiacc-train requires of a token file. The file belongs to root and must belong to\n"
+      "          # the ranks' user: the container runs as root, and the pod must have no fsGroup\n"
+      "          # (it makes Secret files group-readable, mode 0440, which aiacc-train refuses).\n"
+      "          securityContext: {{runAsUser: 0}}\n",
+      fmt::arg("file", in_pod));
+  parts.mount = fmt::format(
+      "            - {{name: job-token, mountPath: {path}, subPath: token, readOnly: true}}\n",
+      fmt::arg("path", yaml_quote(in_pod)));
+  parts.volume = fmt::format(
+      "        - name: job-token\n"
+      "          secret:\n"
+      "            secretName: {name}-token\n"
+      "            defaultMode: 0400\n"
+      "            items: [{{key: token, path: token}}]\n",
+      fmt::arg("name", name));
+  return parts;
+}
+
 }  // namespace
 
 std::string shell_quote(const std::string& text) {
@@ -174,7 +239,7 @@ std::string emit_slurm(const JobOptions& job, const std::string& config_path,
   // The rank's command runs in a shell of its own inside each task, because only there is the
   // node's address known; the user's arguments are quoted for that shell, and the whole
   // command once more for the batch script's. One --set a line, continued with '\'.
-  std::vector<std::string> rank_command = {"exec aiacc-train " + shell_quote(config_path)};
+  std::vector<std::string> rank_command = {"exec \"$AIACC_TRAIN\" " + shell_quote(config_path)};
   rank_command.push_back(std::string("--set ") + kExternalLauncher);
   rank_command.push_back("--set cluster.ring.interface=\"$(hostname -I | cut -d\" \" -f1)\"");
   for (const auto& assignment : overrides) {
@@ -210,11 +275,17 @@ export MASTER_ADDR
 # other tools is not used).
 export MASTER_PORT=${{AIACC_MASTER_PORT:-$(( {port} + ${{SLURM_JOB_ID:-0}} % {span} ))}}
 
-{token}# Every task is one rank (SLURM_PROCID). It binds its ring and parameter-server listeners
+{token}# The program every task runs: the aiacc-train that wrote this script. It must be at this
+# path on every node (a shared filesystem, or the same install on each); else set
+# AIACC_TRAIN to its path on the nodes when sbatch runs (sbatch passes the environment on).
+AIACC_TRAIN=${{AIACC_TRAIN:-{program}}}
+export AIACC_TRAIN
+
+# Every task is one rank (SLURM_PROCID). It binds its ring and parameter-server listeners
 # on its node's first address (hostname -I): name another one if the ranks must use a
-# particular network. aiacc-train must be on every node's PATH; relative paths are
-# relative to the folder sbatch was run from. One failed rank ends the job.
-# shellcheck disable=SC2016  # $(hostname -I) is for each task's shell, not this one
+# particular network. Relative paths are relative to the folder sbatch was run from. One
+# failed rank ends the job.
+# shellcheck disable=SC2016  # $AIACC_TRAIN, $(hostname -I) are for each task's shell
 srun --kill-on-bad-exit=1 bash -c {command}
 )",
       fmt::arg("name", job.job.name), fmt::arg("config", config_path),
@@ -223,6 +294,7 @@ srun --kill-on-bad-exit=1 bash -c {command}
       fmt::arg("output", escape_slurm_pattern(job_folder)), fmt::arg("port", cluster.master_port),
       fmt::arg("span", std::min(1000, 65536 - cluster.master_port)),
       fmt::arg("command", shell_quote(join(rank_command, " \\\n  "))),
+      fmt::arg("program", shell_quote(this_program())),
       // A configured token file is the job's token: do not shadow it with a generated one.
       fmt::arg("token", cluster.security.curve && cluster.security.token_file.empty() ? kSlurmToken : ""),
       fmt::arg("signal", job.train.checkpoint.on_signal
@@ -251,8 +323,10 @@ std::string emit_kubernetes(const JobOptions& job, const std::string& config_pat
                                          ? job.job.run_dir
                                          : std::string(kPodWorkingFolder) + "/" + job.job.run_dir;
 
-  // The job token (cluster.security.curve): a fresh one in a Secret, passed to every pod.
+  // The job token (cluster.security.curve): a fresh one in a Secret, passed to every pod; or,
+  // with cluster.security.token_file, the user's own Secret mounted at that path.
   std::string secret, token_env;
+  TokenFileParts token_file;
   if (cluster.security.curve && cluster.security.token_file.empty()) {
     secret = fmt::format(R"(---
 # The job token: every pod of this job, and nothing else, can join it. This file holds it:
@@ -273,12 +347,7 @@ stringData:
 )",
                             fmt::arg("variable", net::kJobTokenVariable), fmt::arg("name", name));
   } else if (cluster.security.curve) {
-    // The token comes from a file the pods must hold: say where, as nothing here provides it.
-    token_env = fmt::format(R"(          # cluster.security.token_file is {file}: every pod must hold the job token there
-          # (mount it from a Secret: a volume {{secret: {{secretName: ...}}}} and a volumeMount at
-          # its folder), or the ranks cannot join each other.
-)",
-                            fmt::arg("file", cluster.security.token_file));
+    token_file = token_file_parts(cluster.security.token_file, name);
   }
 
   // Kubernetes' default 30 s between SIGTERM and SIGKILL may not cover a checkpoint's save.
@@ -299,7 +368,7 @@ stringData:
 # job.run_dir ({run_dir}) must be on a volume every pod shares (a ReadWriteMany
 # PersistentVolumeClaim, see volumeMounts below): checkpoints and metrics go there,
 # and resuming needs them after the pods are gone.
----
+{token_header}---
 # The job's config as given; every pod reads it from {pod_config}.
 apiVersion: v1
 kind: ConfigMap
@@ -342,6 +411,8 @@ spec:
           image: aiacc-train:latest
           # Relative paths in the config (job.run_dir, data files) are relative to this.
           workingDir: {pod_workdir}
+          # The image's aiacc-train, found on its PATH (pods run the image's copy, not the one that
+          # wrote this manifest): put its full path here if the image has it elsewhere.
           command: ["aiacc-train"]
           args:
 {args}          env:
@@ -361,13 +432,13 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: status.podIP
-{token_env}          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
+{token_env}{token_container}          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
           volumeMounts:
             - {{name: config, mountPath: {pod_config_folder}, readOnly: true}}
-            # - {{name: runs, mountPath: {pod_run_dir}}}
+{token_mount}            # - {{name: runs, mountPath: {pod_run_dir}}}
       volumes:
         - {{name: config, configMap: {{name: {name}-config}}}}
-        # - {{name: runs, persistentVolumeClaim: {{claimName: aiacc-runs}}}}
+{token_volume}        # - {{name: runs, persistentVolumeClaim: {{claimName: aiacc-runs}}}}
 )",
       fmt::arg("job_name", job.job.name), fmt::arg("config", config_path), fmt::arg("name", name),
       fmt::arg("world", cluster.world_size()), fmt::arg("ranks", describe_ranks(cluster)),
@@ -377,6 +448,8 @@ spec:
       fmt::arg("pod_run_dir", yaml_quote(run_dir_in_pod)),
       fmt::arg("config_text", yaml_literal_block(read_config_text(config_path), 2)),
       fmt::arg("args", args_lines), fmt::arg("secret", secret), fmt::arg("token_env", token_env),
+      fmt::arg("token_header", token_file.header), fmt::arg("token_container", token_file.container),
+      fmt::arg("token_mount", token_file.mount), fmt::arg("token_volume", token_file.volume),
       fmt::arg("grace", grace));
 }
 

@@ -14,13 +14,17 @@ namespace aiacc::trainer {
 // The sbatch script for `job`, read from `config_path` (written into the script as given, so
 // relative paths are relative to the folder sbatch is run from) with `overrides` ("key=value",
 // passed on as --set). Throws ConfigError when job.name or job.run_dir cannot appear on an
-// #SBATCH line (whitespace, quotes, backslashes), naming the key.
+// #SBATCH line (whitespace, quotes, backslashes), naming the key. The ranks run this program by
+// its absolute path (/proc/self/exe), or $AIACC_TRAIN where it is set at sbatch.
 std::string emit_slurm(const JobOptions& job, const std::string& config_path,
                        const std::vector<std::string>& overrides);
 
 // The Kubernetes manifest (YAML, three documents) for `job`: the text of `config_path` goes into
-// a ConfigMap that every pod mounts at /config/job.yaml. Throws ConfigError when the config file
-// cannot be read or job.name gives no valid Kubernetes name.
+// a ConfigMap that every pod mounts at /config/job.yaml. A cluster.security.token_file is mounted
+// from the Secret <name>-token, which the user makes from it (kubectl create secret), as a
+// regular file of mode 0400 that the root user the container runs as owns. Throws ConfigError
+// when the config file cannot be read, job.name gives no valid Kubernetes name, or the token
+// file's path is in /config or has a line break.
 std::string emit_kubernetes(const JobOptions& job, const std::string& config_path,
                             const std::vector<std::string>& overrides);
 
