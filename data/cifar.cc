@@ -12,17 +12,29 @@
 namespace aiacc::data {
 namespace {
 
-detail::U8Images load(const Cifar::Options& options, const DatasetContext& context) {
+// Every file of the split, with its key.
+std::vector<InputFile> split_files(const Cifar::Options& options, const DatasetContext& context) {
   check_split(context, "cifar");
-  const auto& files = context.split == "train" ? options.train_files : options.test_files;
+  const bool train = context.split == "train";
+  const auto& names = train ? options.train_files : options.test_files;
+  std::vector<InputFile> files;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    files.push_back({fmt::format("data.{}.cifar.{}[{}]", context.split, train ? "train_files" : "test_files", i),
+                     detail::join_path(options.directory, names[i]), ""});
+  }
+  return files;
+}
+
+detail::U8Images load(const Cifar::Options& options, const DatasetContext& context) {
   detail::U8Images out;
   out.channels = Cifar::kChannels;
   out.height = Cifar::kHeight;
   out.width = Cifar::kWidth;
   const std::int64_t image_bytes = out.example_bytes();
-  for (const auto& name : files) {
+  for (const InputFile& file : split_files(options, context)) {
     if (options.limit > 0 && out.count >= options.limit) break;
-    const std::string path = detail::join_path(options.directory, name);
+    check_input_files({file});
+    const std::string& path = file.path;
     std::vector<std::uint8_t> bytes = detail::read_file_bytes(path);
     const auto size = static_cast<std::int64_t>(bytes.size());
     if (size == 0) throw DataError(fmt::format("{}: empty file, expected {}-byte records", path, Cifar::kRecordBytes));
@@ -51,6 +63,12 @@ detail::U8Images load(const Cifar::Options& options, const DatasetContext& conte
 }
 
 }  // namespace
+
+std::vector<InputFile> Cifar::input_files(const Options& options, const DatasetContext& context) {
+  std::vector<InputFile> files = split_files(options, context);
+  if (options.limit > 0 && files.size() > 1) files.resize(1);
+  return files;
+}
 
 Cifar::Cifar(const Options& options, const DatasetContext& context)
     : U8ImageDataset(detail::U8ImageReader(load(options, context), options.num_classes, options.normalize_mean, options.normalize_std)) {}

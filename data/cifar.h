@@ -55,9 +55,14 @@ class Cifar final : public detail::U8ImageDataset {
     }
   };
 
-  // Reads and validates every file of `context.split` into memory. Throws DataError naming the
-  // file and record, ConfigError for an unknown split.
+  // Reads and validates every file of `context.split` into memory, up to `limit` examples.
+  // Throws DataError naming the file and record, ConfigError for an unknown split or a file it
+  // opens that is missing, empty or not a regular file (check_input_files).
   Cifar(const Options& options, const DatasetContext& context);
+
+  // The split's files that are surely read: all of them, or with a limit only the first (the
+  // limit may be reached before the others, which then need not exist).
+  static std::vector<InputFile> input_files(const Options& options, const DatasetContext& context);
 
 };
 

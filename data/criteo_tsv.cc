@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "core/error.h"
@@ -33,15 +34,27 @@ void CriteoTsv::Options::validate(const config::Node& node) const {
   }
 }
 
-CriteoTsv::CriteoTsv(const Options& options, const DatasetContext& context) {
+std::vector<InputFile> CriteoTsv::input_files(const Options& options, const DatasetContext& context) {
   check_split(context, "criteo_tsv");
   const bool train = context.split == "train";
-  path_ = train ? options.train_file : options.test_file;
-  if (path_.empty()) {
-    throw ConfigError(fmt::format("data.{}.criteo_tsv.{} is not set (the {} split's TSV file; the {} split reads "
-                                  "{})", context.split, train ? "train_file" : "test_file", context.split,
-                                  context.split, train ? "train_file" : "test_file"));
+  const std::string key = fmt::format("data.{}.criteo_tsv.{}", context.split, train ? "train_file" : "test_file");
+  const std::string& path = train ? options.train_file : options.test_file;
+  if (path.empty()) {
+    throw ConfigError(fmt::format("{} is not set (the {} split's TSV file; the {} split reads {})", key,
+                                  context.split, context.split, train ? "train_file" : "test_file"));
   }
+  // The fetch script's output folder (its default: data-cache/flights).
+  std::string hint;
+  if (std::filesystem::path(path).parent_path().filename() == "flights") {
+    hint = "make the flights data with tools/flights/fetch_flights.sh";
+  }
+  return {{key, path, hint}};
+}
+
+CriteoTsv::CriteoTsv(const Options& options, const DatasetContext& context) {
+  const std::vector<InputFile> files = input_files(options, context);
+  check_input_files(files);
+  path_ = files.front().path;
   layout_.num_integer = static_cast<int>(options.num_integer);
   layout_.num_categorical = static_cast<int>(options.num_categorical);
   for (std::int64_t i = 1; i <= options.num_integer; ++i) layout_.integer_names.push_back(fmt::format("I{}", i));

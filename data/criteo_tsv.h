@@ -60,8 +60,12 @@ class CriteoTsv final : public Dataset {
 
   // Loads the split's file (DataError naming file and line, see detail::read_criteo_file) and
   // logs one line with the speed and, with malformed: skip, the skipped lines. ConfigError for
-  // an unknown split or when the split's file is not set.
+  // an unknown split, when the split's file is not set, and when it is missing, empty or not a
+  // regular file (check_input_files).
   CriteoTsv(const Options& options, const DatasetContext& context);
+
+  // The split's file; ConfigError for an unknown split or when it is not set.
+  static std::vector<InputFile> input_files(const Options& options, const DatasetContext& context);
 
   InputSpec spec() const override;
   std::int64_t size() const override { return columns_.size(); }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace aiacc::data {
 
 void DataOptions::validate(const config::Node& node) const {
@@ -14,6 +16,12 @@ void DataOptions::validate(const config::Node& node) const {
 
 std::unique_ptr<Dataset> make_dataset(const DatasetOptions& options, const DatasetContext& context) {
   return dataset_registry().create(options.type, options.options.block(options.type), context);
+}
+
+void check_data_files(const DataOptions& options) {
+  for (const auto& [split, dataset] : {std::pair{"train", &options.train}, std::pair{"test", &options.test}}) {
+    check_input_files(input_files(dataset->type, dataset->options.block(dataset->type), DatasetContext{split, 0}));
+  }
 }
 
 LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed) {

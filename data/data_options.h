@@ -67,6 +67,11 @@ struct DataOptions {
 // an unknown type or bad options, DataError for bad data files.
 std::unique_ptr<Dataset> make_dataset(const DatasetOptions& options, const DatasetContext& context);
 
+// Checks the files both splits read (check_input_files) without reading them: a launcher that
+// starts the job's processes on this machine reports a missing data file once, before it
+// starts any. ConfigError naming the key and the path.
+void check_data_files(const DataOptions& options);
+
 // Loader settings for one split. Training: data.shuffle, data.drop_last and data.augment.
 // Evaluation (training == false): in order, no augmentation, no dropped examples, so every
 // test example is scored exactly once across workers; workers may then run different numbers of

@@ -11,11 +11,14 @@
 // and a job selects it with `data: {train: {type: my_data, my_data: {size: 1000}}}`.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/batch.h"
 #include "core/registry.h"
@@ -61,7 +64,48 @@ DatasetRegistry& dataset_registry();
 // Throws ConfigError unless `context.split` is "train" or "test"; `dataset` names the type.
 void check_split(const DatasetContext& context, const std::string& dataset);
 
+// A file a dataset reads, as its config names it.
+struct InputFile {
+  std::string key;           // "data.train.criteo_tsv.train_file"
+  std::string path;          // as it is opened: a relative path is relative to the working directory
+  std::string missing_hint;  // how to get the file when it is missing, or ""
+};
+
+// ConfigError naming the key and the path for the first file that is missing, not a regular
+// file (a folder, /dev/null) or empty: a restart cannot make those readable, so the job fails
+// as misconfigured (exit 2, never restarted). What else keeps a file from being read (a folder
+// this user may not enter) is the reader's DataError.
+void check_input_files(const std::vector<InputFile>& files);
+
+// The files dataset type `type` with `options` reads for `context`'s split, so that a launcher
+// can check them once before it starts any process; empty for types that read none or do not
+// say. A dataset says by declaring
+//   static std::vector<InputFile> input_files(const Options&, const DatasetContext&);
+// (AIACC_REGISTER_DATASET registers it), and checks them itself as it opens them.
+std::vector<InputFile> input_files(const std::string& type, const config::Node& options,
+                                   const DatasetContext& context);
+
+namespace detail {
+using InputFileLister = std::function<std::vector<InputFile>(const config::Node&, const DatasetContext&)>;
+bool add_input_file_lister(const std::string& type, InputFileLister lister);
+
+template <class Class>
+bool register_input_files(const std::string& type) {
+  using Options = typename Class::Options;
+  if constexpr (requires(const Options& options, const DatasetContext& context) {
+                  { Class::input_files(options, context) } -> std::same_as<std::vector<InputFile>>;
+                }) {
+    return add_input_file_lister(type, [](const config::Node& node, const DatasetContext& context) {
+      return Class::input_files(config::read<Options>(node), context);
+    });
+  }
+  return false;
+}
+}  // namespace detail
+
 }  // namespace aiacc::data
 
-#define AIACC_REGISTER_DATASET(name, Class) \
-  AIACC_REGISTER(::aiacc::data::dataset_registry(), name, Class)
+#define AIACC_REGISTER_DATASET(name, Class)                       \
+  AIACC_REGISTER(::aiacc::data::dataset_registry(), name, Class); \
+  [[maybe_unused]] static const bool AIACC_CONCAT_(aiacc_input_files_, __COUNTER__) = \
+      ::aiacc::data::detail::register_input_files<Class>(name)

@@ -75,10 +75,10 @@ IdxFile read_idx(const std::string& path, std::uint8_t expected_ndims) {
 }
 
 detail::U8Images load(const IdxImages::Options& options, const DatasetContext& context) {
-  check_split(context, "idx_images");
-  const bool train = context.split == "train";
-  const std::string images_path = detail::join_path(options.directory, train ? options.train_images : options.test_images);
-  const std::string labels_path = detail::join_path(options.directory, train ? options.train_labels : options.test_labels);
+  const std::vector<InputFile> files = IdxImages::input_files(options, context);
+  check_input_files(files);
+  const std::string& images_path = files[0].path;
+  const std::string& labels_path = files[1].path;
 
   IdxFile images = read_idx(images_path, 3);
   IdxFile labels = read_idx(labels_path, 1);
@@ -107,6 +107,17 @@ detail::U8Images load(const IdxImages::Options& options, const DatasetContext& c
 }
 
 }  // namespace
+
+std::vector<InputFile> IdxImages::input_files(const Options& options, const DatasetContext& context) {
+  check_split(context, "idx_images");
+  const bool train = context.split == "train";
+  const auto file = [&](const char* field, const std::string& name) {
+    return InputFile{fmt::format("data.{}.idx_images.{}", context.split, field),
+                     detail::join_path(options.directory, name), kInstallHint};
+  };
+  return {train ? file("train_images", options.train_images) : file("test_images", options.test_images),
+          train ? file("train_labels", options.train_labels) : file("test_labels", options.test_labels)};
+}
 
 IdxImages::IdxImages(const Options& options, const DatasetContext& context)
     : U8ImageDataset(detail::U8ImageReader(load(options, context), options.num_classes, {options.normalize_mean}, {options.normalize_std})) {}

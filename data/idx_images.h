@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/detail/u8_images.h"
@@ -42,8 +43,12 @@ class IdxImages final : public detail::U8ImageDataset {
   };
 
   // Reads and validates both files of `context.split` into memory. Throws DataError naming the
-  // file and the problem, ConfigError for an unknown split.
+  // file and the problem, ConfigError for an unknown split or a file that is missing, empty or
+  // not a regular file (check_input_files).
   IdxImages(const Options& options, const DatasetContext& context);
+
+  // The split's images and labels files (in `directory`); ConfigError for an unknown split.
+  static std::vector<InputFile> input_files(const Options& options, const DatasetContext& context);
 
 };
 

@@ -96,18 +96,39 @@ TEST(CifarErrors, TruncatedEmptyBadLabelMissing) {
   cut.resize(cut.size() - 100);
   EXPECT_THAT(error_for(cut), HasSubstr("a.bin: 9119 bytes is not a whole number of 3073-byte CIFAR-10 "
                                         "records (record 2 is incomplete): truncated, or not a CIFAR-10"));
-  EXPECT_THAT(error_for({}), HasSubstr("a.bin: empty file"));
   auto bad = records(0, 3);
   bad[3073] = 11;
   EXPECT_THAT(error_for(bad), HasSubstr("a.bin: record 1: label 11 is not below num_classes 10"));
 
+  // Missing and empty files are configuration errors naming the key (no restart mends them).
   TempDir dir;
-  try {
-    Cifar dataset(options_for(dir), {"train", 0});
-    ADD_FAILURE() << "no DataError";
-  } catch (const DataError& e) {
-    EXPECT_THAT(e.what(), HasSubstr(dir.file("a.bin") + ": no such file"));
-  }
+  const auto config_error = [&] {
+    try {
+      Cifar dataset(options_for(dir), {"train", 0});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ConfigError>");
+  };
+  EXPECT_EQ(config_error(), "data.train.cifar.train_files[0]: " + dir.file("a.bin") + ": no such file");
+  write_plain(dir.file("a.bin"), {});
+  EXPECT_EQ(config_error(), "data.train.cifar.train_files[0]: " + dir.file("a.bin") + ": empty file");
+  write_plain(dir.file("a.bin"), records(0, 1));
+  EXPECT_EQ(config_error(), "data.train.cifar.train_files[1]: " + dir.file("b.bin.gz") + ": no such file");
+}
+
+// What a launcher checks before it starts a job: every file, or with a limit only the first
+// (the reader may not open the others).
+TEST(Cifar, InputFilesAreTheFilesSurelyRead) {
+  TempDir dir;
+  auto options = options_for(dir);
+  auto files = Cifar::input_files(options, {"train", 0});
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[1].key, "data.train.cifar.train_files[1]");
+  EXPECT_EQ(files[1].path, dir.file("b.bin.gz"));
+  options.limit = 2;
+  EXPECT_EQ(Cifar::input_files(options, {"train", 0}).size(), 1u);
+  EXPECT_EQ(Cifar::input_files(options, {"test", 0}).front().key, "data.test.cifar.test_files[0]");
 }
 
 }  // namespace

@@ -248,13 +248,51 @@ TEST(CriteoTsv, AFileThisUserMayNotReachIsNotReportedMissing) {
   EXPECT_THAT(message, HasSubstr(dir.file("locked/train.tsv") + ": cannot access: Permission denied"));
 }
 
+// A file no restart can make readable (missing, a folder, a device, empty) is a configuration
+// error naming the key and the path (the job exits 2 and is not restarted); what it holds is data.
+TEST(CriteoTsv, UnusableFilesAreConfigErrorsNamingTheKey) {
+  TempDir dir;
+  const auto config_error = [](const CriteoTsv::Options& o, const char* split) {
+    try {
+      CriteoTsv dataset(o, {split, 0});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ConfigError>");
+  };
+  EXPECT_EQ(config_error(options_for(dir.file("nope.tsv")), "train"),
+            "data.train.criteo_tsv.train_file: " + dir.file("nope.tsv") + ": no such file");
+  EXPECT_EQ(config_error(options_for(dir.file("nope/test.tsv")), "test"),
+            "data.test.criteo_tsv.test_file: " + dir.file("nope/test.tsv") + ": no such file");
+  EXPECT_EQ(config_error(options_for(dir.path()), "train"),
+            "data.train.criteo_tsv.train_file: " + dir.path() + ": a folder, not a regular file");
+  EXPECT_EQ(config_error(options_for("/dev/null"), "train"),
+            "data.train.criteo_tsv.train_file: /dev/null: not a regular file");
+  write_text(dir.file("empty.tsv"), "");
+  EXPECT_EQ(config_error(options_for(dir.file("empty.tsv")), "train"),
+            "data.train.criteo_tsv.train_file: " + dir.file("empty.tsv") + ": empty file");
+}
+
+// A relative path is read from the working directory, which a missing file's error names; a
+// file of the flights fetch script's folder names the script.
+TEST(CriteoTsv, AMissingRelativeFileNamesTheWorkingDirectoryAndTheFlightsScript) {
+  const std::string cwd = std::filesystem::current_path().string();
+  try {
+    CriteoTsv dataset(options_for("no-such-folder/flights/train.tsv"), {"train", 0});
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "data.train.criteo_tsv.train_file: no-such-folder/flights/train.tsv: no such file (relative to the "
+              "working directory " + cwd + "; make the flights data with tools/flights/fetch_flights.sh)");
+  }
+}
+
 TEST(CriteoTsv, BadFilesNameTheFile) {
   TempDir dir;
-  EXPECT_THAT(data_error(options_for(dir.file("nope.tsv"))), HasSubstr(dir.file("nope.tsv") + ": no such file"));
-  EXPECT_THAT(data_error(options_for(dir.path())), HasSubstr(dir.path() + ": not a regular file"));
-  write_text(dir.file("empty.tsv"), "");
-  EXPECT_THAT(data_error(options_for(dir.file("empty.tsv"))),
-              HasSubstr(dir.file("empty.tsv") + ": empty file, expected Criteo TSV lines (7 columns"));
+  // Empty content behind a non-empty file is the data's fault.
+  testing::write_gzip(dir.file("empty.tsv.gz"), {});
+  EXPECT_THAT(data_error(options_for(dir.file("empty.tsv.gz"))),
+              HasSubstr(dir.file("empty.tsv.gz") + ": empty file, expected Criteo TSV lines (7 columns"));
   // A file cut in the middle of its last line.
   write_text(dir.file("cut.tsv"), std::string(kThreeLines) + "1\t2\t3\tab");
   EXPECT_THAT(data_error(options_for(dir.file("cut.tsv"))), HasSubstr(dir.file("cut.tsv") + ":4: expected 7 tab-separated columns"));

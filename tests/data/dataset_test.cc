@@ -3,12 +3,14 @@
 // build what the section says.
 #include "data/dataset.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/config/node.h"
 #include "core/error.h"
 #include "data/data_options.h"
+#include "tests/data/data_files.h"
 
 namespace aiacc::data {
 namespace {
@@ -96,6 +98,34 @@ TEST(DataOptions, ReferenceListsEveryDatasetAndResolvedOnlyTheChosen) {
   std::string resolved = config::write(parse("train: {type: cifar}\ntest: {type: cifar}\n"), config::Writer::Mode::resolved);
   EXPECT_THAT(resolved, HasSubstr("cifar:"));
   EXPECT_THAT(resolved, HasSubstr("train_files: [data_batch_1.bin"));
+}
+
+// What the local launcher checks once before it starts a job's processes: both splits' files,
+// through the type each split names; types that read no files pass.
+TEST(DataOptions, CheckDataFilesNamesTheKeyOfEachSplit) {
+  const std::string missing = "/no/such/folder/f.tsv";
+  testing::TempDir dir;
+  const std::string existing = dir.file("f.tsv");
+  testing::write_text(existing, "1\t2\n");
+  const auto error = [](const DataOptions& o) {
+    try {
+      check_data_files(o);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ConfigError>");
+  };
+  const auto job = [](const std::string& train, const std::string& test) {
+    return parse(fmt::format("train: {{type: criteo_tsv, criteo_tsv: {{train_file: '{}'}}}}\n"
+                             "test: {{type: criteo_tsv, criteo_tsv: {{test_file: '{}'}}}}\n", train, test));
+  };
+  EXPECT_EQ(error(job(missing, existing)), "data.train.criteo_tsv.train_file: " + missing + ": no such file");
+  EXPECT_EQ(error(job(existing, missing)), "data.test.criteo_tsv.test_file: " + missing + ": no such file");
+  EXPECT_EQ(error(job(existing, existing)), "<no ConfigError>");
+  EXPECT_EQ(error(parse("train: {type: synthetic_ctr}\ntest: {type: synthetic_ctr}\n")), "<no ConfigError>");
+  EXPECT_EQ(error(parse("train: {type: idx_images, idx_images: {directory: /no/such/folder}}\n")),
+            "data.train.idx_images.train_images: /no/such/folder/train-images-idx3-ubyte.gz: no such file "
+            "(install Fashion-MNIST with `apt-get install dataset-fashion-mnist`)");
 }
 
 TEST(DatasetRegistry, UnknownSplitAndType) {

@@ -220,7 +220,17 @@ TEST(IdxImagesErrors, CountMismatchNamesBothFiles) {
 
 TEST(IdxImagesErrors, EmptyFile) {
   TinyIdx tiny;
-  EXPECT_THAT(error_for({}, tiny.labels_file()), HasSubstr("images: empty file"));
+  // An empty file on disk is a configuration error (no restart fills it); gzip'd emptiness is data.
+  TempDir dir;
+  write_plain(dir.file("images"), {});
+  write_plain(dir.file("labels"), tiny.labels_file());
+  try {
+    IdxImages dataset(tiny_options(dir), {"train", 0});
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "data.train.idx_images.train_images: " + dir.file("images") + ": empty file");
+  }
+  EXPECT_THAT(error_for({}, tiny.labels_file(), true), HasSubstr("images: empty file"));
   EXPECT_THAT(error_for(tiny.images_file(), {}, true), HasSubstr("labels: empty file"));
 }
 
@@ -230,17 +240,25 @@ TEST(IdxImagesErrors, LabelOutOfRange) {
               HasSubstr("labels: label 10 of example 2 is not below num_classes 10"));
 }
 
-TEST(IdxImagesErrors, MissingFileGivesPathAndInstallHint) {
+TEST(IdxImagesErrors, MissingFileIsAConfigErrorWithKeyPathAndInstallHint) {
   TempDir dir;
   try {
     IdxImages dataset(tiny_options(dir), {"train", 0});
-    ADD_FAILURE() << "no DataError";
-  } catch (const DataError& e) {
-    EXPECT_THAT(e.what(), HasSubstr(dir.file("images") + ": no such file"));
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("data.train.idx_images.train_images: " + dir.file("images") + ": no such file"));
     EXPECT_THAT(e.what(), HasSubstr("apt-get install dataset-fashion-mnist"));
   }
   std::filesystem::create_directory(dir.file("images"));
-  EXPECT_THROW(IdxImages(tiny_options(dir), {"train", 0}), DataError);
+  EXPECT_THROW(IdxImages(tiny_options(dir), {"train", 0}), ConfigError);
+  // The labels of the test split, named by their own key.
+  write_plain(dir.file("test_images"), TinyIdx().images_file());
+  try {
+    IdxImages dataset(tiny_options(dir), {"test", 0});
+    ADD_FAILURE() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("data.test.idx_images.test_labels: " + dir.file("test_labels") + ": no such file"));
+  }
 }
 
 TEST(IdxImages, IndexOutOfRangeIsAnInternalError) {
