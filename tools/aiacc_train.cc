@@ -8,16 +8,13 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net/message_memory.h"
-#include "core/util/cpus.h"
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
@@ -32,30 +29,6 @@ namespace {
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
-
-// Compute threads of one process with job.threads 0: OMP_NUM_THREADS when set; else the
-// machine's cores shared among the job's processes on it, and no more than the CPUs its
-// launcher confined it to (cluster.pin_cores, srun's --cpus-per-task, a container's cpuset).
-int default_threads() {
-  if (const char* configured = std::getenv("OMP_NUM_THREADS"); configured != nullptr && *configured != '\0') {
-    // A list ("8,4") sets nested levels: the first is this process's.
-    const std::string_view text(configured);
-    const std::string_view first = text.substr(0, text.find(','));
-    int threads = 0;
-    const auto [end, error] = std::from_chars(first.data(), first.data() + first.size(), threads);
-    if (error != std::errc() || end != first.data() + first.size() || threads < 1 ||
-        threads > aiacc::trainer::kMaxComputeThreads) {
-      throw aiacc::ConfigError(fmt::format("OMP_NUM_THREADS={}: expected a whole number of threads from 1 to {} "
-                                           "(or set job.threads)", text, aiacc::trainer::kMaxComputeThreads));
-    }
-    return threads;
-  }
-  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int allowed = static_cast<int>(aiacc::util::allowed_cpus().size());
-  const int share = std::max(1, machine / aiacc::trainer::local_process_count().value_or(1));
-  // A confined process may still share its CPUs with other ranks (mpirun binding to a socket).
-  return allowed > 0 ? std::min(allowed, share) : share;
-}
 
 // A job on a GPU (job.device) loads the CUDA plugin (tools/cuda_plugin.cc), which registers
 // CUDA's tensors and layer ops. AIACC_CUDA_PLUGIN names it; else libaiacc_cuda.so next to this
@@ -92,15 +65,20 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   using namespace aiacc;
   const auto& cluster = job.cluster;
   log::set_role(role.name(cluster));
-  if (job.job.threads == 0) {
-    const int threads = default_threads();
-    omp_set_num_threads(threads);
-    log::get("trainer")->info("{} compute thread{} (job.threads 0)", threads, threads == 1 ? "" : "s");
-  }
+  // job.threads 0 shares the host's cores among the job's ranks there. Where no launcher
+  // variable says how many there are, only the rendezvous tells, so the count is set again
+  // after it (until then: this process alone, for the float mode's team).
+  if (job.job.threads == 0) omp_set_num_threads(trainer::default_compute_threads().count);
   // Before the process group starts its stream threads (they inherit it), on servers too: their
   // sparse optimiser state decays like a worker's.
   trainer::apply_float_mode(job);
   auto group = std::make_shared<trainer::ProcessGroup>(cluster, role);
+  if (job.job.threads == 0) {
+    const auto threads = trainer::default_compute_threads(group->ranks_on_host());
+    omp_set_num_threads(threads.count);
+    log::get("trainer")->info("{} compute thread{} (job.threads 0): {}", threads.count, threads.count == 1 ? "" : "s",
+                              threads.source);
+  }
   try {
     group->check_agreement("resolved configuration", trainer::agreement_yaml(job));
     if (!group->is_worker()) {
@@ -181,7 +159,7 @@ int run(int argc, char** argv) {
   aiacc::trainer::JobOptions job = aiacc::trainer::load_job(config_path, overrides);
   // OpenMP reads OMP_NUM_THREADS itself when job.threads leaves the count to it: checked here,
   // before any parallel region could fail on a count no machine has.
-  if (job.job.threads == 0) (void)default_threads();
+  if (job.job.threads == 0) (void)aiacc::trainer::default_compute_threads();
   if (!emit_target.empty()) {
     std::cout << aiacc::trainer::emit_cluster_files(emit_target, job, config_path, overrides);
     return 0;
@@ -204,6 +182,9 @@ int run(int argc, char** argv) {
         cluster.max_restarts, job.train.checkpoint.resume));
   }
   if (!dry_run && cluster.distributed()) {
+    // Every rank would fail alike, each printing it (and a missing file can only fail again):
+    // once, here, before any starts.
+    aiacc::data::check_data_files(job.data);
     aiacc::log::set_role("launcher");
     std::vector<std::string> args(argv, argv + argc);
     const auto result = aiacc::trainer::launch_local(cluster, args, job.train.checkpoint.on_signal);

@@ -293,6 +293,9 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
   int alive = 0;
   for (bool r : running) alive += r ? 1 : 0;
   int signals_forwarded = 0;
+  // A rank that exited with a configuration error after another's failure (whose own failure
+  // may be only a consequence: a peer's connection gone): the job is misconfigured all the same.
+  std::string later_config_error;
   while (alive > 0) {
     if (int sig = g_forwarded_signal.exchange(0); sig != 0) {
       ++signals_forwarded;
@@ -347,6 +350,11 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
           kill_at = Clock::now() + std::chrono::seconds(10);
         } else if (failed) {
           log->info("{} (pid {}) {}", rank_name(cluster, r), pid, describe_status(status));
+          if (WIFEXITED(status) && WEXITSTATUS(status) == kConfigErrorStatus && forwarded == 0 &&
+              later_config_error.empty()) {
+            later_config_error = fmt::format("{} (pid {}) {}, a configuration error", rank_name(cluster, r), pid,
+                                             describe_status(status));
+          }
         }
       }
       continue;
@@ -357,6 +365,11 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
       kill_at = Clock::now() + std::chrono::hours(1);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!later_config_error.empty() && !result.stopped && result.exit_status != 0 &&
+      result.exit_status != kConfigErrorStatus) {
+    result.exit_status = kConfigErrorStatus;
+    result.failure += "; " + later_config_error;
   }
   return result;
 }

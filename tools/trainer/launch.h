@@ -54,7 +54,9 @@ std::string rank_name(const ClusterOptions& cluster, int rank);
 // SIGKILL after a grace period; SIGKILL at once when the ranks take SIGTERM as a request to
 // checkpoint) and the returned message names the first to fail and how
 // ("worker 1 (pid 1234) was killed by signal 9 (Killed)"). Returns the job's exit status: 0
-// when all succeeded, else the first failure's (128 + signal for a signal).
+// when all succeeded, 2 when any process exited 2 (a configuration error, which the first
+// failure may have been only a consequence of), else the first failure's (128 + signal for a
+// signal).
 struct LaunchResult {
   int exit_status = 0;
   std::string failure;  // empty on success
@@ -63,8 +65,8 @@ struct LaunchResult {
   bool stopped = false;
 };
 // Runs the job as local processes of this program (argv) and supervises them: one failing
-// stops the others. With cluster.max_restarts > 0 a failed job (not one stopped by a signal)
-// is started again, up to that many times; every process then resumes from the newest
+// stops the others. With cluster.max_restarts > 0 a failed job (not one stopped by a signal,
+// nor a configuration error: exit status 2, which would fail alike) is started again, up to that many times; every process then resumes from the newest
 // complete checkpoint (train.checkpoint.resume: auto), so a crash loses at most the steps
 // since it. Children see the attempt number in AIACC_RESTART_COUNT (0 for the first).
 // Throws InternalError in a process a local launcher started (AIACC_RANK set).
