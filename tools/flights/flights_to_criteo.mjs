@@ -120,7 +120,7 @@ async function main() {
   console.log(`  ${train.path}: ${train.lines} lines, ${mb(train.path)} MB, ${pct(train.positives, train.lines)}% positive`)
   console.log(`  ${test.path}: ${test.lines} lines, ${mb(test.path)} MB, ${pct(test.positives, test.lines)}% positive`)
   console.log(`  distinct values: origin ${origins.size}, destination ${destinations.size}, route ${routes.size}`)
-  console.log('  criteo_tsv options: {num_integer: 5, num_categorical: 3, categorical_names: [origin, destination, route]}')
+  console.log('  criteo_tsv options: {num_integer: 5, num_categorical: 3, categorical_names: [origin, dest, route]}')
 }
 
 main().catch((error) => {
