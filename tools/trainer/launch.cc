@@ -431,8 +431,10 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
     result = run_job_once(cluster, args, base_env, rendezvous, attempt, forwarded, ranks_stop_on_signal);
     if (result.exit_status == 0 || forwarded != 0 || result.stopped || attempt >= cluster.max_restarts) break;
     if (result.exit_status == kConfigErrorStatus) {
-      // A configuration error (a bad key, a schedule that does not fit): the same again.
-      log->error("not restarting: {} (a configuration error; a restart would fail alike)", result.failure);
+      // A configuration error (a bad key, a schedule that does not fit): the same again. The
+      // failure itself was logged when it came, and is the program's last line.
+      log->error("not restarting after a configuration error (exit status {}): a restart would fail alike",
+                 kConfigErrorStatus);
       break;
     }
     log->warn("restarting the job from its newest checkpoint (restart {} of {}) after: {}",
