@@ -65,20 +65,29 @@ std::string missing_ranks(int world, const std::set<int>& present) {
 std::string unresolved_host_hint(const std::string& server) {
   std::string host = server.substr(server.rfind("tcp://", 0) == 0 ? 6 : 0);
   host = host.substr(0, host.rfind(':'));
-  in_addr ipv4{};
-  if (host.empty() || inet_pton(AF_INET, host.c_str(), &ipv4) == 1) return "";
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* found = nullptr;
-  const int error = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (error == 0) {
-    freeaddrinfo(found);
-    return "";
-  }
-  return fmt::format("; the host '{}' does not resolve ({})", host, gai_strerror(error));
+  if (host.empty()) return "";
+  const Ipv4Resolution resolved = resolve_ipv4(host);
+  return resolved.address.empty() ? fmt::format("; the host '{}' does not resolve ({})", host, resolved.error) : "";
 }
 
 }  // namespace
+
+Ipv4Resolution resolve_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int error = getaddrinfo(host.c_str(), nullptr, &hints, &found); error != 0) return {"", gai_strerror(error)};
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
+  freeaddrinfo(found);
+  return {text, ""};
+}
+
+bool is_loopback_ipv4(const std::string& address) {
+  in_addr ipv4{};
+  return inet_pton(AF_INET, address.c_str(), &ipv4) == 1 && (ntohl(ipv4.s_addr) >> 24) == 127;
+}
 
 RendezvousClient::RendezvousClient(std::shared_ptr<Context> context, std::string server)
     : socket_(std::move(context), ZMQ_DEALER, /*linger_ms=*/0),

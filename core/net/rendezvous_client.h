@@ -29,6 +29,17 @@ class PeerFailedError : public CommError {
   using CommError::CommError;
 };
 
+// What a host name (or dotted IPv4 address) resolves to: the first IPv4 address, which is the
+// one a ZeroMQ connection to it reaches (IPv4 only, as the job's sockets are), or the
+// resolver's error when it does not resolve now.
+struct Ipv4Resolution {
+  std::string address;  // dotted, e.g. "127.0.1.1"; empty when the name does not resolve
+  std::string error;    // gai_strerror's text when it does not
+};
+Ipv4Resolution resolve_ipv4(const std::string& host);
+// Whether a dotted IPv4 address is in 127.0.0.0/8.
+bool is_loopback_ipv4(const std::string& address);
+
 class RendezvousClient {
  public:
   // `server`: "host:port" (e.g. MASTER_ADDR:MASTER_PORT) or "tcp://host:port". Connecting is

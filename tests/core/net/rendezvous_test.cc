@@ -114,6 +114,22 @@ TEST(Rendezvous, AServerNameThatDoesNotResolveIsNamedAtTheTimeout) {
   }
 }
 
+// Names are judged by the address a connection to them reaches (rank 0 serves a loopback
+// MASTER_ADDR there): the first IPv4 address they resolve to.
+TEST(Rendezvous, ResolvesNamesToTheIpv4AddressAConnectionReaches) {
+  EXPECT_EQ(resolve_ipv4("localhost").address, "127.0.0.1");
+  EXPECT_EQ(resolve_ipv4("127.0.1.1").address, "127.0.1.1");
+  const Ipv4Resolution missing = resolve_ipv4("nohost.invalid");
+  EXPECT_EQ(missing.address, "");
+  EXPECT_NE(missing.error, "");
+  EXPECT_TRUE(is_loopback_ipv4("127.0.1.1"));
+  EXPECT_TRUE(is_loopback_ipv4("127.255.255.254"));
+  EXPECT_FALSE(is_loopback_ipv4("10.0.0.127"));
+  EXPECT_FALSE(is_loopback_ipv4("128.0.0.1"));
+  EXPECT_FALSE(is_loopback_ipv4(""));
+  EXPECT_FALSE(is_loopback_ipv4("localhost"));  // a name, not an address: resolve it first
+}
+
 // lookup_string looks once: nothing before the key is set (no waiting), the value after.
 TEST(Rendezvous, LookupOfAKeyDoesNotWaitForIt) {
   RendezvousServer server(Context::create(), "127.0.0.1", 0);
