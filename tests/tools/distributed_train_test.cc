@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +29,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "core/io/safetensors.h"
+#include "core/net/rendezvous_client.h"
 #include "tests/testing/process.h"
 
 namespace {
@@ -1206,6 +1209,87 @@ TEST(DistributedTrain, MpirunWithThreeProcessesMatchesTheLocalLauncher) {
   ASSERT_EQ(mpi.status, 0) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("launcher: mpirun"));
   expect_same_state("wd_local3", "wd_mpi3", 1e-6);
+}
+
+// Launcher variables that say how many of the job's processes share this machine: the tests
+// below start ranks as a hand-made torchrun-style environment does, without them.
+constexpr const char* kUnsetLocalCounts =
+    "unset AIACC_LOCAL_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_SIZE LOCAL_WORLD_SIZE SLURM_NTASKS_PER_NODE OMP_NUM_THREADS; ";
+
+// Two torchrun-style ranks (no LOCAL_WORLD_SIZE) on one host share its cores as the local
+// launcher's ranks do, counting each other at the rendezvous store: each took every core
+// (2 threads each on 2 cores, 37 times slower), and still trains to the local launcher's bits.
+TEST(DistributedTrain, TorchrunStyleRanksWithoutLocalWorldSizeShareTheHostsCores) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int threads = std::max(1, std::min(CPU_COUNT(&allowed), cores / 2));
+  const std::string expected = fmt::format("compute thread{} (job.threads 0)", threads == 1 ? "" : "s");
+  auto local = train("threads_local", mlp_job("threads_local", 32, "  workers: 2\n"), kUnsetLocalCounts);
+  ASSERT_EQ(local.status, 0) << local.output;
+  EXPECT_THAT(local.output, HasSubstr(fmt::format("[worker 1] [trainer] {} {}", threads, expected)));
+
+  const fs::path config = scratch() / "threads_torchrun.yaml";
+  std::ofstream(config) << mlp_job("threads_torchrun", 32, "  workers: 2\n  launcher: external\n");
+  const std::string env = external_env(2, 67);
+  const auto r = aiacc::testing::run_command(fmt::format(
+      "{unset}(RANK=1 {env} {prog} {cfg} > {out}.1 2>&1; echo status $? >> {out}.1) & "
+      "RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $? >> {out}.0; wait; cat {out}.0 {out}.1",
+      fmt::arg("unset", kUnsetLocalCounts), fmt::arg("env", env), fmt::arg("prog", g_program),
+      fmt::arg("cfg", config.string()), fmt::arg("out", (scratch() / "threads_torchrun.out").string())));
+  EXPECT_THAT(r.output, Not(::testing::ContainsRegex("status [1-9]"))) << r.output;
+  for (const int worker : {0, 1}) {
+    EXPECT_THAT(r.output, HasSubstr(fmt::format("[worker {}] [trainer] {} {}: this host's {} cores shared by the 2 ranks "
+                                                "counted on it at the rendezvous store", worker, threads, expected, cores)))
+        << r.output;
+  }
+  expect_same_state("threads_local", "threads_torchrun", 0.0);
+}
+
+// MASTER_ADDR naming this host, resolving to loopback, is served on that loopback address: it
+// was refused because only "localhost" and 127.* passed ("the rendezvous address vm:29621 is not
+// loopback, but cluster.ring.interface is 127.0.0.1"), and the other ranks waited the start timeout.
+TEST(DistributedTrain, AMasterAddrNameThatResolvesToLoopbackIsServedThere) {
+  char name[256] = {};
+  ASSERT_EQ(gethostname(name, sizeof name - 1), 0);
+  std::string host, address;
+  for (const std::string& candidate : {std::string(name), std::string("localhost.")}) {
+    const auto resolved = aiacc::net::resolve_ipv4(candidate);
+    if (candidate != "localhost" && aiacc::net::is_loopback_ipv4(resolved.address)) {
+      host = candidate;
+      address = resolved.address;
+      break;
+    }
+  }
+  if (host.empty()) GTEST_SKIP() << "neither this host's name '" << name << "' nor 'localhost.' resolves to loopback";
+  const fs::path config = scratch() / "named_master.yaml";
+  std::ofstream(config) << mlp_job("named_master", 32, "  workers: 2\n  launcher: external\n  start_timeout_s: 10\n");
+  const std::string env = fmt::format("{} WORLD_SIZE=2 MASTER_ADDR={} MASTER_PORT={}", kTokenEnv, host, rendezvous_port(71));
+  const auto r = aiacc::testing::run_command(fmt::format(
+      "(RANK=1 {env} {prog} {cfg} --set train.max_steps=2 > {out}.1 2>&1; echo status $? >> {out}.1) & "
+      "RANK=0 {env} {prog} {cfg} --set train.max_steps=2 > {out}.0 2>&1; echo status $? >> {out}.0; wait; "
+      "cat {out}.0 {out}.1",
+      fmt::arg("env", env), fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / "named_master.out").string())));
+  EXPECT_THAT(r.output, Not(::testing::ContainsRegex("status [1-9]"))) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("serving the rendezvous store on tcp://{}:{}", address, rendezvous_port(71))));
+  EXPECT_THAT(r.output, HasSubstr("done: 2 steps"));
+}
+
+// A rank whose rank 0 never serves the store (it failed before serving: a port in use, a config
+// error; or it was never started) says so at the start timeout, naming MASTER_ADDR:MASTER_PORT
+// and its value, not only "no answer from the rendezvous server".
+TEST(DistributedTrain, ARankWhoseStoreNeverAnswersSaysRankZeroMayHaveFailedToStart) {
+  const fs::path config = scratch() / "no_rank0.yaml";
+  std::ofstream(config) << mlp_job("no_rank0", 32, "  workers: 2\n  launcher: external\n  start_timeout_s: 1\n");
+  const auto r = aiacc::testing::run_command(
+      fmt::format("RANK=1 {} {} {} 2>&1", external_env(2, 73), g_program, config.string()));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no answer from the rendezvous server"));
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("at MASTER_ADDR:MASTER_PORT (else cluster.master_addr:master_port), "
+                                              "here 127.0.0.1:{}", rendezvous_port(73))));
+  EXPECT_THAT(r.output, HasSubstr("nothing answered there within cluster.start_timeout_s (1 s): rank 0 may have failed to "
+                                  "start (its log says why"));
 }
 
 }  // namespace

@@ -1,7 +1,14 @@
 #include "tools/trainer/job_options.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "core/util/cpus.h"
 
 namespace aiacc::trainer {
 
@@ -50,15 +57,65 @@ Device job_device(const JobOptions& job, int local_rank) {
   return *device;
 }
 
-std::optional<int> local_process_count() {
-  for (const char* name : {"AIACC_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
-                           "SLURM_NTASKS_PER_NODE"}) {
+namespace {
+
+constexpr const char* kLocalCountVariables[] = {"AIACC_LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                "LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"};
+
+// The first of kLocalCountVariables set to a positive count: its name and count.
+std::optional<std::pair<const char*, int>> launcher_local_count() {
+  for (const char* name : kLocalCountVariables) {
     if (const char* value = std::getenv(name)) {
       const int n = std::atoi(value);
-      if (n > 0) return n;
+      if (n > 0) return std::pair{name, n};
     }
   }
   return std::nullopt;
+}
+
+// OMP_NUM_THREADS as this process's thread count, or nullopt when it is unset or empty.
+std::optional<int> omp_num_threads() {
+  const char* configured = std::getenv("OMP_NUM_THREADS");
+  if (configured == nullptr || *configured == '\0') return std::nullopt;
+  const std::string_view text(configured);
+  const std::string_view first = text.substr(0, text.find(','));
+  int threads = 0;
+  const auto [end, error] = std::from_chars(first.data(), first.data() + first.size(), threads);
+  if (error != std::errc() || end != first.data() + first.size() || threads < 1 || threads > kMaxComputeThreads) {
+    throw ConfigError(fmt::format("OMP_NUM_THREADS={}: expected a whole number of threads from 1 to {} "
+                                  "(or set job.threads)", text, kMaxComputeThreads));
+  }
+  return threads;
+}
+
+}  // namespace
+
+std::optional<int> local_process_count() {
+  const auto found = launcher_local_count();
+  return found ? std::optional<int>(found->second) : std::nullopt;
+}
+
+ComputeThreads default_compute_threads(std::optional<int> ranks_on_host) {
+  if (const auto threads = omp_num_threads()) return {*threads, "OMP_NUM_THREADS"};
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int processes = 1;
+  std::string source = fmt::format("this host's {} cores", machine);
+  if (const auto local = launcher_local_count()) {
+    processes = local->second;
+    source += fmt::format(" shared by {} processes ({})", processes, local->first);
+  } else if (ranks_on_host) {
+    // A launcher that sets none of the variables (a hand-made torchrun-style environment) would
+    // otherwise give every rank all the cores: N ranks on one host then run N times as many
+    // threads as cores, tens of times slower.
+    processes = *ranks_on_host;
+    source += fmt::format(" shared by the {} ranks counted on it at the rendezvous store (no LOCAL_WORLD_SIZE "
+                          "or other launcher variable says how many; job.threads sets the count)", processes);
+  }
+  const int share = std::max(1, machine / processes);
+  // A confined process may still share its CPUs with other ranks (mpirun binding to a socket).
+  const int allowed = static_cast<int>(util::allowed_cpus().size());
+  if (allowed > 0 && allowed < share) return {allowed, fmt::format("{}, confined to {} CPUs", source, allowed)};
+  return {share, source};
 }
 
 }  // namespace aiacc::trainer

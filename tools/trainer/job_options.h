@@ -189,4 +189,18 @@ Device job_device(const JobOptions& job, int local_rank);
 // torchrun, srun --ntasks-per-node); nullopt when none does.
 std::optional<int> local_process_count();
 
+// Compute threads of one process with job.threads 0, and where that number came from (for the
+// log line that states it).
+struct ComputeThreads {
+  int count = 1;
+  std::string source;
+};
+// OMP_NUM_THREADS when set (ConfigError unless a whole number 1-1024; of a nested list "8,4",
+// the first); else the machine's cores shared among the job's processes on it: as the launcher
+// says (local_process_count), else as counted at the rendezvous store (`ranks_on_host`: a
+// hand-made torchrun-style environment without LOCAL_WORLD_SIZE), else this process alone; and
+// no more than the CPUs the launcher confined it to (cluster.pin_cores, srun's
+// --cpus-per-task, a container's cpuset).
+ComputeThreads default_compute_threads(std::optional<int> ranks_on_host = std::nullopt);
+
 }  // namespace aiacc::trainer

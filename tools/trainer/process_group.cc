@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
@@ -63,25 +67,56 @@ std::string first_differences(const std::string& a, const std::string& b, int li
   return fmt::format("{}", fmt::join(out, "; "));
 }
 
-// Where rank 0 serves the rendezvous store: loopback for a loopback master address, otherwise
-// the configured interface (cluster.ring.interface), never every interface: a store reachable
-// on interfaces the job does not use is attack surface for nothing.
+// Where rank 0 serves the rendezvous store: the loopback address the master address resolves
+// to (the one the other ranks' connections reach: a host name may resolve to 127.0.1.1, where a
+// store on 127.0.0.1 would never answer), otherwise the configured interface
+// (cluster.ring.interface), never every interface: a store reachable on interfaces the job does
+// not use is attack surface for nothing.
 std::string bind_host(const std::string& address, const ClusterOptions& cluster) {
   const std::string host = address.substr(0, address.rfind(':'));
-  if (host.rfind("127.", 0) == 0 || host == "localhost") return "127.0.0.1";
+  const net::Ipv4Resolution resolved = net::resolve_ipv4(host);
+  if (net::is_loopback_ipv4(resolved.address)) return resolved.address;
   const std::string& interface = cluster.ring.comm.interface;
-  if (interface.rfind("127.", 0) == 0) {
+  if (net::is_loopback_ipv4(interface)) {
     throw ConfigError(fmt::format(
-        "the rendezvous address {} is not loopback, but cluster.ring.interface is {}: rank 0 "
+        "the rendezvous address {} is not loopback ({}), but cluster.ring.interface is {}: rank 0 "
         "would listen where the other hosts cannot reach it; set cluster.ring.interface to this "
         "host's address on the job's network",
-        address, interface));
+        address,
+        resolved.address.empty() ? fmt::format("'{}' does not resolve here: {}", host, resolved.error)
+                                 : fmt::format("'{}' resolves to {}", host, resolved.address),
+        interface));
   }
   return interface;
 }
 
 int port_of(const std::string& address) {
   return std::stoi(address.substr(address.rfind(':') + 1));
+}
+
+// What a rank registers at the store: the kernel it runs on, which decides whose cores it
+// shares (ProcessGroup::ranks_on_host), and its host name, for people (a duplicate rank's error
+// shows it). The kernel, not the name: pods on one node and emulated hosts (network namespaces)
+// have names or namespaces of their own, yet compete for the same cores.
+std::vector<std::string> host_card() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return {fmt::format("kernel={}", boot_id.empty() ? name : boot_id), fmt::format("host={}", name)};
+}
+
+// Appended to a non-zero rank's timeout when rank 0's store never answered: under an outer
+// launcher that is most often rank 0 itself, which failed before serving (its own log says why)
+// or never started, not this rank's network.
+std::string store_absent_hint(const ClusterOptions& cluster, const ProcessRole& role) {
+  if (role.serves_rendezvous || role.launcher == "local") return "";
+  return fmt::format(
+      "; rank 0 serves that store as it starts, at MASTER_ADDR:MASTER_PORT (else cluster.master_addr:"
+      "master_port), here {}, and nothing answered there within cluster.start_timeout_s ({:g} s): rank 0 may have "
+      "failed to start (its log says why, e.g. the port in use or a config error) or not have been started, "
+      "or the ranks were given different MASTER_ADDR or MASTER_PORT values",
+      role.rendezvous, cluster.start_timeout_s);
 }
 
 }  // namespace
@@ -103,15 +138,22 @@ ProcessGroup::ProcessGroup(const ClusterOptions& cluster, const ProcessRole& rol
       // loopback MASTER_ADDR, else this rank's cluster.ring.interface.
       throw CommError(fmt::format("rank 0 cannot serve the rendezvous store on {}:{} (the port of MASTER_PORT, else "
                                   "cluster.master_port; {}): {}", host, port_of(role.rendezvous),
-                                  host == "127.0.0.1" ? "loopback, as MASTER_ADDR is"
-                                                      : "the address of cluster.ring.interface",
+                                  net::is_loopback_ipv4(host) ? "the loopback address MASTER_ADDR resolves to"
+                                                              : "the address of cluster.ring.interface",
                                   e.what()));
     }
     log->info("serving the rendezvous store on {}", rendezvous_server_->endpoint());
   }
   rendezvous_ = std::make_unique<net::RendezvousClient>(context_, role.rendezvous);
-  rendezvous_->register_rank(role.rank, role.world_size, {}, deadline);
-  rendezvous_->wait_all(deadline);
+  const std::vector<std::string> card = host_card();
+  try {
+    rendezvous_->register_rank(role.rank, role.world_size, card, deadline);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(e.what() + store_absent_hint(cluster, role));
+  }
+  const net::AddressTable table = rendezvous_->wait_all(deadline);
+  ranks_on_host_ = static_cast<int>(std::count_if(
+      table.begin(), table.end(), [&](const auto& other) { return !other.empty() && other.front() == card.front(); }));
   log->info("{} joined a job of {} workers and {} servers (launcher: {})", name(), cluster.workers,
             cluster.servers, role.launcher.empty() ? "none" : role.launcher);
   if (!is_worker()) return;

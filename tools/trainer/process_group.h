@@ -46,6 +46,10 @@ class ProcessGroup {
   int worker() const { return role_.rank; }
   int workers() const { return cluster_.workers; }
   std::string name() const { return role_.name(cluster_); }
+  // The ranks of this job that share this process's cores, itself included: those on the same
+  // kernel, as each registered at the store (for the compute threads, where no launcher
+  // variable says how many processes share the machine).
+  int ranks_on_host() const { return ranks_on_host_; }
 
   // Start-up check, collective over every rank (servers too): each publishes `text` under
   // `what`; a rank whose text differs from rank 0's stops the job with ConfigError naming the
@@ -138,6 +142,7 @@ class ProcessGroup {
   std::int64_t allgather_words_ = 16;  // per-worker block capacity of allgather() across hosts, grows
   std::unique_ptr<ring::HostAllgather> host_allgather_;  // allgather() when every worker shares a host
   int checks_ = 0;
+  int ranks_on_host_ = 1;
   bool stop_store_gone_ = false;  // shard_stop_signal: the store did not answer once
   bool timeout_explained_ = false;  // explain_timeout has published this rank's report
 };
