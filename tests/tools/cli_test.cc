@@ -1,5 +1,6 @@
 // The aiacc-train program as a user meets it: exit status 2 and a located message for bad
 // configs and usage, 0 for a dry run. Runs the real binary (path in argv[1]).
+#include <sched.h>
 #include <sys/mount.h>
 
 #include <cerrno>
@@ -538,6 +539,265 @@ TEST(Cli, OneProcessSpendsNoTimeWaitingOnCommunication) {
   ASSERT_EQ(summary.size(), 1u);
   EXPECT_EQ(summary[0].at("comm_wait_share").get<double>(), 0.0);
   std::filesystem::remove_all(runs);
+}
+
+// The whole text of `path` ("" when it cannot be read).
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Every record of `path` as "kind:step" ("summary:<steps of the run>"; a partial interval adds
+// ":partial<steps>").
+std::vector<std::string> record_outline(const std::filesystem::path& path) {
+  std::vector<std::string> outline;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    const std::string kind = record.value("kind", "");
+    std::string entry = kind + ":" + std::to_string(record.value(kind == "summary" ? "steps" : "step", -1));
+    if (record.value("partial", false)) entry += ":partial" + std::to_string(record.at("interval_steps").get<int>());
+    outline.push_back(entry);
+  }
+  return outline;
+}
+
+// A run that stops (on a stop signal after step 7, taken at the check of step 10) records the
+// steps since its last progress record as a partial interval: they went unrecorded (the records
+// jumped from step 8 to the resumed run's 12). And every run opens its records with a run_start
+// record, so a resumed run's records read apart from the earlier run's in the same file.
+TEST(Cli, AStoppedRunRecordsItsLastStepsAndEveryRunIsMarked) {
+  const std::filesystem::path runs = "/tmp/aiacc_cli_partial";
+  std::filesystem::remove_all(runs);
+  const std::string job = write_temp("aiacc_cli_partial.yaml", kSmallJob) + " --set job.run_dir=" + runs.string() +
+                          " --set train.epochs=10 --set train.max_steps=30 --set train.log_every_steps=4"
+                          " --set train.eval_each_epoch=false --set train.checkpoint.signal_check_steps=5";
+  auto o = aiacc::testing::run_command("AIACC_TEST_KILL_AT=0:7:term " + g_program + " " + job + " 2>&1");
+  ASSERT_EQ(o.status, 143) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("(the last 2 steps: the job stops here)"));
+  o = run(job);
+  ASSERT_EQ(o.status, 0) << o.output;
+  const auto metrics = runs / "cli_test" / "metrics.jsonl";
+  EXPECT_EQ(record_outline(metrics),
+            (std::vector<std::string>{"run_start:0", "train:4", "train:8", "train:10:partial2", "summary:10",
+                                      "run_start:10", "train:12", "train:16", "train:20", "train:24", "train:28",
+                                      "train:30", "summary:20"}));
+  const auto starts = metrics_records(metrics, "run_start");
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_TRUE(starts[0].at("resumed_from").is_null());
+  EXPECT_EQ(starts[1].at("resumed_from"), (runs / "cli_test" / "checkpoints" / "step-000000000010").string());
+  EXPECT_EQ(starts[1].at("total_steps"), 30);
+  EXPECT_FALSE(starts[1].contains("restart"));  // not started again by the launcher
+  std::filesystem::remove_all(runs);
+}
+
+// train.checkpoint.resume: never beside an earlier run is refused, naming the folder, the keys
+// that name it and how to start afresh, even when this run saves no checkpoint (it appended its
+// records to the old run's and replaced the config.yaml that described the old checkpoints);
+// overwrite removes the earlier run's files first. A resumed run's trace gets a name of its own
+// (it replaced the earlier run's trace.json).
+TEST(Cli, AFreshStartBesideAnEarlierRunIsRefusedUnlessItOverwritesIt) {
+  const std::filesystem::path runs = "/tmp/aiacc_cli_fresh";
+  const std::filesystem::path folder = runs / "cli_test";
+  std::filesystem::remove_all(runs);
+  const std::string job = write_temp("aiacc_cli_fresh.yaml", kSmallJob) + " --set job.run_dir=" + runs.string() +
+                          " --set train.trace=true --set train.eval_each_epoch=false";
+  auto o = run(job);
+  ASSERT_EQ(o.status, 0) << o.output;
+  ASSERT_TRUE(std::filesystem::exists(folder / "trace.json"));
+  const std::string trace = read_text(folder / "trace.json"), config = read_text(folder / "config.yaml"),
+                    metrics = read_text(folder / "metrics.jsonl");
+
+  o = run(job + " --set train.checkpoint.resume=never --set train.checkpoint.at_end=false");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("train.checkpoint.resume: never starts afresh, but the run folder "
+                                  "/tmp/aiacc_cli_fresh/cli_test (job.run_dir /tmp/aiacc_cli_fresh, job.name cli_test) "
+                                  "holds an earlier run: 1 checkpoint(s) (newest step-000000000008) and 3 records in "
+                                  "metrics.jsonl; to start afresh set another job.name or job.run_dir (e.g. --set "
+                                  "job.name=cli_test-2), or set train.checkpoint.resume: overwrite"));
+  EXPECT_EQ(read_text(folder / "config.yaml"), config);
+  EXPECT_EQ(read_text(folder / "metrics.jsonl"), metrics);
+
+  o = run(job + " --set train.epochs=2");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("resumed from"));
+  EXPECT_THAT(o.output, HasSubstr((folder / "trace-step-8.json").string()));
+  EXPECT_EQ(read_text(folder / "trace.json"), trace);
+  const auto starts = metrics_records(folder / "metrics.jsonl", "run_start");
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(starts[0].at("trace"), "trace.json");
+  EXPECT_EQ(starts[1].at("trace"), "trace-step-8.json");
+
+  o = run(job + " --set train.checkpoint.resume=overwrite");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("train.checkpoint.resume: overwrite: removed the earlier run's checkpoints, "
+                                  "metrics.jsonl, config.yaml, trace"));
+  EXPECT_FALSE(std::filesystem::exists(folder / "checkpoints" / "step-000000000016"));
+  EXPECT_TRUE(std::filesystem::exists(folder / "checkpoints" / "step-000000000008"));
+  EXPECT_FALSE(std::filesystem::exists(folder / "trace-step-8.json"));
+  EXPECT_EQ(record_outline(folder / "metrics.jsonl"),
+            (std::vector<std::string>{"run_start:0", "train:8", "summary:8"}));
+  std::filesystem::remove_all(runs);
+}
+
+// The summary's samples/s leaves out the run's first step, whose start-up (the loader's first
+// batch, the first collectives) is no measure of the job's speed (a 300-step flights run
+// reported half its steady throughput); it keeps the whole time and the all-steps figure too.
+// A run of one step has nothing to leave out.
+TEST(Cli, ThroughputIsMeasuredAfterTheFirstStep) {
+  const std::filesystem::path runs = "/tmp/aiacc_cli_steady";
+  std::filesystem::remove_all(runs);
+  const std::string job = write_temp("aiacc_cli_steady.yaml", kSmallJob) + " --set job.run_dir=" + runs.string() +
+                          " --set train.eval_each_epoch=false --set train.checkpoint.at_end=false";
+  auto o = run(job);
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("samples/s after the first step ("));
+  auto summary = metrics_records(runs / "cli_test" / "metrics.jsonl", "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  const nlohmann::json& r = summary[0];
+  ASSERT_EQ(r.at("steps"), 8);
+  EXPECT_EQ(r.at("warmup_steps"), 1);
+  const double seconds = r.at("seconds").get<double>(), warmup = r.at("warmup_seconds").get<double>();
+  EXPECT_GT(warmup, 0.0);
+  EXPECT_LT(warmup, seconds);
+  const double steady = r.at("samples_per_s").get<double>(), all = r.at("samples_per_s_all_steps").get<double>();
+  EXPECT_NEAR(steady, 7 * 32 / (seconds - warmup), 1e-9 * steady);
+  EXPECT_NEAR(all, 8 * 32 / seconds, 1e-9 * all);
+
+  o = run(job + " --set train.max_steps=1 --set job.name=one_step");
+  ASSERT_EQ(o.status, 0) << o.output;
+  summary = metrics_records(runs / "one_step" / "metrics.jsonl", "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].at("warmup_steps"), 0);
+  EXPECT_EQ(summary[0].at("samples_per_s"), summary[0].at("samples_per_s_all_steps"));
+  std::filesystem::remove_all(runs);
+}
+
+// A small Wide&Deep job of 2 workers (4 steps an epoch) in /tmp/aiacc_cli_<name>, its deep.*
+// tables on `servers` parameter-server shards when there are any.
+std::string two_worker_wide_deep(const std::string& name, int servers) {
+  return write_temp("aiacc_cli_" + name + ".yaml", small_wide_deep_job(name, "")) +
+         " --set cluster.workers=2 --set cluster.servers=" + std::to_string(servers) +
+         (servers > 0 ? " --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'" : "");
+}
+
+// The share of the all-reduce "hidden" is the share the training thread did not wait for: with
+// tables on parameter servers that is behind backward and the row pushes and prefetch that come
+// after it, not behind backward alone (the summary said "behind backward", 99%, where the trace
+// showed 3%), and the summary says which. A launcher's restart marks its run's records (the
+// restart wrote step records again with nothing between the runs).
+TEST(Cli, TheSummarySaysWhatTheAllReduceHidBehindAndARestartIsMarked) {
+  const std::filesystem::path ps_runs = "/tmp/aiacc_cli_hidden_ps";
+  std::filesystem::remove_all(ps_runs);
+  auto o = aiacc::testing::run_command(
+      "AIACC_TEST_KILL_AT=1:5 " + g_program + " " + two_worker_wide_deep("hidden_ps", 1) +
+      " --set train.epochs=3 --set train.checkpoint.every_steps=2 --set train.log_every_steps=2"
+      " --set cluster.max_restarts=1 --set train.eval_each_epoch=false 2>&1");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("restarting the job from its newest checkpoint (restart 1 of 1)"));
+  EXPECT_THAT(o.output, HasSubstr("% of gradient all-reduce time hidden (not waited for: it ran behind backward, the "
+                                  "row pushes and the next batch's prefetch)"));
+  EXPECT_THAT(o.output, Not(HasSubstr("hold nothing")));
+  const auto metrics = ps_runs / "hidden_ps" / "metrics.jsonl";
+  const auto starts = metrics_records(metrics, "run_start");
+  ASSERT_EQ(starts.size(), 2u) << read_text(metrics);
+  EXPECT_EQ(starts[0].at("step"), 0);
+  EXPECT_FALSE(starts[0].contains("restart"));
+  EXPECT_EQ(starts[1].at("step"), 4);
+  EXPECT_EQ(starts[1].at("restart"), 1);
+  EXPECT_EQ(starts[1].at("resumed_from"), (ps_runs / "hidden_ps" / "checkpoints" / "step-000000000004").string());
+  EXPECT_EQ(record_outline(metrics), (std::vector<std::string>{"run_start:0", "train:2", "train:4", "run_start:4",
+                                                               "train:6", "train:8", "train:10", "train:12",
+                                                               "summary:8"}));
+  const auto summary = metrics_records(metrics, "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].at("allreduce_hidden_behind"), "backward, the row pushes and the next batch's prefetch");
+
+  const std::filesystem::path ring_runs = "/tmp/aiacc_cli_hidden_ring";
+  std::filesystem::remove_all(ring_runs);
+  o = run(two_worker_wide_deep("hidden_ring", 0));
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("% of gradient all-reduce time hidden (not waited for: it ran behind backward)"));
+  const auto ring_summary = metrics_records(ring_runs / "hidden_ring" / "metrics.jsonl", "summary");
+  ASSERT_EQ(ring_summary.size(), 1u);
+  EXPECT_EQ(ring_summary[0].at("allreduce_hidden_behind"), "backward");
+  std::filesystem::remove_all(ps_runs);
+  std::filesystem::remove_all(ring_runs);
+}
+
+// Parameter-server shards with nothing to hold (a model without tables, or every table placed
+// on the ring) started without a word: warned about once, naming cluster.servers and why.
+TEST(Cli, ParameterServersThatHoldNothingAreWarnedAboutOnce) {
+  std::filesystem::remove_all("/tmp/aiacc_cli_idle");
+  const std::string job = write_temp("aiacc_cli_idle.yaml", kSmallJob) +
+                          " --set job.run_dir=/tmp/aiacc_cli_idle --set train.max_steps=2";
+  auto o = run(job + " --set cluster.servers=2");
+  ASSERT_EQ(o.status, 0) << o.output;
+  const std::string warning = "cluster.servers: 2 starts 2 parameter-server shard(s) that hold nothing: model.type mlp "
+                              "has no embedding tables";
+  EXPECT_THAT(o.output, HasSubstr(warning));
+  EXPECT_EQ(o.output.find(warning), o.output.rfind(warning)) << "warned more than once";
+
+  std::filesystem::remove_all("/tmp/aiacc_cli_idle_ring");
+  o = run(write_temp("aiacc_cli_idle_ring.yaml", small_wide_deep_job("idle_ring", "")) +
+          " --set cluster.workers=2 --set cluster.servers=1 --set 'cluster.placement=[{match: \"*\", place: ring}]'");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.servers: 1 starts 1 parameter-server shard(s) that hold nothing: all 8 "
+                                  "embedding tables are placed on the ring (8 by cluster.placement rules)"));
+  std::filesystem::remove_all("/tmp/aiacc_cli_idle");
+  std::filesystem::remove_all("/tmp/aiacc_cli_idle_ring");
+}
+
+// aiacc-bench train's E compares the runs' steady throughput, each run's summary samples/s
+// (after its first step): it averaged the progress intervals after the first, whatever the
+// summaries said. Run here against a stand-in aiacc-train beside a copy of the bench, which
+// writes the records a run would, with intervals at 1000 samples/s and summaries saying 2000
+// (1 worker) and 3000 (2 workers); a run folder that already holds records is refused, as
+// resume: never refuses it (--repeat reused the folders).
+TEST(Cli, TheTrainBenchComparesTheRunsSteadyThroughput) {
+  const std::filesystem::path bench = std::filesystem::path(g_program).parent_path() / "aiacc-bench";
+  if (!std::filesystem::exists(bench)) GTEST_SKIP() << "this build has no aiacc-bench (meson option benchmarks)";
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) {
+    GTEST_SKIP() << "the bench pins 2 workers to cores 0-1";
+  }
+  const std::filesystem::path dir = "/tmp/aiacc_cli_train_bench";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(bench, dir / "aiacc-bench");
+  std::ofstream(dir / "aiacc-train") << R"(#!/bin/bash
+for arg; do
+  case "$arg" in
+    job.run_dir=*) run_dir=${arg#*=} ;;
+    job.name=*) name=${arg#*=} ;;
+    cluster.workers=*) workers=${arg#*=} ;;
+  esac
+done
+mkdir -p "$run_dir/$name"
+m="$run_dir/$name/metrics.jsonl"
+if [ -s "$m" ]; then echo "train.checkpoint.resume: never starts afresh, but $m holds records"; exit 2; fi
+steady=$(( workers == 1 ? 2000 : 3000 ))
+{
+  echo '{"kind":"run_start","step":0}'
+  echo '{"kind":"train","step":2,"samples_per_s":100}'
+  for step in 4 6 8; do echo "{\"kind\":\"train\",\"step\":$step,\"samples_per_s\":1000}"; done
+  echo "{\"kind\":\"summary\",\"steps\":8,\"samples_per_s\":$steady,\"samples_per_s_all_steps\":900,\"warmup_seconds\":0.25,\"comm_wait_share\":0.1,\"allreduce_hidden_share\":0.5,\"allreduce_hidden_behind\":\"backward, the row pushes\"}"
+} >> "$m"
+)";
+  std::filesystem::permissions(dir / "aiacc-train", std::filesystem::perms::owner_all);
+  const auto o = aiacc::testing::run_command((dir / "aiacc-bench").string() + " train " +
+                                             write_temp("aiacc_cli_bench.yaml", kSmallJob) + " --steps 20 --repeat 2 --json " +
+                                             (dir / "out.json").string() + " 2>&1");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("scaling efficiency E = 3000.0 / (2 x 2000.0) = 0.750"));
+  EXPECT_THAT(o.output, HasSubstr("samples/s: after each run's first step (its start-up took 0.25 s with 1 worker"));
+  EXPECT_THAT(o.output, HasSubstr("all-reduce hidden: the share of gradient all-reduce time not waited for (it ran "
+                                  "behind backward, the row pushes)"));
+  const auto results = nlohmann::json::parse(read_text(dir / "out.json"));
+  EXPECT_EQ(results.at("samples_per_s_1"), 2000.0);
+  EXPECT_EQ(results.at("samples_per_s_n"), 3000.0);
+  EXPECT_EQ(results.at("allreduce_hidden_behind"), "backward, the row pushes");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {

@@ -120,10 +120,14 @@ TEST(Resume, NoCheckpointMeansFreshStartAndNeverIgnoresOne) {
   std::ifstream config(std::filesystem::path(job.job.run_dir) / job.job.name / "config.yaml");
   const std::string text((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, ::testing::HasSubstr("resume: auto"));
-  // A run that saves nothing mixes nothing: it starts afresh.
+  // A run that saves nothing is refused too: its records would follow the earlier run's, and its
+  // config.yaml replace the one that describes the checkpoints. overwrite starts afresh.
   job.train.checkpoint.at_end = false;
   job.train.checkpoint.every_steps = 0;
+  EXPECT_THROW({ Trainer t(job); t.run(); }, ConfigError);
+  job.train.checkpoint.resume = "overwrite";
   { Trainer t(job); EXPECT_EQ(t.run().resumed_from_step, -1); }
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(job.job.run_dir) / job.job.name / "checkpoints"));
 }
 
 // Two jobs in one run folder would interleave their checkpoints and metrics (the second resuming

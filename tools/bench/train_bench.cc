@@ -5,12 +5,14 @@
 // --workers workers (2 by default), each with --threads compute threads, for --steps steps,
 // without evaluation or checkpoints. Each run is pinned (taskset) to as many cores as it has
 // workers: one core each, so the 1-worker baseline does not get a spare core for its loader
-// and communication threads that the N workers do not have. Throughput is
-// the mean samples/s of the progress intervals after the first (warm-up), both runs in one
-// invocation; it prints
+// and communication threads that the N workers do not have. Throughput is each run's steady
+// samples/s from its summary record (after its first step, whose start-up -- the loader's first
+// batch, the collectives' first connections -- is no measure of the job's speed), both runs in
+// one invocation; it prints
 //   scaling efficiency E = throughput(N) / (N x throughput(1))
 // and, from the N-worker run's summary, the share of step time spent waiting on communication
-// and the share of gradient all-reduce time hidden behind backward. --repeat R runs R such
+// and the share of gradient all-reduce time hidden (not waited for: the summary says what it
+// ran behind, backward and for parameter-server tables the row pushes). --repeat R runs R such
 // pairs back to back, alternating which run of a pair goes first (1 worker, N workers, N
 // workers, 1 worker, ...): each pair's E compares runs made under the same machine conditions,
 // a steady drift lifts every other pair's E as much as it lowers the others', and the median
@@ -31,6 +33,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,7 +50,8 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kUsage = R"(usage: aiacc-bench train CONFIG [options]
 Runs the job in CONFIG with aiacc-train on 1 worker and on N workers, one core each, and prints
-samples/s and the scaling efficiency E = throughput(N) / (N x throughput(1)).
+samples/s (each run's steady figure, after its first step) and the scaling efficiency
+E = throughput(N) / (N x throughput(1)).
   --workers N        workers of the second run, 2 to 1024 (default 2)
   --steps N          steps of each run, 20 to 100000000 (default 200)
   --threads T        compute threads per worker, 1 to 1024 (default 1)
@@ -72,10 +76,11 @@ struct Args {
 };
 
 struct RunFigures {
-  double samples_per_s = 0;
+  double samples_per_s = 0;  // steady: after the run's first step
+  double warmup_seconds = 0;  // the first step's
   double comm_wait_share = 0;
   double allreduce_hidden_share = 0;
-  int intervals = 0;
+  std::string allreduce_hidden_behind;  // what the all-reduce ran behind when not waited for
 };
 
 std::string quote(const std::string& text) {
@@ -105,7 +110,7 @@ std::vector<Setting> bench_settings(const Args& a, int workers, const fs::path& 
           {"job.threads", std::to_string(a.threads), "use --threads"},
           {"train.max_steps", std::to_string(a.steps), "use --steps"},
           {"train.epochs", "1000", "the runs last --steps steps"},
-          {"train.log_every_steps", std::to_string(std::max(1, a.steps / 10)), "its progress intervals are what is timed"},
+          {"train.log_every_steps", std::to_string(std::max(1, a.steps / 10)), kMeasured},
           {"train.eval_each_epoch", "false", kMeasured},
           {"train.checkpoint.at_end", "false", kMeasured},
           {"train.checkpoint.every_steps", "0", kMeasured},
@@ -138,8 +143,36 @@ void check_override(const Args& a, const std::string& assignment) {
   }
 }
 
-RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
-  const std::string name = fmt::format("bench-{}w", workers);
+// The figures of the last run in a run folder's metrics.jsonl: from its summary record, after
+// the last run_start record.
+RunFigures read_figures(const fs::path& metrics_path) {
+  std::ifstream metrics(metrics_path);
+  std::optional<nlohmann::json> summary;
+  int number = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    ++number;
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("{}:{}: not a JSON record: {}", metrics_path.string(), number, e.what()));
+    }
+    const auto kind = record.value("kind", std::string());
+    if (kind == "run_start") summary.reset();
+    if (kind == "summary") summary = record;
+  }
+  if (!summary) throw Error(fmt::format("no summary record in {}: the run did not finish", metrics_path.string()));
+  RunFigures f;
+  f.samples_per_s = summary->at("samples_per_s").get<double>();
+  f.warmup_seconds = summary->value("warmup_seconds", 0.0);
+  f.comm_wait_share = summary->value("comm_wait_share", 0.0);
+  f.allreduce_hidden_share = summary->value("allreduce_hidden_share", 0.0);
+  f.allreduce_hidden_behind = summary->value("allreduce_hidden_behind", std::string());
+  return f;
+}
+
+// Runs the job on `workers` workers as run `name` (a folder of its own in `run_dir`).
+RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
   // One core per worker for both runs: the 1-worker run gets core 0 only (its loader and
   // communication threads share that core, as each worker's do in the N-worker run).
   std::string command = fmt::format("taskset -c {} {} {}", workers == 1 ? std::string("0") : fmt::format("0-{}", workers - 1),
@@ -157,31 +190,7 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir) {
                                                                 : fmt::format("status {}", status);
     throw Error(fmt::format("the {}-worker run failed ({}); see {}", workers, how, log.string()));
   }
-  RunFigures f;
-  std::ifstream metrics(run_dir / name / "metrics.jsonl");
-  double rate_sum = 0;
-  bool first = true;
-  for (std::string line; std::getline(metrics, line);) {
-    const auto record = nlohmann::json::parse(line);
-    const auto kind = record.value("kind", std::string());
-    if (kind == "train") {
-      if (first) {
-        first = false;  // warm-up interval
-        continue;
-      }
-      rate_sum += record.at("samples_per_s").get<double>();
-      ++f.intervals;
-    } else if (kind == "summary") {
-      f.comm_wait_share = record.value("comm_wait_share", 0.0);
-      f.allreduce_hidden_share = record.value("allreduce_hidden_share", 0.0);
-    }
-  }
-  if (f.intervals == 0) {
-    throw Error(fmt::format("no progress intervals after warm-up in {} (raise --steps)",
-                            (run_dir / name / "metrics.jsonl").string()));
-  }
-  f.samples_per_s = rate_sum / f.intervals;
-  return f;
+  return read_figures(run_dir / name / "metrics.jsonl");
 }
 
 Args parse(int argc, char** argv) {
@@ -220,13 +229,16 @@ int run_pairs(const Args& a) {
   };
   std::vector<Pair> pairs;
   for (int r = 0; r < a.repeat; ++r) {
+    // A folder per run: each run starts afresh (train.checkpoint.resume: never).
+    const auto one = [&] { return run_job(a, 1, run_dir, fmt::format("bench-1w-{}", r + 1)); };
+    const auto many = [&] { return run_job(a, a.workers, run_dir, fmt::format("bench-{}w-{}", a.workers, r + 1)); };
     Pair p;
     if (r % 2 == 0) {
-      p.one = run_job(a, 1, run_dir);
-      p.many = run_job(a, a.workers, run_dir);
+      p.one = one();
+      p.many = many();
     } else {
-      p.many = run_job(a, a.workers, run_dir);
-      p.one = run_job(a, 1, run_dir);
+      p.many = many();
+      p.one = one();
     }
     p.efficiency = p.many.samples_per_s / (a.workers * p.one.samples_per_s);
     pairs.push_back(p);
@@ -253,6 +265,12 @@ int run_pairs(const Args& a) {
                            100 * many.comm_wait_share, 100 * many.allreduce_hidden_share);
   std::cout << fmt::format("scaling efficiency E = {:.1f} / ({} x {:.1f}) = {:.3f}\n", many.samples_per_s,
                            a.workers, one.samples_per_s, efficiency);
+  std::cout << fmt::format("samples/s: after each run's first step (its start-up took {:.2f} s with 1 worker, {:.2f} s "
+                           "with {})\n", one.warmup_seconds, many.warmup_seconds, a.workers);
+  if (!many.allreduce_hidden_behind.empty()) {
+    std::cout << fmt::format("all-reduce hidden: the share of gradient all-reduce time not waited for (it ran behind "
+                             "{})\n", many.allreduce_hidden_behind);
+  }
   if (!a.json.empty()) {
     nlohmann::json per_pair = nlohmann::json::array();
     for (const auto& p : pairs) per_pair.push_back(p.efficiency);
@@ -261,7 +279,8 @@ int run_pairs(const Args& a) {
                        {"samples_per_s_1", one.samples_per_s}, {"samples_per_s_n", many.samples_per_s},
                        {"scaling_efficiency", efficiency}, {"scaling_efficiency_per_pair", per_pair},
                        {"comm_wait_share", many.comm_wait_share},
-                       {"allreduce_hidden_share", many.allreduce_hidden_share}};
+                       {"allreduce_hidden_share", many.allreduce_hidden_share},
+                       {"allreduce_hidden_behind", many.allreduce_hidden_behind}};
     write_output(a.json, out.dump(1) + "\n");
   }
   fs::remove_all(run_dir);

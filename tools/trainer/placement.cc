@@ -88,7 +88,7 @@ std::string checked_rule_for(const ClusterOptions& cluster, const std::string& n
 
 PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& name,
                               const std::string& shape, std::int64_t bytes) {
-  PlacementDecision d{name, shape, bytes, false, Placement::ring, "dense tensor: all-reduced"};
+  PlacementDecision d{name, shape, bytes, false, Placement::ring, false, "dense tensor: all-reduced"};
   if (rule_for(cluster, name) == "ps") d.reason = "dense tensor: all-reduced (ps applies to sparse tables only)";
   return d;
 }
@@ -105,6 +105,7 @@ PlacementDecision place_sparse(const ClusterOptions& cluster, const std::string&
   d.sparse = true;
   d.shape = fmt::format("[ids, {}]", probe.dim);
   const std::string rule = checked_rule_for(cluster, name);
+  d.by_rule = rule != "auto";
   if (rule == "ps") {
     d.choice = Placement::ps;
     d.reason = "placement rule";
@@ -153,6 +154,33 @@ bool needs_probe(const ClusterOptions& cluster, const std::vector<std::string>& 
     if (rule_for(cluster, name) == "auto") return true;
   }
   return false;
+}
+
+std::string idle_servers_warning(const ClusterOptions& cluster, const std::vector<PlacementDecision>& decisions,
+                                 const std::string& model_type) {
+  if (cluster.servers == 0) return "";
+  int by_rule = 0, by_auto = 0;
+  for (const auto& d : decisions) {
+    if (!d.sparse) continue;
+    if (d.choice == Placement::ps) return "";
+    ++(d.by_rule ? by_rule : by_auto);
+  }
+  std::string why;
+  if (by_rule + by_auto == 0) {
+    why = fmt::format("model.type {} has no embedding tables, and only tables are placed on the servers (dense "
+                      "tensors are all-reduced over the ring)", model_type);
+  } else {
+    std::vector<std::string> how;
+    if (by_rule > 0) how.push_back(fmt::format("{} by cluster.placement rules", by_rule));
+    if (by_auto > 0) how.push_back(fmt::format("{} by auto placement (see the placement above for why)", by_auto));
+    why = fmt::format("all {} embedding tables are placed on the ring ({})", by_rule + by_auto,
+                      config::join_names(how));
+  }
+  return fmt::format("cluster.servers: {} starts {} parameter-server shard(s) that hold nothing: {}; set "
+                     "cluster.servers: 0 to start none{}",
+                     cluster.servers, cluster.servers, why,
+                     by_rule + by_auto > 0 ? ", or place tables on them (cluster.placement: {match: ..., place: ps})"
+                                           : "");
 }
 
 std::string format_placement(const std::vector<PlacementDecision>& decisions) {

@@ -38,6 +38,7 @@ struct PlacementDecision {
   std::int64_t bytes = 0;        // dense: tensor bytes; sparse: estimated replica bytes (-1: unbounded)
   bool sparse = false;
   Placement choice = Placement::ring;
+  bool by_rule = false;  // a cluster.placement rule chose it (not auto)
   std::string reason;
 };
 
@@ -61,6 +62,12 @@ void check_placement_rules(const ClusterOptions& cluster, const std::vector<std:
 
 // Whether any sparse table's rule is auto with servers present (only then is a probe needed).
 bool needs_probe(const ClusterOptions& cluster, const std::vector<std::string>& sparse_names);
+
+// The start-up warning for parameter servers that hold nothing (the model has no embedding
+// tables, or every table went to the ring by rule or by auto), naming cluster.servers and why;
+// "" when the job has no servers or some table is placed on them.
+std::string idle_servers_warning(const ClusterOptions& cluster, const std::vector<PlacementDecision>& decisions,
+                                 const std::string& model_type);
 
 // The start-up table: tensor, shape, bytes, choice, reason.
 std::string format_placement(const std::vector<PlacementDecision>& decisions);

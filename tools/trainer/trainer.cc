@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -42,11 +43,13 @@
 #include "ring/device_gradient_fuser.h"
 #include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
+#include "tools/trainer/launch.h"
 #include "tools/trainer/metrics.h"
 #include "tools/trainer/placement.h"
 #include "tools/trainer/placement_probe.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/replicated_embedding_store.h"
+#include "tools/trainer/run_folder.h"
 #include "tools/trainer/run_folder_lock.h"
 #include "tools/trainer/stop_signal.h"
 
@@ -265,6 +268,62 @@ EvalRecordPlace eval_record_place(const std::string& directory, const std::files
   return {job_run, false};
 }
 
+// Evaluation and checkpoint time (not training time) of a run: in all, and before its first
+// step ended.
+struct PausedSeconds {
+  double total = 0, before_steady = 0;
+};
+
+// The run's time (less `paused`) and throughput over its `steps` steps of `samples_per_step`
+// samples: after the first step, which ended at `steady_start` (its start-up is no measure of
+// the job's speed: the loader's first batch, the collectives' first connections), and over all
+// steps. A run of one step has no steady part: both figures are its own.
+void measure_throughput(TrainResult& result, std::int64_t steps, Clock::time_point start,
+                        std::optional<Clock::time_point> steady_start, PausedSeconds paused,
+                        std::int64_t samples_per_step) {
+  const auto end = Clock::now();
+  const auto samples = [&](std::int64_t n) { return static_cast<double>(n * samples_per_step); };
+  result.seconds = std::chrono::duration<double>(end - start).count() - paused.total;
+  result.samples_per_second_all_steps = samples(steps) / std::max(result.seconds, 1e-9);
+  result.samples_per_second = result.samples_per_second_all_steps;
+  if (!steady_start || steps < 2) return;
+  const double steady_seconds =
+      std::chrono::duration<double>(end - *steady_start).count() - (paused.total - paused.before_steady);
+  result.warmup_steps = 1;
+  result.warmup_seconds = result.seconds - steady_seconds;
+  result.samples_per_second = samples(steps - 1) / std::max(steady_seconds, 1e-9);
+}
+
+std::string describe_throughput(const TrainResult& result) {
+  if (result.warmup_steps == 0) {
+    return fmt::format("{:.1f} samples/s (start-up included: no step after the first)", result.samples_per_second);
+  }
+  return fmt::format("{:.1f} samples/s after the first step ({:.2f} s with start-up; {:.1f} samples/s over all steps)",
+                     result.samples_per_second, result.warmup_seconds, result.samples_per_second_all_steps);
+}
+
+// The record that opens a run's records in metrics.jsonl: successive runs of one folder (a
+// resume, a max_restarts restart that repeats the steps since the last checkpoint) append to
+// the same file, and a reader tells them apart by it.
+nlohmann::json run_start_record(const JobOptions& options, std::int64_t step, std::int64_t total_steps,
+                                const std::string& resumed_from, const std::string& trace_name) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char time[32];
+  std::strftime(time, sizeof time, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  nlohmann::json record = {{"kind", "run_start"}, {"step", step}, {"total_steps", total_steps},
+                           {"resumed_from", resumed_from.empty() ? nlohmann::json() : nlohmann::json(resumed_from)},
+                           {"workers", options.cluster.workers}, {"servers", options.cluster.servers},
+                           {"time", time}};
+  // The local launcher numbers its attempts (cluster.max_restarts) in the ranks' environment.
+  if (const char* restart = std::getenv(kRestartCountVariable); restart != nullptr && std::atoi(restart) > 0) {
+    record["restart"] = std::atoi(restart);
+  }
+  if (!trace_name.empty()) record["trace"] = trace_name;
+  return record;
+}
+
 // Settings that change nothing, kept for switching a feature on later (--set cluster.servers=2,
 // --set model.type=resnet): a warning each, naming the keys and why (unknown keys are refused
 // by the config reader).
@@ -434,6 +493,13 @@ struct Trainer::State {
   int workers() const { return group ? group->workers() : 1; }
   bool leader() const { return rank() == 0; }
   bool multi_worker() const { return workers() > 1; }
+  // What the dense gradients' all-reduce runs behind where the training thread does not wait for
+  // it (the summary's hidden share): backward, and with parameter-server tables also the wait
+  // for the row pushes and the next batch's prefetch, which come between backward and the wait
+  // for the all-reduce (their buckets run on the fusion thread meanwhile).
+  std::string allreduce_hidden_behind() const {
+    return remote.empty() ? "backward" : "backward, the row pushes and the next batch's prefetch";
+  }
   // Share of training time spent waiting on communication, from the wait summed over the workers:
   // the progress records and the summary both report this.
   double comm_wait_share(double summed_wait_seconds, double seconds) const {
@@ -961,7 +1027,14 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     std::string listing;
     for (const auto& d : s.placement) listing += fmt::format("{} {} {}\n", d.name, d.shape, placement_name(d.choice));
     s.group->check_worker_agreement("parameter list and placement", listing);
-    if (s.leader()) s.log->info("placement of {} tensors:\n{}", s.placement.size(), format_placement(s.placement));
+    if (s.leader()) {
+      s.log->info("placement of {} tensors:\n{}", s.placement.size(), format_placement(s.placement));
+      // The shards are running by now (the launcher started them with the workers): say once
+      // that they idle, rather than let their processes pass for part of the job's work.
+      if (const std::string idle = idle_servers_warning(cluster, s.placement, options.model.type); !idle.empty()) {
+        s.log->warn("{}", idle);
+      }
+    }
     if (s.multi_worker() && !s.dense_params.empty()) {
       // Gradients become ready in reverse forward order.
       std::vector<Parameter*> ready_order(s.dense_params.rbegin(), s.dense_params.rend());
@@ -1161,18 +1234,10 @@ TrainResult Trainer::run(const RunControl& control) {
   if (s.leader()) run_lock.emplace(s.run_path);
   CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
   // Before anything is written into the folder (config.yaml, metrics).
-  const bool saves = o.train.checkpoint.at_end || o.train.checkpoint.every_steps > 0;
-  if (o.train.checkpoint.resume == "never" && saves) {
-    // A fresh run's checkpoints would mix with the old run's, and a later resume: auto would
-    // take whichever step is higher, from either run.
-    if (const auto existing = checkpoints.list(); !existing.empty()) {
-      throw ConfigError(fmt::format(
-          "train.checkpoint.resume: never starts afresh, but {} already holds {} checkpoint(s) of an earlier run "
-          "(newest {}): its checkpoints would mix with this run's; use another job.name or job.run_dir, remove "
-          "them, or set resume: auto",
-          checkpoints.directory().string(), existing.size(), existing.back().filename().string()));
-    }
-  }
+  prepare_run_folder(o, s.run_path, s.leader());
+  // Every worker has checked the folder (resume: never) and the leader has cleared it
+  // (overwrite) before the leader writes this run's records or any worker its trace there.
+  if (o.train.checkpoint.resume != "auto" && s.multi_worker()) s.group->barrier();
   if (s.leader()) {
     s.metrics.open(s.run_path / "metrics.jsonl");
     io::write_file_atomically(s.run_path / "config.yaml", resolved_yaml(o));
@@ -1187,6 +1252,7 @@ TrainResult Trainer::run(const RunControl& control) {
   }
   TrainResult result;
   std::int64_t step = 0, first_epoch = 0, first_batch = 0;
+  std::string resumed_from;  // the checkpoint this run continues, if any
   if (o.train.checkpoint.resume == "auto") {
     // Worker 0 picks the checkpoint (the run folder must be shared by all workers); every
     // worker loads that one.
@@ -1214,10 +1280,13 @@ TrainResult Trainer::run(const RunControl& control) {
       }
       if (step != latest->step) s.log->info("step {} of the checkpoint's job is step {} of this one", latest->step, step);
       result.resumed_from_step = step;
+      resumed_from = where;
       s.log->info("resumed from {} (step {}, epoch {}, batch {})", where, step, first_epoch + 1,
                   first_batch);
     }
   }
+  const std::string trace_name = s.leader() && o.train.trace ? trace_file_name(s.run_path, step) : "";
+  if (s.leader()) s.write_metrics(run_start_record(o, step, s.total_steps, resumed_from, trace_name));
   for (auto& [name, remote] : s.remote) remote->set_step(static_cast<std::uint64_t>(step));
   s.broadcast_model();
 
@@ -1293,6 +1362,60 @@ TrainResult Trainer::run(const RunControl& control) {
     // a job resumed from it would apply them twice.
     if (s.multi_worker()) s.group->barrier();
   };
+
+  // One progress line and "train" record for the steps since the last (collective: every worker
+  // calls it at the same step). `partial`: the job stops before the interval is full; the record
+  // says so and how many steps it covers, so no trained step goes unrecorded.
+  std::int64_t last_reported = step;
+  auto report_interval = [&](std::int64_t epoch, double lr, bool partial) {
+    const double elapsed = seconds_since(interval_start);
+    const bool binary = task == Task::binary;
+    // Loss and accuracy over all workers; AUC over worker 0's examples (exact AUC over
+    // every worker needs every score: evaluation does that).
+    std::vector<double> totals{interval.mean_loss() * static_cast<double>(interval.examples()),
+                               interval.accuracy() * static_cast<double>(interval.examples()),
+                               static_cast<double>(interval.examples()), s.comm_wait_seconds};
+    if (s.multi_worker()) s.group->sum(totals);
+    const double examples = std::max(totals[2], 1.0);
+    const double mean_loss = totals[0] / examples;
+    // Only the leader logs the AUC: the other workers skip its sort (51k scores at the
+    // flights config's interval), which would only make them idle at the next collective.
+    const double metric = binary ? (s.leader() ? interval.auc() : 0.0) : totals[1] / examples;
+    const double rate = totals[2] / std::max(elapsed, 1e-9);
+    const double comm_share = s.comm_wait_share(totals[3], elapsed);
+    if (s.leader() && totals[2] == 0) {
+      // Every step of the interval was skipped (non-finite, or fp16 overflow while the loss
+      // scale settles): no loss or rate to report.
+      s.log->info("epoch {}/{} step {}/{}: every step since the last line was skipped", epoch + 1, epochs, step,
+                  s.total_steps);
+    } else if (s.leader()) {
+      s.log->info("epoch {}/{} step {}/{} loss {:.4f} {} {:.4f} lr {:.5f} samples/s {:.1f}{}{}",
+                  epoch + 1, epochs, step, s.total_steps, mean_loss, binary ? "auc" : "acc",
+                  metric, lr, rate,
+                  s.group ? fmt::format(" comm wait {:.0f}%", 100 * comm_share) : std::string(),
+                  partial ? fmt::format(" (the last {} steps: the job stops here)", step - last_reported)
+                          : std::string());
+      nlohmann::json record = {{"kind", "train"}, {"step", step}, {"epoch", epoch + 1},
+                               {"loss", mean_loss}, {binary ? "auc" : "accuracy", metric},
+                               {"lr", lr}, {"samples_per_s", rate}, {"comm_wait_share", comm_share}};
+      if (partial) {
+        record["partial"] = true;
+        record["interval_steps"] = step - last_reported;
+      }
+      s.write_metrics(record);
+    }
+    if (result.first_train_loss == 0) result.first_train_loss = mean_loss;
+    result.last_train_loss = mean_loss;
+    interval.reset();
+    s.run_wait_seconds += s.comm_wait_seconds;
+    s.comm_wait_seconds = 0;
+    interval_start = Clock::now();
+    last_reported = step;
+  };
+  // Throughput after the run's first step (its start-up is not the job's speed): when it ended,
+  // and the evaluation and checkpoint time paused before then.
+  std::optional<Clock::time_point> steady_start;
+  double paused_before_steady = 0;
 
   const std::optional<InjectedFault> kill_at = injected_fault(s.rank());
   const char* nan_env = std::getenv("AIACC_TEST_NAN_AT");
@@ -1432,43 +1555,13 @@ TrainResult Trainer::run(const RunControl& control) {
       ++batch_index;
       after_step = true;
       phase = "summing the progress metrics";
-      if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
-        const double elapsed = seconds_since(interval_start);
-        const bool binary = task == Task::binary;
-        // Loss and accuracy over all workers; AUC over worker 0's examples (exact AUC over
-        // every worker needs every score: evaluation does that).
-        std::vector<double> totals{interval.mean_loss() * static_cast<double>(interval.examples()),
-                                   interval.accuracy() * static_cast<double>(interval.examples()),
-                                   static_cast<double>(interval.examples()), s.comm_wait_seconds};
-        if (s.multi_worker()) s.group->sum(totals);
-        const double examples = std::max(totals[2], 1.0);
-        const double mean_loss = totals[0] / examples;
-        // Only the leader logs the AUC: the other workers skip its sort (51k scores at the
-        // flights config's interval), which would only make them idle at the next collective.
-        const double metric = binary ? (s.leader() ? interval.auc() : 0.0) : totals[1] / examples;
-        const double rate = totals[2] / std::max(elapsed, 1e-9);
-        const double comm_share = s.comm_wait_share(totals[3], elapsed);
-        if (s.leader() && totals[2] == 0) {
-          // Every step of the interval was skipped (non-finite, or fp16 overflow while the loss
-          // scale settles): no loss or rate to report.
-          s.log->info("epoch {}/{} step {}/{}: every step since the last line was skipped", epoch + 1, epochs, step,
-                      s.total_steps);
-        } else if (s.leader()) {
-          s.log->info("epoch {}/{} step {}/{} loss {:.4f} {} {:.4f} lr {:.5f} samples/s {:.1f}{}",
-                      epoch + 1, epochs, step, s.total_steps, mean_loss, binary ? "auc" : "acc",
-                      metric, lr, rate,
-                      s.group ? fmt::format(" comm wait {:.0f}%", 100 * comm_share) : std::string());
-          s.write_metrics({{"kind", "train"}, {"step", step}, {"epoch", epoch + 1},
-                           {"loss", mean_loss}, {binary ? "auc" : "accuracy", metric},
-                           {"lr", lr}, {"samples_per_s", rate}, {"comm_wait_share", comm_share}});
-        }
-        if (result.first_train_loss == 0) result.first_train_loss = mean_loss;
-        result.last_train_loss = mean_loss;
-        interval.reset();
-        s.run_wait_seconds += s.comm_wait_seconds;
-        s.comm_wait_seconds = 0;
-        interval_start = Clock::now();
+      if (step == start_step + 1) {
+        // The run's first step also starts the loader's threads, fills its first batch and
+        // opens the collectives' connections (0.3-0.5 s on flights, against ~1 ms a step).
+        steady_start = Clock::now();
+        paused_before_steady = eval_seconds + checkpoint_seconds;
       }
+      if (step % o.train.log_every_steps == 0 || step == s.total_steps) report_interval(epoch, lr, false);
       // The position after this step: the rest of this epoch, or the next epoch.
       const bool epoch_done = batch_index >= s.steps_per_epoch;
       const std::int64_t next_epoch = epoch_done ? epoch + 1 : epoch;
@@ -1497,6 +1590,7 @@ TrainResult Trainer::run(const RunControl& control) {
         phase = "checking for a stop signal";
         if (const auto stop = s.agree_on_stop(stop_signals->received())) {
           result.stopped_by_signal = stop->signal;
+          if (last_reported != step) report_interval(epoch, lr, true);
           if (last_saved != step && (o.train.checkpoint.at_end || every > 0)) save(next_epoch, next_batch);
           if (s.leader()) {
             s.log->warn("stopped by signal {} ({}) on {} of {} workers{} after step {}{}; exiting with status {}",
@@ -1512,6 +1606,7 @@ TrainResult Trainer::run(const RunControl& control) {
         }
       }
       if (control.stop_after_step > 0 && step >= control.stop_after_step) {
+        if (last_reported != step) report_interval(epoch, lr, true);
         stopped = true;
         break;
       }
@@ -1568,9 +1663,8 @@ TrainResult Trainer::run(const RunControl& control) {
     s.log->info("fp16 loss scale {} at the end; {} steps skipped for overflow", result.loss_scale,
                 result.overflow_steps);
   }
-  result.seconds = seconds_since(start) - eval_seconds - checkpoint_seconds;
-  result.samples_per_second = static_cast<double>((step - start_step) * o.data.batch_size * s.workers()) /
-                              std::max(result.seconds, 1e-9);
+  measure_throughput(result, step - start_step, start, steady_start,
+                     {eval_seconds + checkpoint_seconds, paused_before_steady}, o.data.batch_size * s.workers());
   if (s.leader() && s.tuner != nullptr && !s.tuner->done()) {
     s.log->warn("auto-tuning did not finish: this run had {} steps of the {} it takes; the last setting tried "
                 "was kept (cluster.ring.auto_tune)", step - start_step, s.tuner->steps());
@@ -1593,15 +1687,16 @@ TrainResult Trainer::run(const RunControl& control) {
       for (int w = 0; w < s.workers(); ++w) {
         files.push_back((s.run_path / "trace" / fmt::format("worker-{}.json", w)).string());
       }
-      const auto merged = (s.run_path / "trace.json").string();
+      const auto merged = (s.run_path / trace_name).string();
       const auto events = trace::merge_files(files, merged);
       s.log->info("trace of {} workers ({} events): {} (open in https://ui.perfetto.dev)",
                   s.workers(), events, merged);
     }
   }
-  if (s.leader()) s.log->info("{}: {} steps in {:.1f} s of training ({:.1f} samples/s){}",
-              stopped ? "stopped" : "done", step - start_step, result.seconds,
-              result.samples_per_second, summary);
+  if (s.leader()) {
+    s.log->info("{}: {} steps in {:.1f} s of training, {}{}", stopped ? "stopped" : "done", step - start_step,
+                result.seconds, describe_throughput(result), summary);
+  }
   if (s.group) {
     std::vector<double> totals{s.run_wait_seconds + s.comm_wait_seconds, s.run_allreduce_seconds,
                                s.run_allreduce_exposed_seconds};
@@ -1614,8 +1709,11 @@ TrainResult Trainer::run(const RunControl& control) {
   if (s.leader()) {
     nlohmann::json record = {{"kind", "summary"}, {"workers", s.workers()}, {"steps", step - start_step},
                              {"seconds", result.seconds}, {"samples_per_s", result.samples_per_second},
+                             {"warmup_steps", result.warmup_steps}, {"warmup_seconds", result.warmup_seconds},
+                             {"samples_per_s_all_steps", result.samples_per_second_all_steps},
                              {"comm_wait_share", result.comm_wait_share},
                              {"allreduce_hidden_share", result.allreduce_hidden_share}};
+    if (s.group) record["allreduce_hidden_behind"] = s.allreduce_hidden_behind();
     std::string efficiency;
     if (o.train.baseline_samples_per_s > 0) {
       const double e = result.samples_per_second / (s.workers() * o.train.baseline_samples_per_s);
@@ -1626,10 +1724,11 @@ TrainResult Trainer::run(const RunControl& control) {
     s.write_metrics(record);
     s.metrics.close();  // an error the file system reports only at close fails the job too
     if (s.group) {
-      s.log->info("summary: {} workers, {:.1f} samples/s, {:.0f}% of step time waiting on "
-                  "communication, {:.0f}% of gradient all-reduce time hidden behind backward{}",
+      s.log->info("summary: {} workers, {:.1f} samples/s, {:.0f}% of step time waiting on communication, {:.0f}% of "
+                  "gradient all-reduce time hidden (not waited for: it ran behind {}){}{}",
                   s.workers(), result.samples_per_second, 100 * result.comm_wait_share,
-                  100 * result.allreduce_hidden_share, efficiency);
+                  100 * result.allreduce_hidden_share, s.allreduce_hidden_behind(), efficiency,
+                  result.warmup_steps > 0 ? " (samples/s after the first step)" : "");
     }
   }
   return result;

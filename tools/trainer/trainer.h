@@ -33,10 +33,18 @@ struct TrainResult {
   std::int64_t resumed_from_step = -1; // the checkpoint's step when resumed, else -1
   double last_train_loss = 0;        // mean loss over the last logging interval
   double first_train_loss = 0;       // mean loss over the first logging interval
-  double samples_per_second = 0;  // all workers together
-  double seconds = 0;
+  // Throughput of all workers together after the run's first step (its start-up: the loader's
+  // first batch, the collectives' first connections), or over all steps when there is no other.
+  double samples_per_second = 0;
+  double samples_per_second_all_steps = 0;  // start-up included
+  std::int64_t warmup_steps = 0;            // steps left out of samples_per_second (0 or 1)
+  double warmup_seconds = 0;                // their time
+  double seconds = 0;                       // training time of the run, start-up included
   double comm_wait_share = 0;         // distributed: share of step time waiting on communication
-  double allreduce_hidden_share = 0;  // distributed: share of all-reduce time behind backward
+  // Distributed: share of the gradient all-reduce's time the training thread did not wait for
+  // (it ran behind backward, and where tables are on parameter servers behind the row pushes
+  // and the next batch's prefetch too).
+  double allreduce_hidden_share = 0;
   std::optional<EvalResult> last_eval;
   // job.precision: fp16: the loss scale at the end and the steps skipped for overflow.
   double loss_scale = 1;
