@@ -78,8 +78,9 @@ struct CheckpointOptions {
     v.field("keep_last", keep_last, "complete checkpoints to keep (0: all)", config::at_least(0));
     v.field("resume", resume,
             "auto: continue from the newest complete checkpoint in the run folder; never: start fresh (refused "
-            "beside an earlier run's checkpoints when this run saves any)",
-            config::one_of({"auto", "never"}));
+            "where the run folder holds an earlier run's checkpoints or metrics); overwrite: start fresh, first "
+            "removing an earlier run's checkpoints, metrics.jsonl, config.yaml and traces from the run folder",
+            config::one_of({"auto", "never", "overwrite"}));
     v.field("on_signal", on_signal,
             "SIGINT or SIGTERM (Ctrl-C, preemption): the workers stop together at the next multiple of "
             "signal_check_steps, save a checkpoint there (when at_end or every_steps saves any) and exit with "
