@@ -800,12 +800,14 @@ steady=$(( workers == 1 ? 2000 : 3000 ))
   std::filesystem::remove_all(dir);
 }
 
-TEST(Cli, MissingDataFileIsARuntimeErrorNamingIt) {
+// A missing data file is a configuration error (exit 2: no restart mends it) naming the key.
+TEST(Cli, MissingDataFileIsAConfigErrorNamingIt) {
   std::string job = write_temp("aiacc_cli_data.yaml",
                                "data:\n  train: {type: idx_images, idx_images: {directory: /nonexistent}}\n");
   aiacc::testing::CommandResult o = run(job + " --dry-run");
-  EXPECT_EQ(o.status, 1) << o.output;
+  EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("/nonexistent"));
+  EXPECT_THAT(o.output, HasSubstr("data.train.idx_images"));
 }
 
 }  // namespace
