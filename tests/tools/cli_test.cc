@@ -450,6 +450,12 @@ TEST(Cli, AnInterfaceThisHostLacksIsNamedWithItsKey) {
   EXPECT_THAT(r.output, HasSubstr("(the first failure: rendezvous: rank"));
 }
 
+// The whole text of `path` ("" when it cannot be read).
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // The records of `path` (metrics.jsonl) of kind `kind`.
 std::vector<nlohmann::json> metrics_records(const std::filesystem::path& path, const std::string& kind) {
   std::vector<nlohmann::json> records;
@@ -474,14 +480,22 @@ TEST(Cli, AnEvaluationIsRecordedInTheEvaluatedCheckpointsRun) {
   const auto checkpoint = runs / "trained" / "checkpoints" / "step-000000000008";
   ASSERT_TRUE(std::filesystem::exists(checkpoint)) << o.output;
 
+  // That run may be training still, its leader amid a record: the evaluation must not cut the
+  // file back to its last newline (it did, and the training job's record was lost).
+  const auto trained_metrics = runs / "trained" / "metrics.jsonl";
+  const std::string in_the_making = R"({"kind":"train","st)";
+  { std::ofstream(trained_metrics, std::ios::app) << in_the_making; }
+  const std::string before = read_text(trained_metrics);
   o = run(job + " --set job.name=evaluating --eval " + checkpoint.string() + "/");
   ASSERT_EQ(o.status, 0) << o.output;
-  EXPECT_THAT(o.output, HasSubstr("evaluation recorded in " + (runs / "trained" / "metrics.jsonl").string() +
-                                  " (the checkpoint's run)"));
-  const auto evals = metrics_records(runs / "trained" / "metrics.jsonl", "eval_checkpoint");
-  ASSERT_EQ(evals.size(), 1u);
-  EXPECT_EQ(evals[0].at("step"), 8);
-  EXPECT_EQ(evals[0].at("examples"), 64);
+  EXPECT_THAT(o.output, HasSubstr("evaluation recorded in " + trained_metrics.string() + " (the checkpoint's run)"));
+  const std::string after = read_text(trained_metrics);
+  ASSERT_TRUE(after.starts_with(before + "\n")) << after;
+  ASSERT_TRUE(after.ends_with("\n")) << after;
+  const auto eval = nlohmann::json::parse(after.substr(before.size() + 1));
+  EXPECT_EQ(eval.at("kind"), "eval_checkpoint");
+  EXPECT_EQ(eval.at("step"), 8);
+  EXPECT_EQ(eval.at("examples"), 64);
   EXPECT_FALSE(std::filesystem::exists(runs / "evaluating"));
 
   const auto kept = runs / "kept" / "step-000000000008";
@@ -492,7 +506,7 @@ TEST(Cli, AnEvaluationIsRecordedInTheEvaluatedCheckpointsRun) {
   EXPECT_THAT(o.output, HasSubstr("evaluation recorded in " + (runs / "evaluating" / "metrics.jsonl").string() +
                                   " (this job's run folder: the checkpoint is not in a run's checkpoints folder)"));
   EXPECT_EQ(metrics_records(runs / "evaluating" / "metrics.jsonl", "eval_checkpoint").size(), 1u);
-  EXPECT_EQ(metrics_records(runs / "trained" / "metrics.jsonl", "eval_checkpoint").size(), 1u);
+  EXPECT_EQ(read_text(trained_metrics), after);
   std::filesystem::remove_all(runs);
 }
 
@@ -539,12 +553,6 @@ TEST(Cli, OneProcessSpendsNoTimeWaitingOnCommunication) {
   ASSERT_EQ(summary.size(), 1u);
   EXPECT_EQ(summary[0].at("comm_wait_share").get<double>(), 0.0);
   std::filesystem::remove_all(runs);
-}
-
-// The whole text of `path` ("" when it cannot be read).
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // Every record of `path` as "kind:step" ("summary:<steps of the run>"; a partial interval adds

@@ -1,7 +1,8 @@
 // MetricMeter: exact AUC against an O(n^2) pair count (ties at half credit), log loss against a
 // float64 formula at extreme logits, the undefined cases, accuracy, and merge() == one meter.
 // MetricsLog: whole lines, a full disk (/dev/full, a tiny tmpfs) is an IoError naming the file
-// and never leaves a torn record, the file is looked at on open and on a failed write only.
+// and never leaves a torn record, the file is looked at on open and on a failed write only;
+// beside other writers (--eval) it never cuts the file.
 #include "tools/trainer/metrics.h"
 
 #include <gmock/gmock.h>
@@ -303,6 +304,47 @@ TEST(MetricsLogTest, AFailedWriteIsCutBackEvenAfterTheFileWasEmptied) {
   EXPECT_THAT(message, HasSubstr("File too large"));
   EXPECT_THAT(message, HasSubstr("the file ends with the previous record"));
   EXPECT_EQ(read_bytes(path), record(4) + "\n");
+}
+
+// An --eval record goes into a run another job may be training in: a last line without its
+// newline may be that job's record in the making, which a repair would cut (the record was lost).
+// Nothing is cut; the evaluation's record starts on a line of its own.
+TEST(MetricsLogTest, ASharedAppendLeavesAnIncompleteLastLineAlone) {
+  TempDir dir;
+  const auto path = dir / "metrics.jsonl";
+  const std::string partial = record(1) + "\n" + record(2).substr(0, 20);
+  write_bytes(path, partial);
+  MetricsLog log(path, MetricsLog::Writers::many);
+  log.append(record(3));
+  EXPECT_EQ(read_bytes(path), partial + "\n" + record(3) + "\n");
+  log.append(record(4));  // after a whole line: no newline added
+  EXPECT_EQ(read_bytes(path), partial + "\n" + record(3) + "\n" + record(4) + "\n");
+}
+
+// Beside another writer a failed record is not cut back: the file's end may be another record
+// by then, which the cut would take (its size less this record's bytes).
+TEST(MetricsLogTest, ASharedAppendThatFailsPartWayCutsNothing) {
+  TempDir dir;
+  const auto path = dir / "metrics.jsonl";
+  write_bytes(path, record(1) + "\n");
+  MetricsLog log(path, MetricsLog::Writers::many);
+  rlimit saved{};
+  ::getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small = saved;
+  small.rlim_cur = static_cast<rlim_t>(record(1).size() + 1 + 10);
+  auto handler = std::signal(SIGXFSZ, SIG_IGN);
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  std::string message;
+  try {
+    log.append(record(2));
+  } catch (const IoError& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, handler);
+  EXPECT_THAT(message, HasSubstr(path.string()));
+  EXPECT_THAT(message, HasSubstr("only 10 of the record's"));
+  EXPECT_EQ(read_bytes(path), record(1) + "\n" + record(2).substr(0, 10));
 }
 
 // /dev/full fails every write with ENOSPC, as a full disk does.

@@ -1,5 +1,5 @@
 // MetricMeter: accuracy by argmax (classification) or sign (binary), exact AUC by sorting, and
-// log loss from logits. MetricsLog: checked, whole-line appends.
+// log loss from logits. MetricsLog: checked, whole-line appends, alone or beside other writers.
 #include "tools/trainer/metrics.h"
 
 #include <fcntl.h>
@@ -110,7 +110,7 @@ std::uint64_t drop_torn_tail(int fd, const std::filesystem::path& path, off_t si
 
 }  // namespace
 
-void MetricsLog::open(const std::filesystem::path& path) {
+void MetricsLog::open(const std::filesystem::path& path, Writers writers) {
   if (fd_.valid()) close();
   // Read access too: the torn-tail check reads the end of the file.
   int fd;
@@ -130,13 +130,16 @@ void MetricsLog::open(const std::filesystem::path& path) {
   }
   // An open file's type never changes: whether a failed write can be cut back is known now.
   regular_ = S_ISREG(info.st_mode);
-  if (const std::uint64_t dropped = regular_ ? drop_torn_tail(fd, path, info.st_size) : 0; dropped > 0) {
+  // Beside other writers a line without its newline may be a record still being written.
+  const bool repair = regular_ && writers == Writers::one;
+  if (const std::uint64_t dropped = repair ? drop_torn_tail(fd, path, info.st_size) : 0; dropped > 0) {
     log::get("trainer")->warn("{}: dropped a torn last record ({} bytes without a newline) that "
                               "an earlier run left",
                               path.string(), dropped);
   }
   fd_ = std::move(owned);
   path_ = path;
+  writers_ = writers;
 }
 
 // The size is read after the failure, not kept from before: appends go to the end of the file
@@ -148,13 +151,32 @@ bool MetricsLog::cut_back(std::size_t written) const {
   return ::ftruncate(fd_.get(), info.st_size - static_cast<off_t>(written)) == 0;
 }
 
+bool MetricsLog::ends_with_newline() const {
+  struct stat info {};
+  if (!regular_ || ::fstat(fd_.get(), &info) != 0 || info.st_size == 0) return true;
+  char last = '\n';
+  ssize_t got;
+  do {
+    got = ::pread(fd_.get(), &last, 1, info.st_size - 1);
+  } while (got < 0 && errno == EINTR);
+  return got != 1 || last == '\n';
+}
+
 void MetricsLog::append(std::string_view record) {
   AIACC_CHECK(fd_.valid(), "MetricsLog::append before open");
   AIACC_CHECK(record.find('\n') == std::string_view::npos,
               "a metrics record must be one line, got a newline in {}", record);
   std::string line;
-  line.reserve(record.size() + 1);
+  line.reserve(record.size() + 2);
   line.append(record).push_back('\n');
+  if (writers_ == Writers::many) {
+    append_beside_others(std::move(line));
+  } else {
+    append_as_only_writer(line);
+  }
+}
+
+void MetricsLog::append_as_only_writer(const std::string& line) {
   std::size_t done = 0;
   while (done < line.size()) {
     const ssize_t put = ::write(fd_.get(), line.data() + done, line.size() - done);
@@ -173,6 +195,26 @@ void MetricsLog::append(std::string_view record) {
     throw IoError(fmt::format("cannot write the metrics to {}: {}{}", path_.string(),
                               os_error(error_number), kept));
   }
+}
+
+// One write(): the rest of a short one would land after whatever another appender wrote
+// meanwhile, and its start cannot be cut back for the same reason. The bytes at the end of a
+// line without its newline are left alone (a torn record, or another job's in the making).
+void MetricsLog::append_beside_others(std::string line) {
+  if (!ends_with_newline()) line.insert(line.begin(), '\n');
+  ssize_t put;
+  do {
+    put = ::write(fd_.get(), line.data(), line.size());
+  } while (put < 0 && errno == EINTR);
+  if (put == static_cast<ssize_t>(line.size())) return;
+  if (put < 0) {
+    const int error_number = errno;
+    throw IoError(fmt::format("cannot write the metrics to {}: {}", path_.string(), os_error(error_number)));
+  }
+  throw IoError(fmt::format("cannot write the metrics to {}: only {} of the record's {} bytes were written (a full "
+                            "disk, a quota or the file size limit); they are left there, since another process "
+                            "may be appending to the file",
+                            path_.string(), put, line.size()));
 }
 
 void MetricsLog::close() { fd_.close(path_); }

@@ -76,22 +76,32 @@ class MetricMeter {
 // Appends one JSON record per line to a metrics file (a run folder's metrics.jsonl). Each line
 // goes out whole through write() calls checked at once (no stdio buffer to hide an error until a
 // flush nobody checks): a full disk or any other failed write is an IoError naming the file and
-// the OS error, and the file is cut back to its last complete line, so it never ends in a torn
-// record. Opening drops a torn last line an earlier process left (it died mid-record), so new
-// records start on a line of their own. Not thread-safe; one writer per file.
+// the OS error.
+//   Writers::one (the training job, which holds the run folder's lock): a failed write is cut
+//   back to the file's last complete line, so it never ends in a torn record, and opening drops
+//   a torn last line an earlier process left (it died mid-record), so new records start on a
+//   line of their own.
+//   Writers::many (an --eval record added to a run another job may be training in): nothing is
+//   ever cut, since the bytes at the end may be that job's record in the making. A record is one
+//   write() with O_APPEND, which a local filesystem never interleaves with another appender's;
+//   one that would follow a line without its newline starts with a newline of its own.
+// Not thread-safe.
 class MetricsLog {
  public:
+  enum class Writers { one, many };
+
   MetricsLog() = default;
-  explicit MetricsLog(const std::filesystem::path& path) { open(path); }
+  explicit MetricsLog(const std::filesystem::path& path, Writers writers = Writers::one) { open(path, writers); }
   MetricsLog(MetricsLog&&) = default;
   MetricsLog& operator=(MetricsLog&&) = default;
 
   // Opens `path` for appending, creating it (mode 0644 before umask); a file open before is
   // closed first. IoError naming the path when it cannot be opened or repaired.
-  void open(const std::filesystem::path& path);
+  void open(const std::filesystem::path& path, Writers writers = Writers::one);
   bool is_open() const { return fd_.valid(); }
   // Appends `record` (one line of JSON, without the newline: it is added). IoError naming the
-  // file when it cannot be written whole; the file then ends with the previous record.
+  // file when it cannot be written whole; with Writers::one the file then ends with the
+  // previous record.
   void append(std::string_view record);
   // Closes the file, reporting a delayed write error as IoError naming it. The destructor closes
   // too, but can only log such an error.
@@ -99,12 +109,17 @@ class MetricsLog {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  void append_as_only_writer(const std::string& line);
+  void append_beside_others(std::string line);
+  // Whether the file is empty or ends with a newline (false when it cannot be read).
+  bool ends_with_newline() const;
   // Removes the `written` bytes a failed append left at the end of the file; false when it
   // cannot (not a regular file, or the file is shorter than that).
   bool cut_back(std::size_t written) const;
 
   std::filesystem::path path_;
   io::FileDescriptor fd_;
+  Writers writers_ = Writers::one;
   bool regular_ = false;  // a regular file (not /dev/full, a pipe, ...): one that can be cut back
 };
 

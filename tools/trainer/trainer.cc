@@ -1209,8 +1209,10 @@ EvalResult Trainer::evaluate_checkpoint(const std::string& directory) {
       record["log_loss"] = eval.log_loss;
     }
     // The result is logged above: a record that cannot be written costs a warning, not the result.
+    // Many writers: the checkpoint's run may be training now, its leader appending to the file
+    // (this job holds no lock on that folder), and a repair here could cut its record.
     try {
-      s.metrics.open(metrics_path);
+      s.metrics.open(metrics_path, MetricsLog::Writers::many);
       s.write_metrics(record);
       s.metrics.close();
       s.log->info("evaluation recorded in {} ({})", metrics_path.string(),
