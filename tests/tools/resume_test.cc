@@ -1,20 +1,26 @@
 // Checkpoint and resume: a job stopped right after a checkpoint at step k and resumed with
 // `resume: auto` ends with bitwise the same parameters and buffers as a job that never stopped
 // (dropout masks, augmentation, shuffling, optimiser state, schedule and data position included).
+// resume: never and overwrite beside an earlier run, and what overwrite removes or refuses to.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/job_options.h"
+#include "tools/trainer/run_folder.h"
 #include "tools/trainer/run_folder_lock.h"
 #include "tools/trainer/trainer.h"
 
@@ -140,6 +146,7 @@ TEST(Resume, ASecondJobInTheSameRunFolderIsRefusedWhileTheFirstRuns) {
   std::filesystem::create_directories(folder);
   {
     RunFolderLock running(folder);  // the first job, training
+    EXPECT_TRUE(running.held());
     try {
       Trainer second(job);
       second.run();
@@ -153,6 +160,114 @@ TEST(Resume, ASecondJobInTheSameRunFolderIsRefusedWhileTheFirstRuns) {
   // Once the first job has ended (however: the kernel drops the lock with its process), the folder is free.
   Trainer later(job);
   EXPECT_EQ(later.run().steps, 12);
+}
+
+// resume: overwrite removes what the trainer wrote into the folder and nothing else. Its traces
+// are trace.json and trace-step-N.json, either with -K (trace_file_name); a user's
+// trace-analysis.json beside them was removed too. A `checkpoints` link whose target is gone was
+// left (exists() follows the link), and the new run's checkpoints went nowhere.
+TEST(Resume, OverwriteRemovesOnlyWhatTheTrainerWrote) {
+  const auto folder = std::filesystem::temp_directory_path() / "aiacc_resume_overwrite_files";
+  JobOptions job = tiny_mlp_job(folder.parent_path() / "aiacc_resume_overwrite_job");
+  job.train.checkpoint.resume = "overwrite";
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  const std::vector<std::string> traces = {"trace.json", "trace-2.json", "trace-step-8.json", "trace-step-8-3.json"};
+  const std::vector<std::string> others = {"trace-analysis.json", "trace-step-x.json", "trace-2-3.json",
+                                           "my-trace.json", "trace.json.bak", "notes.txt"};
+  for (const auto& name : traces) std::ofstream(folder / name) << "{}";
+  for (const auto& name : others) std::ofstream(folder / name) << "{}";
+  std::filesystem::create_directory_symlink(folder / "gone", folder / "checkpoints");
+
+  prepare_run_folder(job, folder, /*leader=*/true, /*locked=*/true);
+
+  for (const auto& name : traces) EXPECT_FALSE(std::filesystem::exists(folder / name)) << name;
+  for (const auto& name : others) EXPECT_TRUE(std::filesystem::exists(folder / name)) << name;
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(folder / "checkpoints")))
+      << "the dangling checkpoints link is left";
+  std::filesystem::remove_all(folder);
+}
+
+// Sets an environment variable for a scope, restoring what was there.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedVariable() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A folder with an earlier run's checkpoint and records.
+std::filesystem::path folder_with_an_earlier_run(const std::string& tag) {
+  const auto folder = std::filesystem::temp_directory_path() / ("aiacc_resume_" + tag);
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder / "checkpoints" / "step-000000000008");
+  std::ofstream(folder / "metrics.jsonl") << "{\"kind\":\"run_start\",\"step\":0}\n";
+  return folder;
+}
+
+// A Slurm requeue or a torchrun (or local launcher) restart of a job with resume: overwrite
+// removed the checkpoint the attempt was to resume from, and started over: refused on every
+// worker, naming the key, the variable and the folder, removing nothing. A first attempt
+// (count 0) overwrites.
+TEST(Resume, OverwriteInARestartedAttemptIsRefused) {
+  JobOptions job = tiny_mlp_job(std::filesystem::temp_directory_path() / "aiacc_resume_overwrite_job");
+  job.train.checkpoint.resume = "overwrite";
+  const auto folder = folder_with_an_earlier_run("overwrite_restart");
+  for (const char* variable : {"AIACC_RESTART_COUNT", "SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    ScopedVariable restarted(variable, "1");
+    for (const bool leader : {true, false}) {
+      try {
+        prepare_run_folder(job, folder, leader, /*locked=*/leader);
+        ADD_FAILURE() << variable << "=1 overwrote";
+      } catch (const ConfigError& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("train.checkpoint.resume: overwrite in a restarted attempt of the "
+                                                   "job (" + std::string(variable) + "=1)"));
+        EXPECT_THAT(e.what(), ::testing::HasSubstr(folder.string()));
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("train.checkpoint.resume: auto"));
+      }
+    }
+    EXPECT_TRUE(std::filesystem::exists(folder / "checkpoints" / "step-000000000008"));
+  }
+  ScopedVariable first_attempt("SLURM_RESTART_COUNT", "0");
+  prepare_run_folder(job, folder, /*leader=*/true, /*locked=*/true);
+  EXPECT_FALSE(std::filesystem::exists(folder / "checkpoints"));
+  std::filesystem::remove_all(folder);
+}
+
+// Where the filesystem has no locks (Lustre, NFS without a lock manager) nothing keeps a second
+// job out of the folder, and overwrite removed a running job's checkpoints and metrics: refused,
+// naming the key, the folder and what it would remove. Nothing to remove: nothing to refuse.
+TEST(Resume, OverwriteInAFolderThatCannotBeLockedIsRefused) {
+  JobOptions job = tiny_mlp_job(std::filesystem::temp_directory_path() / "aiacc_resume_overwrite_job");
+  job.train.checkpoint.resume = "overwrite";
+  const auto folder = folder_with_an_earlier_run("overwrite_unlocked");
+  try {
+    prepare_run_folder(job, folder, /*leader=*/true, /*locked=*/false);
+    ADD_FAILURE() << "overwrote a folder it could not lock";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("train.checkpoint.resume: overwrite would remove checkpoints, "
+                                               "metrics.jsonl from the run folder " + folder.string() +
+                                               ", but the folder cannot be locked"));
+  }
+  EXPECT_TRUE(std::filesystem::exists(folder / "checkpoints" / "step-000000000008"));
+  EXPECT_TRUE(std::filesystem::exists(folder / "metrics.jsonl"));
+  prepare_run_folder(job, folder, /*leader=*/false, /*locked=*/false);  // workers remove nothing
+  std::filesystem::remove_all(folder);
+  std::filesystem::create_directories(folder);
+  prepare_run_folder(job, folder, /*leader=*/true, /*locked=*/false);
+  std::filesystem::remove_all(folder);
 }
 
 // A full disk (here: the file-size limit, which fails writes with EFBIG as ENOSPC would) while

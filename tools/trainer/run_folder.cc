@@ -5,12 +5,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <string_view>
 #include <system_error>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "tools/trainer/checkpoint.h"
+#include "tools/trainer/launch.h"
 
 namespace aiacc::trainer {
 
@@ -25,23 +29,77 @@ std::int64_t count_records(const fs::path& metrics) {
   return records;
 }
 
-// The traces a run merges into the folder (trace_file_name's names).
-bool is_merged_trace(const fs::path& file) {
-  const std::string name = file.filename().string();
-  return name == "trace.json" || (name.starts_with("trace-") && name.ends_with(".json"));
+// Drops "-<digits>" from the front of `rest`; false (and `rest` unchanged) where it does not start so.
+bool drop_number(std::string_view& rest) {
+  if (!rest.starts_with('-')) return false;
+  std::size_t end = 1;
+  while (end < rest.size() && rest[end] >= '0' && rest[end] <= '9') ++end;
+  if (end == 1) return false;
+  rest.remove_prefix(end);
+  return true;
 }
 
-// What the trainer writes into a run folder: the earlier run's part of it.
+// The traces a run merges into the folder, by trace_file_name's names only: trace.json,
+// trace-step-N.json, and either with -K before .json. A user's trace-analysis.json is not one.
+bool is_merged_trace(const fs::path& file) {
+  const std::string name = file.filename().string();
+  std::string_view rest = name;
+  if (!rest.starts_with("trace") || !rest.ends_with(".json")) return false;
+  rest = rest.substr(5, rest.size() - 5 - 5);
+  if (rest.starts_with("-step")) {
+    rest.remove_prefix(5);
+    if (!drop_number(rest)) return false;
+  }
+  if (!rest.empty()) drop_number(rest);
+  return rest.empty();
+}
+
+// What the trainer writes into a run folder: the earlier run's part of it. symlink_status: a
+// `checkpoints` link whose target is gone is still the earlier run's (exists() follows it).
 std::vector<fs::path> earlier_run_files(const fs::path& run_folder) {
   std::vector<fs::path> files;
   for (const char* name : {"checkpoints", "metrics.jsonl", "config.yaml", "trace"}) {
-    if (fs::exists(run_folder / name)) files.push_back(run_folder / name);
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(run_folder / name, ec))) files.push_back(run_folder / name);
   }
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_folder, ec)) {
     if (entry.is_regular_file() && is_merged_trace(entry.path())) files.push_back(entry.path());
   }
   return files;
+}
+
+// The variable that says this process is a restarted attempt of its job, with its value.
+std::optional<std::string> restart_of_this_job() {
+  for (const char* name : {kRestartCountVariable, "SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && std::atoll(value) > 0) return fmt::format("{}={}", name, value);
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> file_names(const std::vector<fs::path>& files) {
+  std::vector<std::string> names;
+  for (const fs::path& file : files) names.push_back(file.filename().string());
+  return names;
+}
+
+// The reasons not to overwrite: a restart (every worker) and a folder nothing keeps another
+// job out of (the leader, which removes).
+void check_overwrite(const fs::path& run_folder, bool leader, bool locked, const std::vector<fs::path>& files) {
+  if (const auto restart = restart_of_this_job()) {
+    throw ConfigError(fmt::format(
+        "train.checkpoint.resume: overwrite in a restarted attempt of the job ({}): it would remove the "
+        "checkpoints in the run folder {} that this attempt is to resume from, and start over; set "
+        "train.checkpoint.resume: auto for a job that may be restarted",
+        *restart, run_folder.string()));
+  }
+  if (!leader || locked || files.empty()) return;
+  throw ConfigError(fmt::format(
+      "train.checkpoint.resume: overwrite would remove {} from the run folder {}, but the folder cannot be locked "
+      "(its filesystem has no locks), so nothing shows that no other job is using them; remove them yourself "
+      "once no job runs there, or start afresh in another folder (another job.name or job.run_dir)",
+      fmt::join(file_names(files), ", "), run_folder.string()));
 }
 
 }  // namespace
@@ -63,7 +121,7 @@ EarlierRun find_earlier_run(const fs::path& run_folder) {
   return earlier;
 }
 
-void prepare_run_folder(const JobOptions& options, const fs::path& run_folder, bool leader) {
+void prepare_run_folder(const JobOptions& options, const fs::path& run_folder, bool leader, bool locked) {
   const std::string& resume = options.train.checkpoint.resume;
   if (resume == "never") {
     const EarlierRun earlier = find_earlier_run(run_folder);
@@ -78,20 +136,20 @@ void prepare_run_folder(const JobOptions& options, const fs::path& run_folder, b
         "resume: auto continues it",
         run_folder.string(), options.job.run_dir, options.job.name, earlier.describe(), options.job.name));
   }
-  if (resume != "overwrite" || !leader) return;
-  std::vector<std::string> removed;
-  for (const fs::path& path : earlier_run_files(run_folder)) {
+  if (resume != "overwrite") return;
+  const std::vector<fs::path> files = leader ? earlier_run_files(run_folder) : std::vector<fs::path>{};
+  check_overwrite(run_folder, leader, locked, files);
+  for (const fs::path& path : files) {
     std::error_code ec;
     fs::remove_all(path, ec);
     if (ec) {
       throw IoError(fmt::format("train.checkpoint.resume: overwrite: cannot remove {} of the earlier run: {}",
                                 path.string(), ec.message()));
     }
-    removed.push_back(path.filename().string());
   }
-  if (!removed.empty()) {
+  if (!files.empty()) {
     log::get("trainer")->warn("train.checkpoint.resume: overwrite: removed the earlier run's {} from {}",
-                              fmt::join(removed, ", "), run_folder.string());
+                              fmt::join(file_names(files), ", "), run_folder.string());
   }
 }
 

@@ -27,8 +27,14 @@ EarlierRun find_earlier_run(const std::filesystem::path& run_folder);
 // left and how to start afresh, when the folder holds an earlier run (every worker checks).
 // overwrite: the `leader` removes the earlier run's checkpoints, metrics.jsonl, config.yaml and
 // traces (the folder's other files are left alone) and logs what it removed; IoError naming a
-// path it cannot remove. auto: nothing (the run continues the folder's newest checkpoint).
-void prepare_run_folder(const JobOptions& options, const std::filesystem::path& run_folder, bool leader);
+// path it cannot remove. ConfigError naming the key and the folder instead, removing nothing,
+// in a restarted attempt of the job (AIACC_RESTART_COUNT, SLURM_RESTART_COUNT or
+// TORCHELASTIC_RESTART_COUNT above 0: it would remove the checkpoints it is to resume from;
+// every worker checks) and, where there is something to remove, when the leader could not lock
+// the folder (`locked` false: no RunFolderLock keeps another job out, which may be using those
+// files). auto: nothing (the run continues the folder's newest checkpoint).
+void prepare_run_folder(const JobOptions& options, const std::filesystem::path& run_folder, bool leader,
+                        bool locked);
 
 // The file a run starting at `start_step` merges its trace into: trace.json from step 0,
 // trace-step-N.json for a run resumed at step N, with -2, -3, ... appended where an earlier

@@ -19,6 +19,9 @@ class RunFolderLock {
   explicit RunFolderLock(const std::filesystem::path& run_folder);
   RunFolderLock(RunFolderLock&&) noexcept = default;
   RunFolderLock& operator=(RunFolderLock&&) noexcept = default;
+  // False where the filesystem has no locks (the constructor warned): nothing keeps a second
+  // job out of the folder then.
+  bool held() const { return fd_.valid(); }
 
  private:
   io::FileDescriptor fd_;  // closing it releases the lock

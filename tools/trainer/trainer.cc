@@ -1236,7 +1236,7 @@ TrainResult Trainer::run(const RunControl& control) {
   if (s.leader()) run_lock.emplace(s.run_path);
   CheckpointManager checkpoints(s.run_path, o.train.checkpoint.keep_last);
   // Before anything is written into the folder (config.yaml, metrics).
-  prepare_run_folder(o, s.run_path, s.leader());
+  prepare_run_folder(o, s.run_path, s.leader(), run_lock && run_lock->held());
   // Every worker has checked the folder (resume: never) and the leader has cleared it
   // (overwrite) before the leader writes this run's records or any worker its trace there.
   if (o.train.checkpoint.resume != "auto" && s.multi_worker()) s.group->barrier();
