@@ -224,6 +224,26 @@ std::string record(int step) {
                      step);
 }
 
+// Files of this process end at `bytes` for the scope (ulimit -f): a write past it fails with
+// EFBIG, as one past a full disk's end fails with ENOSPC.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(std::size_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    rlimit small = saved_;
+    small.rlim_cur = static_cast<rlim_t>(bytes);
+    ::setrlimit(RLIMIT_FSIZE, &small);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  void (*handler_)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
+};
+
 TEST(MetricsLogTest, AppendsWholeLinesToAnExistingFile) {
   TempDir dir;
   const auto path = dir / "metrics.jsonl";
@@ -276,23 +296,9 @@ TEST(MetricsLogTest, AFailedWriteIsCutBackEvenAfterTheFileWasEmptied) {
   MetricsLog log(path);
   for (int step = 1; step <= 3; ++step) log.append(record(step));
   std::filesystem::resize_file(path, 0);
-  struct Limit {
-    rlimit saved{};
-    void (*handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
-    Limit() {
-      ::getrlimit(RLIMIT_FSIZE, &saved);
-      rlimit small = saved;
-      small.rlim_cur = static_cast<rlim_t>(record(4).size() * 3 / 2);
-      ::setrlimit(RLIMIT_FSIZE, &small);
-    }
-    ~Limit() {
-      ::setrlimit(RLIMIT_FSIZE, &saved);
-      std::signal(SIGXFSZ, handler);
-    }
-  };
   std::string message;
   {
-    Limit limit;
+    FileSizeLimit limit(record(4).size() * 3 / 2);
     log.append(record(4));
     try {
       log.append(record(5));  // half of it fits
@@ -328,20 +334,13 @@ TEST(MetricsLogTest, ASharedAppendThatFailsPartWayCutsNothing) {
   const auto path = dir / "metrics.jsonl";
   write_bytes(path, record(1) + "\n");
   MetricsLog log(path, MetricsLog::Writers::many);
-  rlimit saved{};
-  ::getrlimit(RLIMIT_FSIZE, &saved);
-  rlimit small = saved;
-  small.rlim_cur = static_cast<rlim_t>(record(1).size() + 1 + 10);
-  auto handler = std::signal(SIGXFSZ, SIG_IGN);
-  ::setrlimit(RLIMIT_FSIZE, &small);
   std::string message;
   try {
+    FileSizeLimit limit(record(1).size() + 1 + 10);
     log.append(record(2));
   } catch (const IoError& e) {
     message = e.what();
   }
-  ::setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, handler);
   EXPECT_THAT(message, HasSubstr(path.string()));
   EXPECT_THAT(message, HasSubstr("only 10 of the record's"));
   EXPECT_EQ(read_bytes(path), record(1) + "\n" + record(2).substr(0, 10));
