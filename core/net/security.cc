@@ -148,8 +148,13 @@ std::string read_job_token_file(const std::string& path) {
 
 std::optional<std::string> job_token_from_environment(const std::string& token_file) {
   if (const char* value = std::getenv(kJobTokenVariable); value != nullptr) {
-    check_job_token(value, kJobTokenVariable);
-    return std::string(value);
+    // A Kubernetes Secret made from a token file (--from-file) hands the pods the file's line
+    // break too: take the line, as read_job_token_file does.
+    std::string token(value);
+    if (token.ends_with('\n')) token.pop_back();
+    if (token.ends_with('\r')) token.pop_back();
+    check_job_token(token, kJobTokenVariable);
+    return token;
   }
   if (!token_file.empty()) return read_job_token_file(token_file);
   return std::nullopt;

@@ -7,8 +7,10 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -153,14 +155,15 @@ YAML::Node named(const YAML::Node& list, const std::string& name) {
 }
 
 // With cluster.security.token_file the manifest holds no Secret of its own (the token is the
-// user's file) but mounts the Secret the user makes from the file where aiacc-train takes it: a
-// regular file (subPath; Kubernetes' default is a symbolic link into ..data/), mode 0400 (the
-// default is 0644), of the ranks' user (root's, with no fsGroup to make it group-readable). It
-// used to say "mount it from a Secret" and leave the user to a mount that aiacc-train refuses.
-TEST_F(EmitTest, KubernetesManifestMountsTheTokenFileAsARegularFileOnlyItsOwnerReads) {
+// user's file) but says how to make one from the file, which every pod reads into
+// AIACC_JOB_TOKEN. It used to mount the Secret as the file, which made the container run as
+// root (runAsUser: 0): restricted namespaces refuse such pods, and elsewhere the run folder's
+// files became root's.
+TEST_F(EmitTest, KubernetesManifestWithATokenFilePassesItsSecretInTheEnvironment) {
   JobOptions job = load_job(config_path_, {});
   job.cluster.security.token_file = "/secrets/job-token";
   const std::string manifest = emit_kubernetes(job, config_path_, {});
+  EXPECT_THAT(manifest, ::testing::Not(HasSubstr("runAsUser"))) << manifest;
   const std::vector<YAML::Node> docs = YAML::LoadAll(manifest);
   ASSERT_EQ(docs.size(), 3u);
   for (const auto& doc : docs) EXPECT_NE(doc["kind"].as<std::string>(), "Secret");
@@ -169,57 +172,90 @@ TEST_F(EmitTest, KubernetesManifestMountsTheTokenFileAsARegularFileOnlyItsOwnerR
 
   const YAML::Node pod = docs[2]["spec"]["template"]["spec"];
   const YAML::Node container = pod["containers"][0];
-  EXPECT_FALSE(env_entry(container, "AIACC_JOB_TOKEN"));
-  const YAML::Node mount = named(container["volumeMounts"], "job-token");
-  ASSERT_TRUE(mount) << manifest;
-  EXPECT_EQ(mount["mountPath"].as<std::string>(), "/secrets/job-token");
-  EXPECT_TRUE(mount["readOnly"].as<bool>());
-  const YAML::Node volume = named(pod["volumes"], "job-token");
-  ASSERT_TRUE(volume) << manifest;
-  EXPECT_EQ(volume["secret"]["secretName"].as<std::string>(), "emit-test-job-token");
-  ASSERT_EQ(volume["secret"]["items"].size(), 1u);
-  EXPECT_EQ(volume["secret"]["items"][0]["key"].as<std::string>(), "token");
-  const std::string sub_path = mount["subPath"].as<std::string>("");
-  EXPECT_EQ(sub_path, volume["secret"]["items"][0]["path"].as<std::string>());
-  // YAML 1.1 (Kubernetes' and yaml-cpp's reading) takes 0400 as octal.
-  const int mode = volume["secret"]["defaultMode"].as<int>();
-  EXPECT_EQ(mode, 0400);
-  EXPECT_EQ(container["securityContext"]["runAsUser"].as<int>(), 0);
-  EXPECT_FALSE(pod["securityContext"] && pod["securityContext"]["fsGroup"]);
-
-  // The file as a pod sees it, read the way every rank reads it: the key's file itself with
-  // subPath, the volume's symbolic link to it without. (Here its owner is this test's user, as
-  // in the pod it is the root user the container runs as.)
-  const fs::path data = folder_ / "volume" / "..data";
-  fs::create_directories(data);
-  const std::string token(64, 'a');
-  const std::string key_file = write("volume/..data/token", token + "\n");
-  fs::permissions(key_file, static_cast<fs::perms>(mode));
-  fs::create_symlink("..data/token", folder_ / "volume" / "token");
-  const std::string in_pod = sub_path.empty() ? (folder_ / "volume" / "token").string() : key_file;
-  EXPECT_EQ(net::read_job_token_file(in_pod), token);
+  const YAML::Node token_ref = env_entry(container, "AIACC_JOB_TOKEN")["valueFrom"]["secretKeyRef"];
+  ASSERT_TRUE(token_ref) << manifest;
+  EXPECT_EQ(token_ref["name"].as<std::string>(), "emit-test-job-token");
+  EXPECT_EQ(token_ref["key"].as<std::string>(), "token");
+  EXPECT_FALSE(container["securityContext"]) << manifest;
+  EXPECT_FALSE(pod["securityContext"]) << manifest;
+  // Only the ConfigMap is mounted: no token file in the pods.
+  ASSERT_EQ(pod["volumes"].size(), 1u) << manifest;
+  EXPECT_TRUE(named(pod["volumes"], "config"));
+  ASSERT_EQ(container["volumeMounts"].size(), 1u) << manifest;
+  EXPECT_TRUE(named(container["volumeMounts"], "config"));
+  EXPECT_THAT(container["args"].as<std::vector<std::string>>(),
+              ElementsAre("/config/job.yaml", "--set", "cluster.launcher=external", "--set",
+                          "cluster.ring.interface=$(POD_IP)", "--set",
+                          "cluster.security.token_file=''"));
 }
 
-// A relative token_file is relative to the container's working folder; one inside the
-// read-only ConfigMap mount cannot be mounted.
-TEST_F(EmitTest, KubernetesTokenFileMountPathIsThePodsPath) {
+// Sets an environment variable for a scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A pod as Kubernetes runs it: the ConfigMap's config with the manifest's arguments, and
+// AIACC_JOB_TOKEN holding the token file's bytes as they are (kubectl create secret
+// --from-file keeps the line break). It joins with the token the file gives ranks elsewhere and
+// looks for no file, not even one named by a --set carried from --emit.
+TEST_F(EmitTest, KubernetesPodTakesTheTokenFileFromItsSecret) {
+  const std::string token(64, 'b');
+  const std::string token_file = write("token", token + "\n");
+  fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
+  const std::vector<std::string> overrides = {"cluster.security.token_file=" + token_file};
+  const JobOptions job = load_job(config_path_, overrides);
+  const auto docs = YAML::LoadAll(emit_kubernetes(job, config_path_, overrides));
+  ASSERT_EQ(docs.size(), 3u);
+  const YAML::Node container = docs[2]["spec"]["template"]["spec"]["containers"][0];
+  const auto args = container["args"].as<std::vector<std::string>>();
+  ASSERT_EQ(args.at(0), "/config/job.yaml");
+  std::vector<std::string> pod_sets;
+  for (std::size_t i = 1; i + 1 < args.size(); i += 2) {
+    ASSERT_EQ(args[i], "--set");
+    pod_sets.push_back(args[i + 1]);
+  }
+  const std::string pod_config = write("pod_job.yaml", docs[0]["data"]["job.yaml"].as<std::string>());
+  const JobOptions in_pod = load_job(pod_config, pod_sets);
+  EXPECT_EQ(in_pod.cluster.security.token_file, "");
+
+  std::ifstream in(token_file, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const ScopedEnv secret(net::kJobTokenVariable, bytes.str());
+  EXPECT_EQ(net::job_token_from_environment(in_pod.cluster.security.token_file), token);
+  EXPECT_EQ(net::read_job_token_file(token_file), token);
+}
+
+TEST_F(EmitTest, KubernetesTokenFileWithALineBreakIsRefused) {
   JobOptions job = load_job(config_path_, {});
-  job.cluster.security.token_file = "./secrets/tok";
-  const auto docs = YAML::LoadAll(emit_kubernetes(job, config_path_, {}));
-  const YAML::Node container = docs.at(2)["spec"]["template"]["spec"]["containers"][0];
-  EXPECT_EQ(named(container["volumeMounts"], "job-token")["mountPath"].as<std::string>(),
-            "/workspace/secrets/tok");
-  job.cluster.security.token_file = "/config/tok";
+  job.cluster.security.token_file = "/secrets/a\nb";
   try {
     emit_kubernetes(job, config_path_, {});
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("cluster.security.token_file: '/config/tok' is in /config"));
+    EXPECT_THAT(e.what(), HasSubstr("cluster.security.token_file: the path has a line break"));
   }
 }
 
 // What the Kubernetes manifest needs of a token file, the README says where it tells of --emit.
-TEST(EmitReadme, SaysHowTheManifestMountsATokenFile) {
+TEST(EmitReadme, SaysHowTheManifestGivesPodsATokenFile) {
   std::ifstream in(testing::source_root() / "README.md");
   ASSERT_TRUE(in) << testing::source_root();
   std::stringstream text;
@@ -229,9 +265,8 @@ TEST(EmitReadme, SaysHowTheManifestMountsATokenFile) {
   ASSERT_NE(start, std::string::npos);
   const std::string section = readme.substr(start, readme.find("\n### ", start + 1) - start);
   EXPECT_THAT(section, HasSubstr("kubectl create secret generic <name>-token --from-file=token=FILE"));
-  EXPECT_THAT(section, HasSubstr("`subPath`"));
-  EXPECT_THAT(section, HasSubstr("mode 0400"));
-  EXPECT_THAT(section, HasSubstr("`runAsUser: 0`"));
+  EXPECT_THAT(section, HasSubstr("`AIACC_JOB_TOKEN`"));
+  EXPECT_THAT(section, ::testing::Not(HasSubstr("runAsUser")));
   EXPECT_THAT(section, HasSubstr("`AIACC_TRAIN`"));
 }
 

@@ -31,6 +31,12 @@ constexpr const char* kPodWorkingFolder = "/workspace";
 // their rank from the cluster's launcher and must never start local processes.
 constexpr const char* kExternalLauncher = "cluster.launcher=external";
 
+// A pod takes the user's token from AIACC_JOB_TOKEN, which wins over cluster.security.token_file
+// (net::job_token_from_environment); the file's path is the emitting machine's and names
+// nothing in a pod, so the pods run with it cleared. Set after the user's --set, which may
+// carry the path.
+constexpr const char* kNoTokenFile = "cluster.security.token_file=''";
+
 // The batch script's job token: a fresh one per submission unless the submitter exported one;
 // srun hands the environment to every task.
 constexpr const char* kSlurmToken = R"(# The job token (cluster.security): every rank must hold the same one. A fresh one for
@@ -140,59 +146,21 @@ std::string yaml_literal_block(const std::string& text, int indent) {
   return out;
 }
 
-// The manifest's lines that give every pod cluster.security.token_file from the Secret
-// <name>-token, which the user creates from the file (the token is theirs: the manifest does
-// not hold it).
-struct TokenFileParts {
-  std::string header;     // how to create the Secret
-  std::string container;  // why the mount looks as it does, and the user it needs
-  std::string mount;      // the container's volumeMount
-  std::string volume;     // the pod's volume
-};
-
-TokenFileParts token_file_parts(const std::string& token_file, const std::string& name) {
-  // Relative paths in the config are relative to the container's working folder.
-  const std::string in_pod =
-      (std::filesystem::path(kPodWorkingFolder) / token_file).lexically_normal().string();
+// The manifest's header with cluster.security.token_file: how to make the Secret <name>-token
+// from the file (the token is the user's: the manifest does not hold it), which every pod
+// reads into AIACC_JOB_TOKEN.
+std::string token_file_header(const std::string& token_file, const std::string& name) {
   if (token_file.find_first_of("\r\n") != std::string::npos) {
     throw ConfigError("cluster.security.token_file: the path has a line break, which the "
                       "manifest's comments and kubectl command cannot carry");
   }
-  const std::string config_folder = std::string(kPodConfigFolder) + "/";
-  if (in_pod + "/" == config_folder || in_pod.starts_with(config_folder)) {
-    throw ConfigError(fmt::format(
-        "cluster.security.token_file: '{}' is in {}, where the pods mount the job's ConfigMap "
-        "(read-only); choose another path for --emit kubernetes",
-        token_file, kPodConfigFolder));
-  }
-  TokenFileParts parts;
-  parts.header = fmt::format(
+  return fmt::format(
       "# The job token is the file cluster.security.token_file ({file}): before applying this,\n"
-      "# put it in the Secret the pods mount it from (and keep the Secret private):\n"
-      "#   kubectl create secret generic {name}-token --from-file=token={file}\n",
-      fmt::arg("file", shell_quote(token_file)), fmt::arg("name", name));
-  // aiacc-train takes a token file only as a regular file of its own user that nobody else can
-  // read (core/net/security.cc). Kubernetes shows a Secret key as a symbolic link into
-  // ..data/, mode 0644: subPath bind-mounts the file itself instead, with the volume's mode.
-  parts.container = fmt::format(
-      "          # {file}: the Secret's key \"token\", mounted with subPath so that it is a regular\n"
-      "          # file (not Kubernetes' usual symbolic link), readable by its owner only (0400), as\n"
-      "          # aiacc-train requires of a token file. The file belongs to root and must belong to\n"
-      "          # the ranks' user: the container runs as root, and the pod must have no fsGroup\n"
-      "          # (it makes Secret files group-readable, mode 0440, which aiacc-train refuses).\n"
-      "          securityContext: {{runAsUser: 0}}\n",
-      fmt::arg("file", in_pod));
-  parts.mount = fmt::format(
-      "            - {{name: job-token, mountPath: {path}, subPath: token, readOnly: true}}\n",
-      fmt::arg("path", yaml_quote(in_pod)));
-  parts.volume = fmt::format(
-      "        - name: job-token\n"
-      "          secret:\n"
-      "            secretName: {name}-token\n"
-      "            defaultMode: 0400\n"
-      "            items: [{{key: token, path: token}}]\n",
-      fmt::arg("name", name));
-  return parts;
+      "# put it in the Secret every pod reads into {variable} (and keep the Secret private):\n"
+      "#   kubectl create secret generic {name}-token --from-file=token={file}\n"
+      "# The pods run with cluster.security.token_file cleared: the path is this machine's.\n",
+      fmt::arg("file", shell_quote(token_file)), fmt::arg("name", name),
+      fmt::arg("variable", net::kJobTokenVariable));
 }
 
 }  // namespace
@@ -310,25 +278,23 @@ std::string emit_kubernetes(const JobOptions& job, const std::string& config_pat
   const std::string name = kubernetes_name(job.job.name);
   const auto& cluster = job.cluster;
 
-  // $(POD_IP) is expanded by Kubernetes from the env below: listeners bind on the pod's address.
-  std::vector<std::string> args = {kPodConfigPath, "--set", kExternalLauncher, "--set",
-                                   "cluster.ring.interface=$(POD_IP)"};
-  for (const auto& assignment : overrides) {
-    args.insert(args.end(), {"--set", escape_kubernetes_expansion(assignment)});
-  }
-  std::string args_lines;
-  for (const auto& arg : args) args_lines += "            - " + yaml_quote(arg) + "\n";
-
   const std::string run_dir_in_pod = job.job.run_dir.front() == '/'
                                          ? job.job.run_dir
                                          : std::string(kPodWorkingFolder) + "/" + job.job.run_dir;
 
-  // The job token (cluster.security.curve): a fresh one in a Secret, passed to every pod; or,
-  // with cluster.security.token_file, the user's own Secret mounted at that path.
-  std::string secret, token_env;
-  TokenFileParts token_file;
-  if (cluster.security.curve && cluster.security.token_file.empty()) {
-    secret = fmt::format(R"(---
+  // The job token (cluster.security.curve), from the Secret <name>-token into every pod's
+  // AIACC_JOB_TOKEN: a fresh one this manifest holds, or the user's, made from the token file.
+  // The variable, not a mounted file: a Secret's files are root's, and aiacc-train takes only a
+  // token file of its own user, which would make the ranks run as root.
+  std::string secret, token_env, token_header;
+  if (cluster.security.curve) {
+    token_env = fmt::format(R"(            - name: {variable}
+              valueFrom:
+                secretKeyRef: {{name: {name}-token, key: token}}
+)",
+                            fmt::arg("variable", net::kJobTokenVariable), fmt::arg("name", name));
+    if (cluster.security.token_file.empty()) {
+      secret = fmt::format(R"(---
 # The job token: every pod of this job, and nothing else, can join it. This file holds it:
 # keep it private (or drop this Secret and create {name}-token yourself).
 apiVersion: v1
@@ -340,15 +306,21 @@ type: Opaque
 stringData:
   token: {token}
 )",
-                         fmt::arg("name", name), fmt::arg("token", net::generate_job_token()));
-    token_env = fmt::format(R"(            - name: {variable}
-              valueFrom:
-                secretKeyRef: {{name: {name}-token, key: token}}
-)",
-                            fmt::arg("variable", net::kJobTokenVariable), fmt::arg("name", name));
-  } else if (cluster.security.curve) {
-    token_file = token_file_parts(cluster.security.token_file, name);
+                           fmt::arg("name", name), fmt::arg("token", net::generate_job_token()));
+    } else {
+      token_header = token_file_header(cluster.security.token_file, name);
+    }
   }
+
+  // $(POD_IP) is expanded by Kubernetes from the env below: listeners bind on the pod's address.
+  std::vector<std::string> args = {kPodConfigPath, "--set", kExternalLauncher, "--set",
+                                   "cluster.ring.interface=$(POD_IP)"};
+  for (const auto& assignment : overrides) {
+    args.insert(args.end(), {"--set", escape_kubernetes_expansion(assignment)});
+  }
+  if (!token_header.empty()) args.insert(args.end(), {"--set", kNoTokenFile});
+  std::string args_lines;
+  for (const auto& arg : args) args_lines += "            - " + yaml_quote(arg) + "\n";
 
   // Kubernetes' default 30 s between SIGTERM and SIGKILL may not cover a checkpoint's save.
   const std::string grace =
@@ -432,13 +404,13 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: status.podIP
-{token_env}{token_container}          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
+{token_env}          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
           volumeMounts:
             - {{name: config, mountPath: {pod_config_folder}, readOnly: true}}
-{token_mount}            # - {{name: runs, mountPath: {pod_run_dir}}}
+            # - {{name: runs, mountPath: {pod_run_dir}}}
       volumes:
         - {{name: config, configMap: {{name: {name}-config}}}}
-{token_volume}        # - {{name: runs, persistentVolumeClaim: {{claimName: aiacc-runs}}}}
+        # - {{name: runs, persistentVolumeClaim: {{claimName: aiacc-runs}}}}
 )",
       fmt::arg("job_name", job.job.name), fmt::arg("config", config_path), fmt::arg("name", name),
       fmt::arg("world", cluster.world_size()), fmt::arg("ranks", describe_ranks(cluster)),
@@ -448,8 +420,7 @@ spec:
       fmt::arg("pod_run_dir", yaml_quote(run_dir_in_pod)),
       fmt::arg("config_text", yaml_literal_block(read_config_text(config_path), 2)),
       fmt::arg("args", args_lines), fmt::arg("secret", secret), fmt::arg("token_env", token_env),
-      fmt::arg("token_header", token_file.header), fmt::arg("token_container", token_file.container),
-      fmt::arg("token_mount", token_file.mount), fmt::arg("token_volume", token_file.volume),
+      fmt::arg("token_header", token_header),
       fmt::arg("grace", grace));
 }
 

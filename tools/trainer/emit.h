@@ -20,11 +20,11 @@ std::string emit_slurm(const JobOptions& job, const std::string& config_path,
                        const std::vector<std::string>& overrides);
 
 // The Kubernetes manifest (YAML, three documents) for `job`: the text of `config_path` goes into
-// a ConfigMap that every pod mounts at /config/job.yaml. A cluster.security.token_file is mounted
-// from the Secret <name>-token, which the user makes from it (kubectl create secret), as a
-// regular file of mode 0400 that the root user the container runs as owns. Throws ConfigError
-// when the config file cannot be read, job.name gives no valid Kubernetes name, or the token
-// file's path is in /config or has a line break.
+// a ConfigMap that every pod mounts at /config/job.yaml. Every pod gets the job token in
+// AIACC_JOB_TOKEN from the Secret <name>-token: a fresh one the manifest holds or, with
+// cluster.security.token_file, one the user makes from that file (kubectl create secret, in the
+// header), and then runs with token_file cleared. Throws ConfigError when the config file cannot
+// be read, job.name gives no valid Kubernetes name, or the token file's path has a line break.
 std::string emit_kubernetes(const JobOptions& job, const std::string& config_path,
                             const std::vector<std::string>& overrides);
 
