@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -35,9 +36,12 @@ std::string g_program;
 constexpr const char* kChildFlag = "--launch-test-rank";
 
 // A rank: argv = {program, kChildFlag, STARTS_FILE, HOW_RANK_0, HOW_RANK_1, ...}; HOW is
-// "exit:N" (exit N at once), "late:N" (ignore the launcher's SIGTERM, then exit N 300 ms later:
-// a rank whose error comes after another's failure) or "after-late:N" (exit N once the "late"
-// rank ignores SIGTERM). Each rank first appends "rank R attempt A" to STARTS_FILE.
+// "exit:N" (exit N at once), "at-term:N" (exit N when the launcher's SIGTERM comes, which it
+// sends only after it has recorded another rank's failure: an error that follows that failure)
+// or "once-armed:N" (exit N once an "at-term" rank waits for that SIGTERM). Each rank first
+// appends "rank R attempt A" to STARTS_FILE.
+volatile std::sig_atomic_t g_terminated = 0;
+
 int rank_main(int argc, char** argv) {
   const int rank = std::atoi(std::getenv("AIACC_RANK"));
   if (argc < 4 + rank) return 99;
@@ -46,13 +50,17 @@ int rank_main(int argc, char** argv) {
   std::ofstream(starts, std::ios::app) << "rank " << rank << " attempt " << (attempt ? attempt : "?") << "\n";
   const std::string how = argv[3 + rank];
   const int status = std::atoi(how.c_str() + how.find(':') + 1);
-  const fs::path late_ready = starts + ".late-ready";
-  if (how.rfind("late:", 0) == 0) {
-    signal(SIGTERM, SIG_IGN);
-    std::ofstream{late_ready};
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  } else if (how.rfind("after-late:", 0) == 0) {
-    for (int i = 0; i < 1000 && !fs::exists(late_ready); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const fs::path armed = starts + ".armed";
+  // (Bounded: the launcher SIGKILLs its ranks 10 s after a failure anyway.)
+  auto wait_until = [](auto done) {
+    for (int i = 0; i < 3000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  if (how.rfind("at-term:", 0) == 0) {
+    signal(SIGTERM, [](int) { g_terminated = 1; });
+    std::ofstream{armed};
+    wait_until([] { return g_terminated != 0; });
+  } else if (how.rfind("once-armed:", 0) == 0) {
+    wait_until([&] { return fs::exists(armed); });
   }
   return status;
 }
@@ -87,7 +95,7 @@ Launched launch(int max_restarts, const std::vector<std::string>& how) {
   std::ifstream in(starts_file);
   for (std::string line; std::getline(in, line);) launched.starts.push_back(line);
   fs::remove(starts_file);
-  fs::remove(starts_file.string() + ".late-ready");
+  fs::remove(starts_file.string() + ".armed");
   return launched;
 }
 
@@ -104,9 +112,10 @@ TEST(LaunchLocal, AConfigurationErrorIsNotRestarted) {
 }
 
 // Worker 1 fails first (status 1: say its connection to worker 0 broke); worker 0's own error,
-// a configuration error, comes later. The job is misconfigured: status 2, not restarted.
+// a configuration error, comes only once the launcher has stopped it for worker 1's failure.
+// The job is misconfigured: status 2, not restarted.
 TEST(LaunchLocal, AConfigurationErrorAfterAnotherFailureIsNotRestarted) {
-  const Launched l = launch(2, {"late:2", "after-late:1"});
+  const Launched l = launch(2, {"at-term:2", "once-armed:1"});
   EXPECT_EQ(l.result.exit_status, 2) << l.result.failure;
   EXPECT_THAT(l.starts, ::testing::UnorderedElementsAre("rank 0 attempt 0", "rank 1 attempt 0"));
   EXPECT_THAT(l.result.failure, ::testing::StartsWith("worker 1 (pid "));
