@@ -31,9 +31,11 @@
 #include <string>
 #include <thread>
 
+#include "core/error.h"
 #include "core/io/safetensors.h"
 #include "core/net/rendezvous_client.h"
 #include "tests/testing/process.h"
+#include "tools/trainer/process_group.h"
 
 namespace {
 
@@ -1292,6 +1294,45 @@ TEST(DistributedTrain, ARankWhoseStoreNeverAnswersSaysRankZeroMayHaveFailedToSta
                                               "here 127.0.0.1:{}", rendezvous_port(73))));
   EXPECT_THAT(r.output, HasSubstr("nothing answered there within cluster.start_timeout_s (1 s): rank 0 may have failed to "
                                   "start (its log says why"));
+}
+
+// A multi-host job whose MASTER_ADDR resolves to loopback on rank 0's host (Debian and Ubuntu map
+// the host's own name to 127.0.1.1 in /etc/hosts) beside a real cluster.ring.interface: rank 0
+// served the store on 127.0.1.1 and the other hosts waited the start timeout for it. Refused now,
+// naming MASTER_ADDR, its address and /etc/hosts; a loopback job is still served where its name
+// resolves, and a real one on its interface.
+TEST(DistributedTrain, AMasterAddrResolvingToLoopbackBesideARealInterfaceIsAConfigError) {
+  using aiacc::trainer::rendezvous_bind_host;
+  const aiacc::net::Ipv4Resolution loopback{"127.0.1.1", ""}, real{"10.1.2.3", ""}, none{"", "Name or service not known"};
+  EXPECT_EQ(rendezvous_bind_host("MASTER_ADDR", "node-a", loopback, "127.0.0.1"), "127.0.1.1");
+  EXPECT_EQ(rendezvous_bind_host("MASTER_ADDR", "node-a", real, "10.1.2.3"), "10.1.2.3");
+  auto error_of = [&](const std::string& source, const aiacc::net::Ipv4Resolution& resolved, const std::string& interface) {
+    try {
+      rendezvous_bind_host(source, "node-a", resolved, interface);
+    } catch (const aiacc::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string refused = error_of("MASTER_ADDR", loopback, "10.1.2.3");
+  EXPECT_THAT(refused, HasSubstr("MASTER_ADDR=node-a resolves to the loopback address 127.0.1.1 on rank 0's host, but "
+                                 "cluster.ring.interface is 10.1.2.3: the other hosts could not reach"));
+  EXPECT_THAT(refused, HasSubstr("/etc/hosts"));
+  EXPECT_THAT(refused, HasSubstr("set MASTER_ADDR to this host's address on the job's network (e.g. 10.1.2.3)"));
+  EXPECT_THAT(error_of("cluster.master_addr", real, "127.0.0.1"),
+              HasSubstr("cluster.master_addr=node-a is not loopback (it resolves to 10.1.2.3), but cluster.ring.interface "
+                        "is 127.0.0.1"));
+  EXPECT_THAT(error_of("MASTER_ADDR", none, "127.0.0.1"),
+              HasSubstr("MASTER_ADDR=node-a is not loopback (it does not resolve here: Name or service not known)"));
+
+  // The program: rank 0 says so at once (status 2), not after the start timeout.
+  const fs::path config = scratch() / "loopback_master.yaml";
+  std::ofstream(config) << mlp_job("loopback_master", 32, "  workers: 2\n  launcher: external\n  start_timeout_s: 5\n");
+  const auto r = aiacc::testing::run_command(fmt::format("RANK=0 {} {} {} --set cluster.ring.interface=192.0.2.1 2>&1",
+                                                         external_env(2, 75), g_program, config.string()));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("MASTER_ADDR=127.0.0.1 resolves to the loopback address 127.0.0.1 on rank 0's host, "
+                                  "but cluster.ring.interface is 192.0.2.1"));
 }
 
 }  // namespace

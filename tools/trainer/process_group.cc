@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -67,27 +68,12 @@ std::string first_differences(const std::string& a, const std::string& b, int li
   return fmt::format("{}", fmt::join(out, "; "));
 }
 
-// Where rank 0 serves the rendezvous store: the loopback address the master address resolves
-// to (the one the other ranks' connections reach: a host name may resolve to 127.0.1.1, where a
-// store on 127.0.0.1 would never answer), otherwise the configured interface
-// (cluster.ring.interface), never every interface: a store reachable on interfaces the job does
-// not use is attack surface for nothing.
 std::string bind_host(const std::string& address, const ClusterOptions& cluster) {
   const std::string host = address.substr(0, address.rfind(':'));
-  const net::Ipv4Resolution resolved = net::resolve_ipv4(host);
-  if (net::is_loopback_ipv4(resolved.address)) return resolved.address;
-  const std::string& interface = cluster.ring.comm.interface;
-  if (net::is_loopback_ipv4(interface)) {
-    throw ConfigError(fmt::format(
-        "the rendezvous address {} is not loopback ({}), but cluster.ring.interface is {}: rank 0 "
-        "would listen where the other hosts cannot reach it; set cluster.ring.interface to this "
-        "host's address on the job's network",
-        address,
-        resolved.address.empty() ? fmt::format("'{}' does not resolve here: {}", host, resolved.error)
-                                 : fmt::format("'{}' resolves to {}", host, resolved.address),
-        interface));
-  }
-  return interface;
+  const char* master_addr = std::getenv("MASTER_ADDR");
+  const bool from_env = master_addr != nullptr && *master_addr != '\0';
+  return rendezvous_bind_host(from_env ? "MASTER_ADDR" : "cluster.master_addr", host, net::resolve_ipv4(host),
+                              cluster.ring.comm.interface);
 }
 
 int port_of(const std::string& address) {
@@ -453,6 +439,29 @@ void ProcessGroup::finish() {
   if (ps_client_) ps_client_->expect_shard_exits();
   barrier();
   if (role_.rank == 0 && cluster_.servers > 0) ps_client()->shutdown_servers();
+}
+
+std::string rendezvous_bind_host(const std::string& source, const std::string& host,
+                                 const net::Ipv4Resolution& resolved, const std::string& interface) {
+  const bool loopback = net::is_loopback_ipv4(resolved.address);
+  if (loopback == net::is_loopback_ipv4(interface)) return loopback ? resolved.address : interface;
+  if (loopback) {
+    // Serving there would be unreachable from the other hosts, and serving on the interface
+    // unreachable from this rank's own connection to `host`: either way a start timeout later.
+    throw ConfigError(fmt::format(
+        "{}={} resolves to the loopback address {} on rank 0's host, but cluster.ring.interface is {}: the other "
+        "hosts could not reach the rendezvous store there (a host's own name resolves to 127.0.1.1 where /etc/hosts "
+        "maps it so, as Debian and Ubuntu do); set {} to this host's address on the job's network (e.g. {}), or map "
+        "the name to that address in /etc/hosts",
+        source, host, resolved.address, interface, source, interface));
+  }
+  throw ConfigError(fmt::format(
+      "{}={} is not loopback ({}), but cluster.ring.interface is {}: rank 0 would listen where the other hosts "
+      "cannot reach it; set cluster.ring.interface to this host's address on the job's network",
+      source, host,
+      resolved.address.empty() ? fmt::format("it does not resolve here: {}", resolved.error)
+                               : fmt::format("it resolves to {}", resolved.address),
+      interface));
 }
 
 }  // namespace aiacc::trainer

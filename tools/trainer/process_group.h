@@ -147,4 +147,13 @@ class ProcessGroup {
   bool timeout_explained_ = false;  // explain_timeout has published this rank's report
 };
 
+// Where rank 0 serves the rendezvous store, given the master address `host` (named by `source`:
+// MASTER_ADDR or cluster.master_addr), what it resolves to on this host, and
+// cluster.ring.interface: the loopback address it resolves to when the job is on loopback (a
+// host name may resolve to 127.0.1.1, where a store on 127.0.0.1 would never answer), otherwise
+// the interface, never every interface (a store reachable on interfaces the job does not use is
+// attack surface for nothing). Throws ConfigError where the other ranks could not reach it.
+std::string rendezvous_bind_host(const std::string& source, const std::string& host,
+                                 const net::Ipv4Resolution& resolved, const std::string& interface);
+
 }  // namespace aiacc::trainer
