@@ -85,6 +85,13 @@ void check_job_token(std::string_view token, std::string_view source) {
   }
 }
 
+std::string token_line(std::string_view text) {
+  std::string_view line = text.substr(0, text.find('\n'));
+  const auto first = line.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return "";
+  return std::string(line.substr(first, line.find_last_not_of(" \t\r") - first + 1));
+}
+
 std::string read_job_token_file(const std::string& path) {
   // Open first, then check what was opened (no stat-then-open race), without following a
   // symbolic link (which could point anywhere, e.g. at a file someone else controls).
@@ -134,10 +141,7 @@ std::string read_job_token_file(const std::string& path) {
                                   std::strerror(errno)));
   }
   text.resize(static_cast<std::size_t>(got));
-  std::string line = text.substr(0, text.find('\n'));
-  const auto first = line.find_first_not_of(" \t\r");
-  const auto last = line.find_last_not_of(" \t\r");
-  line = first == std::string::npos ? "" : line.substr(first, last - first + 1);
+  std::string line = token_line(text);
   if (line.empty()) {
     throw ConfigError(fmt::format("cluster.security.token_file: '{}' is empty", path));
   }
@@ -148,11 +152,9 @@ std::string read_job_token_file(const std::string& path) {
 
 std::optional<std::string> job_token_from_environment(const std::string& token_file) {
   if (const char* value = std::getenv(kJobTokenVariable); value != nullptr) {
-    // A Kubernetes Secret made from a token file (--from-file) hands the pods the file's line
-    // break too: take the line, as read_job_token_file does.
-    std::string token(value);
-    if (token.ends_with('\n')) token.pop_back();
-    if (token.ends_with('\r')) token.pop_back();
+    // A Kubernetes Secret made from a token file (--from-file) hands the pods the whole file:
+    // the token is what read_job_token_file takes from it.
+    std::string token = token_line(value);
     check_job_token(token, kJobTokenVariable);
     return token;
   }

@@ -31,6 +31,11 @@ std::string generate_job_token();
 // handshake); odd characters break shells and manifests that carry them.
 void check_job_token(std::string_view token, std::string_view source);
 
+// The token a token file's text holds: its first line, without surrounding blanks (spaces, tabs,
+// a Windows line end). AIACC_JOB_TOKEN is read the same way, as a Secret made from the file
+// hands it over whole.
+std::string token_line(std::string_view text);
+
 // The token in `path`: its first line without surrounding whitespace. Throws ConfigError when
 // the file cannot be read, is a symbolic link or not a regular file, belongs to another user,
 // is empty, or can be read by other users (like ssh with a key file: a token others can read

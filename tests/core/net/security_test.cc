@@ -2,6 +2,7 @@
 // admission: processes with the job's token form meshes and reach the rendezvous store over
 // CURVE; a process without it (no CURVE, or another token) gets no message through, times out,
 // and is counted and logged as refused by the process it tried.
+#include <cstdlib>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
@@ -87,6 +88,25 @@ class TokenFile : public ::testing::Test {
 TEST_F(TokenFile, ReadsTheFirstLineTrimmed) {
   write("  " + kToken + " \nsecond line\n", 0600);
   EXPECT_EQ(read_job_token_file(path_), kToken);
+}
+
+// A Secret made from a token file hands AIACC_JOB_TOKEN the whole file: the variable gives the
+// token the file gives (its first line, trimmed), or pods refuse what ranks elsewhere accept.
+TEST_F(TokenFile, TheEnvironmentVariableHoldingTheFileGivesTheFilesToken) {
+  const std::string text = "  " + kToken + " \t\r\nsecond line\n";
+  write(text, 0600);
+  const char* saved = std::getenv("AIACC_JOB_TOKEN");
+  const std::string before = saved != nullptr ? saved : "";
+  ::setenv("AIACC_JOB_TOKEN", text.c_str(), 1);
+  const auto from_environment = job_token_from_environment("");
+  if (saved != nullptr) {
+    ::setenv("AIACC_JOB_TOKEN", before.c_str(), 1);
+  } else {
+    ::unsetenv("AIACC_JOB_TOKEN");
+  }
+  ASSERT_TRUE(from_environment.has_value());
+  EXPECT_EQ(*from_environment, read_job_token_file(path_));
+  EXPECT_EQ(*from_environment, kToken);
 }
 
 TEST_F(TokenFile, RefusesAFileOtherUsersCanRead) {
