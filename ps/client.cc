@@ -204,36 +204,27 @@ Ticket PsClient::push(const std::string& table, std::span<const std::int64_t> id
   // thread at once, the shards' chunks in turn: the socket sends the gathered rows while they
   // are still in cache and while the next chunk is gathered, instead of after a gather of the
   // whole request through memory (at dim 128, 100k rows are 51 MB).
-  int submitted = 0;
-  try {
-    for (std::size_t c = 0; c < max_chunks; ++c) {
-      for (const ShardRows& s : shards) {
-        if (c >= s.chunks) continue;
-        const std::size_t rows = s.ids->size();
-        const std::size_t begin = c * std::min(chunk, std::max<std::size_t>(rows, 1));
-        const std::size_t end = std::min(rows, begin + std::min(chunk, rows));
-        // Left uninitialised: every row is written.
-        const std::shared_ptr<float[]> grads_owner(new float[std::max<std::size_t>((end - begin) * d, 1)]);
-        for (std::size_t j = begin; j < end; ++j) {
-          kernels::copy_row(grads_owner.get() + (j - begin) * d,
-                            unique_grads + static_cast<std::size_t>((*s.positions)[j]) * d, d);
-        }
-        detail::OutRequest r = make_request(t, s.shard, Op::push, table, step, end - begin, d);
-        r.header.lr = lr;
-        r.frames = {slice_bytes(s.ids->data(), begin, end), slice_bytes(grads_owner.get(), 0, (end - begin) * d)};
-        r.owners = {s.ids, grads_owner};
-        r.send_twice = options_.duplicate_pushes_for_testing;
-        std::vector<detail::OutRequest> one;
-        one.push_back(std::move(r));
-        io_->submit(std::move(one));
-        ++submitted;
+  for (std::size_t c = 0; c < max_chunks; ++c) {
+    for (const ShardRows& s : shards) {
+      if (c >= s.chunks) continue;
+      const std::size_t rows = s.ids->size();
+      const std::size_t begin = c * std::min(chunk, std::max<std::size_t>(rows, 1));
+      const std::size_t end = std::min(rows, begin + std::min(chunk, rows));
+      // Left uninitialised: every row is written.
+      const std::shared_ptr<float[]> grads_owner(new float[std::max<std::size_t>((end - begin) * d, 1)]);
+      for (std::size_t j = begin; j < end; ++j) {
+        kernels::copy_row(grads_owner.get() + (j - begin) * d,
+                          unique_grads + static_cast<std::size_t>((*s.positions)[j]) * d, d);
       }
+      detail::OutRequest r = make_request(t, s.shard, Op::push, table, step, end - begin, d);
+      r.header.lr = lr;
+      r.frames = {slice_bytes(s.ids->data(), begin, end), slice_bytes(grads_owner.get(), 0, (end - begin) * d)};
+      r.owners = {s.ids, grads_owner};
+      r.send_twice = options_.duplicate_pushes_for_testing;
+      std::vector<detail::OutRequest> one;
+      one.push_back(std::move(r));
+      io_->submit(std::move(one));
     }
-  } catch (...) {
-    // The chunks already handed over go on (an async push has no all-or-nothing); the ticket
-    // counts the others as failed, so it completes, with this error, once those are answered.
-    for (int i = submitted; i < total; ++i) t->finish_one(std::current_exception());
-    throw;
   }
   return Ticket(std::move(t));
 }
