@@ -111,7 +111,8 @@ class MetricsLog {
  private:
   void append_as_only_writer(const std::string& line);
   void append_beside_others(std::string line);
-  // Whether the file is empty or ends with a newline (false when it cannot be read).
+  // Whether the file is empty or ends with a newline (also true when it cannot be read, or is not
+  // a regular file: no line break is added then).
   bool ends_with_newline() const;
   // Removes the `written` bytes a failed append left at the end of the file; false when it
   // cannot (not a regular file, or the file is shorter than that).
