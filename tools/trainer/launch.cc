@@ -127,9 +127,13 @@ std::optional<InjectedFault> injected_fault(int rank) {
   if (fields < 2 || (kind != "kill" && kind != "stop" && kind != "term")) {
     throw ConfigError(fmt::format("AIACC_TEST_KILL_AT='{}': expected RANK:STEP[:kill|stop|term]", spec));
   }
-  const auto restart = env(kRestartCountVariable);
-  if (at_rank != rank || (restart && *restart != "0")) return std::nullopt;
+  if (at_rank != rank || restart_attempt() != 0) return std::nullopt;
   return InjectedFault{step, kind == "stop" ? SIGSTOP : kind == "term" ? SIGTERM : SIGKILL};
+}
+
+int restart_attempt() {
+  const char* value = std::getenv(kRestartCountVariable);
+  return value != nullptr ? std::max(0, std::atoi(value)) : 0;
 }
 
 std::optional<ProcessRole> role_from_environment(const ClusterOptions& cluster) {

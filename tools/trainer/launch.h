@@ -78,6 +78,9 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
                           bool ranks_stop_on_signal = false);
 
 inline constexpr const char* kRestartCountVariable = "AIACC_RESTART_COUNT";
+// This process's attempt of its job under the local launcher (kRestartCountVariable): 0 for the
+// first, or when the variable is unset or not a number.
+int restart_attempt();
 
 // Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP[:kill|stop|term] makes process RANK
 // kill itself (SIGKILL, as a crash would), freeze (SIGSTOP, as a hung host would) or send itself

@@ -317,9 +317,7 @@ nlohmann::json run_start_record(const JobOptions& options, std::int64_t step, st
                            {"workers", options.cluster.workers}, {"servers", options.cluster.servers},
                            {"time", time}};
   // The local launcher numbers its attempts (cluster.max_restarts) in the ranks' environment.
-  if (const char* restart = std::getenv(kRestartCountVariable); restart != nullptr && std::atoi(restart) > 0) {
-    record["restart"] = std::atoi(restart);
-  }
+  if (const int restart = restart_attempt(); restart > 0) record["restart"] = restart;
   if (!trace_name.empty()) record["trace"] = trace_name;
   return record;
 }
