@@ -17,11 +17,12 @@ std::string TuningCandidate::str() const {
 }
 
 AutoTuner::AutoTuner(std::shared_ptr<Communicator> comm, std::vector<TuningCandidate> candidates, int warmup_steps,
-                     int measured_steps)
+                     int measured_steps, TuningScore score)
     : comm_(std::move(comm)),
       candidates_(std::move(candidates)),
       warmup_steps_(warmup_steps),
       measured_steps_(std::max(1, measured_steps)),
+      score_(score),
       scores_(candidates_.size(), 0.0) {
   AIACC_CHECK(!candidates_.empty(), "auto-tuner needs candidates");
   for (const auto& c : candidates_) {
@@ -35,8 +36,15 @@ bool AutoTuner::record(double step_seconds) {
   if (done_) return false;
   if (++steps_in_candidate_ > warmup_steps_) times_.push_back(step_seconds);
   if (steps_in_candidate_ < warmup_steps_ + measured_steps_) return false;
-  std::nth_element(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(times_.size() / 2), times_.end());
-  scores_[static_cast<std::size_t>(current_)] = times_[times_.size() / 2];
+  double score = 0;
+  if (score_ == TuningScore::kMean) {
+    for (double t : times_) score += t;
+    score /= static_cast<double>(times_.size());
+  } else {
+    std::nth_element(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(times_.size() / 2), times_.end());
+    score = times_[times_.size() / 2];
+  }
+  scores_[static_cast<std::size_t>(current_)] = score;
   times_.clear();
   steps_in_candidate_ = 0;
   if (current_ + 1 < static_cast<int>(candidates_.size())) {
@@ -71,7 +79,8 @@ bool AutoTuner::record(double step_seconds) {
   for (std::size_t i = 0; i < candidates_.size(); ++i) {
     table += fmt::format("{}{}: {:.2f} ms", i ? "; " : "", candidates_[i].str(), 1e3 * scores_[i]);
   }
-  log::get("ring")->info("auto-tuning chose {} (median step times on rank 0: {})", current().str(), table);
+  log::get("ring")->info("auto-tuning chose {} ({} step times on rank 0: {})", current().str(),
+                          score_ == TuningScore::kMean ? "mean" : "median", table);
   return current_ != previous;
 }
 

@@ -13,6 +13,13 @@
 
 namespace aiacc::ring {
 
+// How a candidate's measured step times become its score.
+enum class TuningScore {
+  kMedian,  // robust to a rare slow step (a trainer's steps include compute, and its hiccups)
+  kMean,    // what a run of many back-to-back steps will average: counts tail delays (queueing,
+            // retransmits) that grow with the stream count
+};
+
 struct TuningCandidate {
   std::int64_t bucket_bytes = 0;
   int streams = 1;
@@ -22,11 +29,11 @@ struct TuningCandidate {
 class AutoTuner {
  public:
   // Tries each candidate for warmup_steps (not measured: connections and caches settle) plus
-  // measured_steps steps; the score of a candidate is the median of its measured step times.
-  // The choice: the fewest streams among the candidates within 5% of the best score (the
+  // measured_steps steps; the score of a candidate is the median (or mean) of its measured step
+  // times. The choice: the fewest streams among the candidates within 5% of the best score (the
   // fastest of those if they tie on streams).
   AutoTuner(std::shared_ptr<Communicator> comm, std::vector<TuningCandidate> candidates, int warmup_steps = 1,
-            int measured_steps = 3);
+            int measured_steps = 3, TuningScore score = TuningScore::kMedian);
 
   // The setting to use for the next step.
   const TuningCandidate& current() const { return candidates_[static_cast<std::size_t>(current_)]; }
@@ -44,13 +51,14 @@ class AutoTuner {
   // current() changed.
   bool record(double step_seconds);
 
-  // Median step time per candidate (rank 0's after tuning: what the choice was based on).
+  // Score (median or mean step time) per candidate (rank 0's after tuning: what the choice was based on).
   const std::vector<double>& scores() const { return scores_; }
 
  private:
   std::shared_ptr<Communicator> comm_;
   std::vector<TuningCandidate> candidates_;
   int warmup_steps_, measured_steps_;
+  TuningScore score_;
   int current_ = 0, steps_in_candidate_ = 0;
   bool done_ = false;
   std::vector<double> times_;

@@ -36,6 +36,27 @@ TEST(AutoTuner, FewestStreamsAmongTheNearFastest) {
   EXPECT_EQ(choice_for({1.0, 1.01, 1.02, 1.03}), 1);
 }
 
+// Candidates 1, 2, 4, 8 streams, three measured steps each: 8 streams has two fast steps and one
+// slow one (a queue overrun), 4 streams three steady ones.
+int choice_by(TuningScore score) {
+  int chosen = -1;
+  run_world(1, ring_options(8), [&](std::shared_ptr<Communicator> comm) {
+    std::vector<TuningCandidate> candidates;
+    for (int k = 1; k <= 8; k *= 2) candidates.push_back({1 << 20, k});
+    AutoTuner tuner(comm, candidates, 0, 3, score);
+    for (double t : {8.0, 8.0, 8.0, 4.0, 4.0, 4.0, 2.0, 2.0, 2.0, 1.8, 1.8, 3.0}) tuner.record(t);
+    EXPECT_TRUE(tuner.done());
+    EXPECT_DOUBLE_EQ(tuner.scores()[3], score == TuningScore::kMean ? 2.2 : 1.8);
+    chosen = tuner.current().streams;
+  });
+  return chosen;
+}
+
+TEST(AutoTuner, TheMeanCountsASlowStepTheMedianIgnores) {
+  EXPECT_EQ(choice_by(TuningScore::kMedian), 8);
+  EXPECT_EQ(choice_by(TuningScore::kMean), 4);
+}
+
 // Runs the balancer over `updates` rounds of the model: stream s takes latency + w_s * bytes /
 // rate_s seconds. Returns the final weights.
 std::vector<double> balance(const std::vector<double>& rates, std::vector<double> start, int updates) {
