@@ -123,14 +123,6 @@ struct ModelOptions {
   }
 };
 
-// An option block of a model type other than the selected one: it changes nothing (it may be
-// kept for switching types with --set model.type=...).
-struct UnusedModelOptions {
-  std::string where;              // where the block is written (file:line:col, or the --set)
-  std::vector<std::string> keys;  // its keys in full ("model.resnet.depth"), or the block when empty
-};
-std::vector<UnusedModelOptions> unused_model_options(const ModelOptions& options);
-
 // Builds the model `options.type` with its option block. Throws ConfigError for bad options.
 std::unique_ptr<Model> make_model(const ModelOptions& options, const ModelContext& context);
 

@@ -33,6 +33,18 @@ bool needs_quotes(const std::string& s) {
 
 }  // namespace
 
+std::vector<UnusedBlock> TypedBlocks::unused(const std::string& selected) const {
+  std::vector<UnusedBlock> out;
+  for (const auto& [name, block] : blocks) {
+    if (name == selected) continue;
+    UnusedBlock entry{block.where(), {}};
+    for (const auto& key : block.keys()) entry.keys.push_back(join_path(block.path(), key));
+    if (entry.keys.empty()) entry.keys.push_back(block.path());
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 // Well-formed UTF-8: no stray continuation bytes, overlong forms, surrogates or code points
 // above U+10FFFF (what nlohmann::json accepts when it writes a string).
 bool is_utf8(std::string_view text) {

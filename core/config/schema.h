@@ -103,6 +103,13 @@ class Catalog {
 };
 
 // The raw option blocks of a polymorphic section, keyed by implementation name.
+// An option block of a type other than the selected one: it changes nothing (it may be kept for
+// switching types with --set ...type=...).
+struct UnusedBlock {
+  std::string where;              // where the block is written (file:line:col, or the --set)
+  std::vector<std::string> keys;  // its keys in full ("model.resnet.depth"), or the block when empty
+};
+
 struct TypedBlocks {
   std::map<std::string, Node> blocks;
   // The block for `type`, or an absent node (all defaults).
@@ -110,6 +117,8 @@ struct TypedBlocks {
     auto it = blocks.find(type);
     return it == blocks.end() ? Node() : it->second;
   }
+  // The blocks of every type but `selected`.
+  std::vector<UnusedBlock> unused(const std::string& selected) const;
 };
 
 // ---- type traits ----

@@ -520,6 +520,24 @@ TEST(Registry, ABlockWithNoValueIsRefused) {
   EXPECT_EQ(read<Holder>(Document::from_string("type: small\nsmall: {}\n", "w.yaml").root()).type, "small");
 }
 
+// The blocks of types not selected change nothing: listed with their full keys and where they
+// are written, so the trainer can say so (a block without keys is named itself).
+TEST(Registry, UnusedBlocksAreTheOtherTypesWithTheirKeys) {
+  auto h = read<Holder>(Document::from_string("type: small\nsmall: {size: 5}\nlarge: {width: 7}\n", "w.yaml").root());
+  auto unused = h.options.unused(h.type);
+  ASSERT_EQ(unused.size(), 1u);
+  EXPECT_THAT(unused[0].where, HasSubstr("w.yaml:3:"));
+  EXPECT_EQ(unused[0].keys, std::vector<std::string>{"large.width"});
+  unused = h.options.unused("large");
+  ASSERT_EQ(unused.size(), 1u);
+  EXPECT_EQ(unused[0].keys, std::vector<std::string>{"small.size"});
+  h = read<Holder>(Document::from_string("type: small\nlarge: {}\n", "w.yaml").root());
+  unused = h.options.unused(h.type);
+  ASSERT_EQ(unused.size(), 1u);
+  EXPECT_EQ(unused[0].keys, std::vector<std::string>{"large"});
+  EXPECT_TRUE(read<Holder>(Document::from_string("type: small\nsmall: {size: 5}\n", "w.yaml").root()).options.unused("small").empty());
+}
+
 TEST(Registry, ReferenceListsEveryBlockResolvedOnlyTheChosen) {
   std::string reference = write(Holder{}, Writer::Mode::reference);
   EXPECT_THAT(reference, HasSubstr("large:"));

@@ -537,6 +537,27 @@ TEST(Cli, OptionsOfAnotherModelTypeAreWarnedAbout) {
   EXPECT_THAT(o.output, Not(HasSubstr("no effect")));
 }
 
+// The same for a data split's options of a dataset type it does not read: data.train.criteo_tsv
+// beside data.train.type: synthetic_ctr was taken without a word.
+TEST(Cli, OptionsOfAnotherDatasetTypeAreWarnedAbout) {
+  const std::string job = write_temp("aiacc_cli_otherdata.yaml",
+                                     "job: {name: cli_test, run_dir: /tmp/aiacc_cli_test}\n"
+                                     "model: {type: mlp, mlp: {hidden: [16]}}\n"
+                                     "data:\n  batch_size: 32\n"
+                                     "  train: {type: synthetic_images, synthetic_images: {size: 256}, idx_images: {limit: 10}}\n"
+                                     "  test: {type: synthetic_images, synthetic_images: {size: 64}}\n");
+  auto o = run(job + " --dry-run");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("aiacc_cli_otherdata.yaml:5:"));
+  EXPECT_THAT(o.output, HasSubstr(": data.train.idx_images.limit has no effect: data.train.type is synthetic_images "
+                                  "(only the options of the selected type are used)"));
+  EXPECT_THAT(o.output, Not(HasSubstr("data.train.synthetic_images")));
+  EXPECT_THAT(o.output, Not(HasSubstr("data.test")));
+  o = run(job + " --dry-run --set data.test.idx_images.limit=5");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("data.test.idx_images.limit has no effect: data.test.type is synthetic_images"));
+}
+
 // One process communicates with nobody: its progress records said a few percent of each
 // interval went to communication (the local tables' row updates were timed as such) while its
 // summary said 0.

@@ -339,10 +339,15 @@ void warn_unused_settings(const JobOptions& options) {
     }
     warn_no_effect("", unused, "the job has no parameter servers (cluster.servers: 0)");
   }
-  for (const auto& block : models::unused_model_options(options.model)) {
-    warn_no_effect(block.where, block.keys,
-                   fmt::format("model.type is {} (only the options of the selected type are used)", options.model.type));
-  }
+  auto warn_unused_blocks = [](const config::TypedBlocks& blocks, const std::string& type_key, const std::string& type) {
+    for (const auto& block : blocks.unused(type)) {
+      warn_no_effect(block.where, block.keys,
+                     fmt::format("{} is {} (only the options of the selected type are used)", type_key, type));
+    }
+  };
+  warn_unused_blocks(options.model.options, "model.type", options.model.type);
+  warn_unused_blocks(options.data.train.options, "data.train.type", options.data.train.type);
+  warn_unused_blocks(options.data.test.options, "data.test.type", options.data.test.type);
 }
 
 }  // namespace
