@@ -7,20 +7,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-
-#include <csignal>
 #include <cstring>
 #include <fstream>
 
 #include "core/error.h"
 #include "core/io/safetensors.h"
 #include "tests/core/io/temp_dir.h"
+#include "tests/testing/file_size_limit.h"
 
 namespace aiacc::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using aiacc::testing::FileSizeLimit;
 using aiacc::testing::list_names;
 using aiacc::testing::read_bytes;
 using aiacc::testing::TempDir;
@@ -284,20 +283,15 @@ TEST(CheckpointTest, FailedSaveLeavesPreviousCheckpointLoadable) {
   Checkpoint big = make_checkpoint(2);
   big.files["model"].emplace_back("huge", Tensor::zeros(Shape{64 * 1024}));
 
-  rlimit saved{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
-  auto saved_handler = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit limited = saved;
-  limited.rlim_cur = 16 * 1024;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
   std::string message;
-  try {
-    manager.save(big);
-  } catch (const IoError& e) {
-    message = e.what();
+  {
+    const FileSizeLimit limit(16 * 1024);
+    try {
+      manager.save(big);
+    } catch (const IoError& e) {
+      message = e.what();
+    }
   }
-  ::setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, saved_handler);
 
   EXPECT_THAT(message, HasSubstr("model.safetensors"));
   EXPECT_THAT(list_names(manager.directory()), ElementsAre("step-000000000001"));

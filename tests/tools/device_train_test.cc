@@ -15,11 +15,14 @@
 
 #include "core/error.h"
 #include "tests/testing/fake_device.h"
+#include "tests/testing/scoped_env.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/trainer.h"
 
 namespace aiacc::trainer {
 namespace {
+
+using aiacc::testing::ScopedEnv;
 
 constexpr const char* kImages =
     "data:\n"
@@ -144,12 +147,15 @@ TEST(DeviceTraining, ANonFiniteStepIsFoundOnTheDeviceAndSkipped) {
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_nan";
   std::filesystem::remove_all(base);
   const std::string model = "model: {type: mlp, mlp: {hidden: [8]}}\n";
-  ::setenv("AIACC_TEST_NAN_AT", "3", 1);
   Trainer on_cpu(job_in(base / "cpu", model, "cpu", "{type: sgd, lr: 0.05}", ", non_finite: skip"));
   Trainer on_device(job_in(base / "device", model, "cuda", "{type: sgd, lr: 0.05}", ", non_finite: skip"));
-  const TrainResult cpu = on_cpu.run();
-  const TrainResult device = on_device.run();
-  ::unsetenv("AIACC_TEST_NAN_AT");
+  TrainResult cpu;
+  TrainResult device;
+  {
+    const ScopedEnv nan_at_step_3("AIACC_TEST_NAN_AT", "3");
+    cpu = on_cpu.run();
+    device = on_device.run();
+  }
   EXPECT_EQ(device.last_train_loss, cpu.last_train_loss);
   expect_bitwise(on_device.model_tensors(), on_cpu.model_tensors());
   // The skipped step left the parameters finite (a NaN step applied would not have).
@@ -192,11 +198,12 @@ TEST(DeviceTraining, AnOverflowingFp16StepIsSkippedAndTheLossScaleBacksOff) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_fp16_overflow";
   std::filesystem::remove_all(base);
-  ::setenv("AIACC_TEST_NAN_AT", "3", 1);
   Trainer job(job_in(base, "model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "cuda",
                      "{type: sgd, lr: 0.05, momentum: 0.9}", "", "fp16"));
-  const TrainResult got = job.run();
-  ::unsetenv("AIACC_TEST_NAN_AT");
+  const TrainResult got = [&] {
+    const ScopedEnv nan_at_step_3("AIACC_TEST_NAN_AT", "3");
+    return job.run();
+  }();
   EXPECT_EQ(got.overflow_steps, 1);
   EXPECT_EQ(got.loss_scale, 32768.0);
   // The scale is part of the checkpoints: a job resumed from step 4 (after the overflow at
@@ -231,24 +238,29 @@ TEST(DeviceTraining, EachWorkersGpuFollowsItsLocalRankOrItsOnlyVisibleGpu) {
     options.cluster.workers = workers;
     return options;
   };
-  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  const ScopedEnv no_visible_devices("CUDA_VISIBLE_DEVICES", std::nullopt);
+  const ScopedEnv no_local_world_size("LOCAL_WORLD_SIZE", std::nullopt);
+  const ScopedEnv no_gpus_per_task("SLURM_GPUS_PER_TASK", std::nullopt);
   EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
   EXPECT_EQ(job_device(job("cuda", 1), 1), Device::cuda(0));
   EXPECT_EQ(job_device(job("cuda:3", 2), 1), Device::cuda(3));
-  ::setenv("CUDA_VISIBLE_DEVICES", "5", 1);
-  // One device for the whole node (two processes here see the same variable): GPU r as ever,
-  // whose absence the plugin reports, not every worker on one GPU.
-  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
-  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
-  ::setenv("LOCAL_WORLD_SIZE", "1", 1);  // one process of the job on this machine
-  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(0));
-  ::unsetenv("LOCAL_WORLD_SIZE");
-  ::setenv("SLURM_GPUS_PER_TASK", "1", 1);  // Slurm binds a GPU to each task
-  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(0));
-  ::setenv("CUDA_VISIBLE_DEVICES", "4,5", 1);
-  EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
-  ::unsetenv("SLURM_GPUS_PER_TASK");
-  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  {
+    const ScopedEnv one_visible_device("CUDA_VISIBLE_DEVICES", "5");
+    {
+      // One device for the whole node (two processes here see the same variable): GPU r as
+      // ever, whose absence the plugin reports, not every worker on one GPU.
+      const ScopedEnv two_local_processes("LOCAL_WORLD_SIZE", "2");
+      EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
+    }
+    {
+      const ScopedEnv one_local_process("LOCAL_WORLD_SIZE", "1");  // one process of the job on this machine
+      EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(0));
+    }
+    const ScopedEnv gpu_per_task("SLURM_GPUS_PER_TASK", "1");  // Slurm binds a GPU to each task
+    EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(0));
+    const ScopedEnv two_visible_devices("CUDA_VISIBLE_DEVICES", "4,5");
+    EXPECT_EQ(job_device(job("cuda", 2), 1), Device::cuda(1));
+  }
   EXPECT_EQ(job_device(job("cpu", 2), 1), Device::cpu());
 }
 

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "core/error.h"
 #include "core/net/security.h"
 #include "tests/testing/process.h"
+#include "tests/testing/scoped_env.h"
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 
@@ -25,6 +25,7 @@ namespace aiacc::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using aiacc::testing::ScopedEnv;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -188,28 +189,6 @@ TEST_F(EmitTest, KubernetesManifestWithATokenFilePassesItsSecretInTheEnvironment
                           "cluster.ring.interface=$(POD_IP)", "--set",
                           "cluster.security.token_file=''"));
 }
-
-// Sets an environment variable for a scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // A pod as Kubernetes runs it: the ConfigMap's config with the manifest's arguments, and
 // AIACC_JOB_TOKEN holding the token file's bytes as they are (kubectl create secret

@@ -10,12 +10,10 @@
 
 #include <dlfcn.h>
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -26,6 +24,7 @@
 
 #include "core/error.h"
 #include "tests/core/io/temp_dir.h"
+#include "tests/testing/file_size_limit.h"
 
 namespace {
 std::atomic<int> g_fstat_calls{0};
@@ -214,6 +213,7 @@ TEST(MetricMeterTest, MergeEqualsOneMeterOverAllData) {
   EXPECT_THROW(merged.merge(MetricMeter(Task::classification)), InternalError);
 }
 
+using aiacc::testing::FileSizeLimit;
 using aiacc::testing::read_bytes;
 using aiacc::testing::TempDir;
 using aiacc::testing::write_bytes;
@@ -223,26 +223,6 @@ std::string record(int step) {
   return fmt::format(R"({{"kind":"train","step":{},"loss":0.6931471805599453,"samples_per_s":12345.6}})",
                      step);
 }
-
-// Files of this process end at `bytes` for the scope (ulimit -f): a write past it fails with
-// EFBIG, as one past a full disk's end fails with ENOSPC.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(std::size_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    rlimit small = saved_;
-    small.rlim_cur = static_cast<rlim_t>(bytes);
-    ::setrlimit(RLIMIT_FSIZE, &small);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    std::signal(SIGXFSZ, handler_);
-  }
-
- private:
-  rlimit saved_{};
-  void (*handler_)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
-};
 
 TEST(MetricsLogTest, AppendsWholeLinesToAnExistingFile) {
   TempDir dir;

@@ -4,20 +4,19 @@
 // resume: never and overwrite beside an earlier run, and what overwrite removes or refuses to.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "tests/testing/file_size_limit.h"
+#include "tests/testing/scoped_env.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/run_folder.h"
@@ -26,6 +25,9 @@
 
 namespace aiacc::trainer {
 namespace {
+
+using aiacc::testing::FileSizeLimit;
+using aiacc::testing::ScopedEnv;
 
 JobOptions job_in(const std::filesystem::path& run_dir, const std::string& model_block,
                   const std::string& data_block) {
@@ -188,26 +190,6 @@ TEST(Resume, OverwriteRemovesOnlyWhatTheTrainerWrote) {
   std::filesystem::remove_all(folder);
 }
 
-// Sets an environment variable for a scope, restoring what was there.
-class ScopedVariable {
- public:
-  ScopedVariable(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedVariable() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // A folder with an earlier run's checkpoint and records.
 std::filesystem::path folder_with_an_earlier_run(const std::string& tag) {
   const auto folder = std::filesystem::temp_directory_path() / ("aiacc_resume_" + tag);
@@ -226,7 +208,7 @@ TEST(Resume, OverwriteInARestartedAttemptIsRefused) {
   job.train.checkpoint.resume = "overwrite";
   const auto folder = folder_with_an_earlier_run("overwrite_restart");
   for (const char* variable : {"AIACC_RESTART_COUNT", "SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
-    ScopedVariable restarted(variable, "1");
+    const ScopedEnv restarted(variable, "1");
     for (const bool leader : {true, false}) {
       try {
         prepare_run_folder(job, folder, leader, /*locked=*/leader);
@@ -240,7 +222,7 @@ TEST(Resume, OverwriteInARestartedAttemptIsRefused) {
     }
     EXPECT_TRUE(std::filesystem::exists(folder / "checkpoints" / "step-000000000008"));
   }
-  ScopedVariable first_attempt("SLURM_RESTART_COUNT", "0");
+  const ScopedEnv first_attempt("SLURM_RESTART_COUNT", "0");
   prepare_run_folder(job, folder, /*leader=*/true, /*locked=*/true);
   EXPECT_FALSE(std::filesystem::exists(folder / "checkpoints"));
   std::filesystem::remove_all(folder);
@@ -288,22 +270,16 @@ TEST(Resume, AFullDiskFailsTheCheckpointClearlyAndKeepsThePreviousOne) {
   JobOptions job = job_in(base / "full", model, data);
   { Trainer first(job); ASSERT_EQ(first.run(RunControl{.stop_after_step = 10}).steps, 10); }
   {
-    // The model file (~200 KB) no longer fits; SIGXFSZ ignored so write() reports EFBIG.
-    struct rlimit saved {};
-    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-    struct rlimit limited = saved;
-    limited.rlim_cur = 64 * 1024;
-    auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
-    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
     std::string error;
-    try {
-      Trainer second(job);
-      second.run();
-    } catch (const IoError& e) {
-      error = e.what();
+    {
+      const FileSizeLimit limit(64 * 1024);  // the model file (~200 KB) no longer fits
+      try {
+        Trainer second(job);
+        second.run();
+      } catch (const IoError& e) {
+        error = e.what();
+      }
     }
-    setrlimit(RLIMIT_FSIZE, &saved);
-    std::signal(SIGXFSZ, old_handler);
     EXPECT_NE(error.find("step-000000000015.tmp/model.safetensors"), std::string::npos) << error;
     EXPECT_NE(error.find("File too large"), std::string::npos) << error;
   }

@@ -15,6 +15,7 @@
 #endif
 
 #include "core/net/message_memory.h"
+#include "tests/testing/scoped_env.h"
 
 namespace aiacc::net {
 namespace {
@@ -27,31 +28,7 @@ namespace {
 #endif
 #endif
 
-// Sets (or with nullopt removes) an environment variable for one scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value->c_str(), 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using aiacc::testing::ScopedEnv;
 
 #if defined(__GLIBC__) && !defined(AIACC_REPLACED_MALLOC)
 // Allocates, touches and frees 8 MiB on the calling thread; reports whether it was mmapped and

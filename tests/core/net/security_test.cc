@@ -26,6 +26,7 @@
 #include "core/net/security.h"
 #include "tests/core/net/net_fixture.h"
 #include "tests/testing/run_ranks.h"
+#include "tests/testing/scoped_env.h"
 
 namespace aiacc::net {
 namespace {
@@ -33,6 +34,7 @@ namespace {
 using aiacc::testing::fast_options;
 using aiacc::testing::LocalExchange;
 using aiacc::testing::run_ranks;
+using aiacc::testing::ScopedEnv;
 using ::testing::HasSubstr;
 
 const std::string kToken = "0123456789abcdef-job-token-for-tests";
@@ -95,15 +97,10 @@ TEST_F(TokenFile, ReadsTheFirstLineTrimmed) {
 TEST_F(TokenFile, TheEnvironmentVariableHoldingTheFileGivesTheFilesToken) {
   const std::string text = "  " + kToken + " \t\r\nsecond line\n";
   write(text, 0600);
-  const char* saved = std::getenv("AIACC_JOB_TOKEN");
-  const std::string before = saved != nullptr ? saved : "";
-  ::setenv("AIACC_JOB_TOKEN", text.c_str(), 1);
-  const auto from_environment = job_token_from_environment("");
-  if (saved != nullptr) {
-    ::setenv("AIACC_JOB_TOKEN", before.c_str(), 1);
-  } else {
-    ::unsetenv("AIACC_JOB_TOKEN");
-  }
+  const auto from_environment = [&] {
+    const ScopedEnv secret("AIACC_JOB_TOKEN", text);
+    return job_token_from_environment("");
+  }();
   ASSERT_TRUE(from_environment.has_value());
   EXPECT_EQ(*from_environment, read_job_token_file(path_));
   EXPECT_EQ(*from_environment, kToken);
