@@ -7,7 +7,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -15,17 +14,18 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <csignal>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 
 #include "core/error.h"
 #include "tests/core/io/temp_dir.h"
+#include "tests/testing/file_size_limit.h"
 
 namespace aiacc::io {
 namespace {
 
+using aiacc::testing::FileSizeLimit;
 using aiacc::testing::list_names;
 using aiacc::testing::read_bytes;
 using aiacc::testing::TempDir;
@@ -108,22 +108,17 @@ TEST(AtomicFileTest, FailedWriteMidwayKeepsOldFile) {
   TempDir dir;
   auto target = dir / "big.bin";
   write_bytes(target, "old");
-  rlimit saved{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
-  auto saved_handler = std::signal(SIGXFSZ, SIG_IGN);  // get EFBIG instead of a core dump
-  rlimit limited = saved;
-  limited.rlim_cur = 4096;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
   std::string message;
-  try {
-    AtomicFile file(target);
-    file.write(std::string(64 * 1024, 'z'));
-    file.commit();
-  } catch (const IoError& e) {
-    message = e.what();
+  {
+    const FileSizeLimit limit(4096);
+    try {
+      AtomicFile file(target);
+      file.write(std::string(64 * 1024, 'z'));
+      file.commit();
+    } catch (const IoError& e) {
+      message = e.what();
+    }
   }
-  ::setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, saved_handler);
   EXPECT_THAT(message, HasSubstr(target.string()));
   EXPECT_THAT(message, HasSubstr("File too large"));
   EXPECT_THAT(message, HasSubstr("size limit"));
