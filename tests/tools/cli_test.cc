@@ -188,14 +188,16 @@ TEST(Cli, ACheckpointEvaluatesUnderAnyOptimizer) {
     ASSERT_EQ(o.status, 0) << other << "\n" << o.output;
     EXPECT_EQ(eval_metrics(o.output), reference) << other;
   }
-  o = run(job + " --set optimizer.type=sgd --set train.epochs=2");
-  EXPECT_NE(o.status, 0);
+  // A configuration error (status 2), which no restart retries: each restart failed alike.
+  o = run(job + " --set optimizer.type=sgd --set train.epochs=2 --set cluster.max_restarts=2");
+  EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("(the checkpoint was written with optimizer.type adam; this job has sgd)"));
+  EXPECT_THAT(o.output, Not(HasSubstr("restarting the job")));
   // Tables in the workers' own stores: the rows' state of another sparse optimiser was refused
   // naming a tensor's shapes alone, neither the checkpoint nor the setting.
   o = run(job + " --set sparse_optimizer.type=adagrad --set cluster.workers=1 --set cluster.servers=0 "
                 "--set cluster.placement=[] --set train.epochs=2");
-  EXPECT_NE(o.status, 0);
+  EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("step-000000000004: the rows of table"));
   EXPECT_THAT(o.output, HasSubstr("sparse_optimizer.type: sgd -> adagrad"));
   // A layer-wise rule cannot update rows: named under its own section, not optimizer.type.
@@ -215,12 +217,13 @@ TEST(Cli, ACheckpointWithPartsThisModelLacksIsRefused) {
   const std::string checkpoint = " --eval /tmp/aiacc_cli_parts/parts/checkpoints/step-000000000008";
   o = run(job + checkpoint);
   ASSERT_EQ(o.status, 0) << o.output;
+  // Configuration errors (status 2): the config differs from the one that wrote the checkpoint.
   o = run(job + checkpoint + " --set model.wide_deep.deep=false");
-  EXPECT_EQ(o.status, 1) << o.output;
+  EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("tensor(s) this model does not have: deep."));
   EXPECT_THAT(o.output, HasSubstr("model.wide_deep.deep: true -> false"));
   o = run(job + checkpoint + " --set model.wide_deep.cross_features=[]");
-  EXPECT_EQ(o.status, 1) << o.output;
+  EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_THAT(o.output, HasSubstr("rows of table(s) this model does not have: wide.C1_x_C2"));
   std::filesystem::remove_all("/tmp/aiacc_cli_parts");
 }

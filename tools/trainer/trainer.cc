@@ -686,16 +686,23 @@ struct Trainer::State {
       }
       return listed.empty() ? std::string() : fmt::format("; the checkpoint's model differs: {}", fmt::join(listed, ", "));
     };
+    // A checkpoint that does not fit because this job's config differs from the one that wrote it
+    // is a configuration error (exit status 2: a restart would only fail alike); without such a
+    // difference to explain it, the checkpoint's data is at fault.
+    const auto refuse = [](std::string message, const std::string& config_difference) -> void {
+      if (!config_difference.empty()) throw ConfigError(message + config_difference);
+      throw DataError(std::move(message));
+    };
     try {
       restore_by_name(part("model"), model_tensors(), "model file", where);
     } catch (const DataError& e) {
-      throw DataError(fmt::format("{}{}", e.what(), model_changes()));
+      refuse(e.what(), model_changes());
     }
     if (scope == RestoreScope::training) {
       try {
         optimizer->load_state(part("optimizer"));
       } catch (const DataError& e) {
-        throw DataError(fmt::format("{}: {}{}", where, e.what(), saved_unlike_this("optimizer.type")));
+        refuse(fmt::format("{}: {}", where, e.what()), saved_unlike_this("optimizer.type"));
       }
     }
     // Also for a model without tables: one that has none must refuse a checkpoint holding some,
@@ -765,8 +772,9 @@ struct Trainer::State {
         if (!stores.count(name) && !tables.count(name)) dropped.push_back(name);
       }
       if (!dropped.empty()) {
-        throw DataError(fmt::format("{}: the checkpoint holds rows of table(s) this model does not have: {}{}", where,
-                                    fmt::join(dropped, ", "), model_changes()));
+        refuse(fmt::format("{}: the checkpoint holds rows of table(s) this model does not have: {}", where,
+                           fmt::join(dropped, ", ")),
+               model_changes());
       }
       for (const auto& [name, store] : stores) {
         const bool sharded = remote.count(name) > 0;
@@ -787,14 +795,12 @@ struct Trainer::State {
               sparse_changes.push_back(fmt::format("{}: {} -> {}", change.key, change.first, change.second));
             }
           }
-          throw DataError(fmt::format("{}: the rows of table '{}' do not fit this job's table: {}{}", where, name,
-                                      e.what(),
-                                      sparse_changes.empty()
-                                          ? std::string()
-                                          : fmt::format(" (the checkpoint was written with another sparse "
-                                                        "optimiser: {}; keep its settings to resume, or "
-                                                        "--eval, which takes any)",
-                                                        fmt::join(sparse_changes, ", "))));
+          refuse(fmt::format("{}: the rows of table '{}' do not fit this job's table: {}", where, name, e.what()),
+                 sparse_changes.empty() ? std::string()
+                                        : fmt::format(" (the checkpoint was written with another sparse "
+                                                      "optimiser: {}; keep its settings to resume, or "
+                                                      "--eval, which takes any)",
+                                                      fmt::join(sparse_changes, ", ")));
         }
       }
       if (!remote.empty() && shard_files && leader()) group->ps_client()->load_checkpoint(where);
