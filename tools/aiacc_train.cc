@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net/message_memory.h"
+#include "tools/trainer/checkpoint.h"
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
@@ -163,6 +164,14 @@ int run(int argc, char** argv) {
   if (!emit_target.empty()) {
     std::cout << aiacc::trainer::emit_cluster_files(emit_target, job, config_path, overrides);
     return 0;
+  }
+  if (!eval_checkpoint.empty()) {
+    // Before any process starts (and generates or reads its data): every rank would fail alike.
+    try {
+      aiacc::trainer::check_checkpoint_folder(eval_checkpoint);
+    } catch (const aiacc::DataError& e) {
+      throw aiacc::ConfigError(fmt::format("--eval {}: {}", eval_checkpoint, e.what()));
+    }
   }
   aiacc::log::configure(job.log);
   aiacc::log::set_role("worker 0");

@@ -142,14 +142,20 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_THAT(omp.output, HasSubstr("OMP_NUM_THREADS=70000: expected a whole number of threads from 1 to 1024"));
 }
 
+// --eval of something that is no checkpoint is refused as a configuration error, once, before
+// any process starts: the workers used to start, make their data and each fail alike (exit 1).
 TEST(Cli, EvalOfSomethingThatIsNotACheckpointSaysWhatItIs) {
-  const std::string config = write_temp("cli_eval.yaml", kSmallJob);
+  const std::string config = write_temp("cli_eval.yaml", kSmallJob) + " --set cluster.workers=2";
   aiacc::testing::CommandResult missing = run(config + " --eval /nonexistent/step-1");
-  EXPECT_NE(missing.status, 0);
-  EXPECT_THAT(missing.output, HasSubstr("checkpoint /nonexistent/step-1: no such folder"));
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  const std::string refusal = "config error: --eval /nonexistent/step-1: checkpoint /nonexistent/step-1: no such folder";
+  EXPECT_THAT(missing.output, HasSubstr(refusal));
+  EXPECT_EQ(missing.output.find(refusal), missing.output.rfind(refusal)) << "said more than once:\n" << missing.output;
+  EXPECT_THAT(missing.output, Not(HasSubstr("started 2 workers")));
   const auto run_folder = std::filesystem::temp_directory_path() / "cli_eval_run";
   std::filesystem::create_directories(run_folder / "checkpoints");
   aiacc::testing::CommandResult folder = run(config + " --eval " + run_folder.string());
+  EXPECT_EQ(folder.status, 2) << folder.output;
   EXPECT_THAT(folder.output, HasSubstr("a run folder, not a checkpoint: name one of its checkpoints/step-N folders"));
 }
 

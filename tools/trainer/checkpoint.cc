@@ -82,20 +82,8 @@ const nlohmann::json* field(const nlohmann::json& object, const char* key) {
 
 // Reads manifest.json; DataError naming the directory for anything malformed.
 nlohmann::json read_manifest(const fs::path& directory) {
+  check_checkpoint_folder(directory);
   const fs::path path = directory / kManifestName;
-  std::error_code error;
-  if (!fs::is_directory(directory, error)) {
-    throw DataError(fmt::format("checkpoint {}: {}", directory.string(),
-                                fs::exists(directory, error) ? "not a folder" : "no such folder"));
-  }
-  if (!fs::is_regular_file(path, error)) {
-    if (fs::is_directory(directory / "checkpoints", error)) {
-      throw DataError(fmt::format("checkpoint {}: a run folder, not a checkpoint: name one of its "
-                                  "checkpoints/step-N folders", directory.string()));
-    }
-    throw DataError(fmt::format("checkpoint {}: {} is missing (not a checkpoint folder, or its save did not "
-                                "complete)", directory.string(), kManifestName));
-  }
   auto bytes = fs_call("read", path, [&] { return fs::file_size(path); });
   if (bytes > (std::uintmax_t{64} << 20)) {
     throw DataError(fmt::format("checkpoint {}: {} is implausibly large ({} bytes)",
@@ -180,6 +168,22 @@ void write_contents(const Checkpoint& checkpoint, const fs::path& directory) {
 }
 
 }  // namespace
+
+void check_checkpoint_folder(const fs::path& directory) {
+  std::error_code error;
+  if (!fs::is_directory(directory, error)) {
+    throw DataError(fmt::format("checkpoint {}: {}", directory.string(),
+                                fs::exists(directory, error) ? "not a folder" : "no such folder"));
+  }
+  if (!fs::is_regular_file(directory / kManifestName, error)) {
+    if (fs::is_directory(directory / "checkpoints", error)) {
+      throw DataError(fmt::format("checkpoint {}: a run folder, not a checkpoint: name one of its "
+                                  "checkpoints/step-N folders", directory.string()));
+    }
+    throw DataError(fmt::format("checkpoint {}: {} is missing (not a checkpoint folder, or its save did not "
+                                "complete)", directory.string(), kManifestName));
+  }
+}
 
 CheckpointManager::CheckpointManager(fs::path run_path, int keep_last)
     : directory_(std::move(run_path) / "checkpoints"), keep_last_(keep_last) {

@@ -56,6 +56,11 @@ struct Checkpoint {
   std::map<std::string, std::filesystem::path> external;
 };
 
+// Whether `directory` looks like one checkpoint (a folder holding a manifest), without reading it:
+// DataError naming the directory otherwise (no such folder, a run folder instead of one of its
+// checkpoints/step-N, no manifest). load() checks this first.
+void check_checkpoint_folder(const std::filesystem::path& directory);
+
 class CheckpointManager {
  public:
   static constexpr int kFormatVersion = 1;
