@@ -732,7 +732,8 @@ TEST(Cli, TheSummarySaysWhatTheAllReduceHidBehindAndARestartIsMarked) {
       " --set train.epochs=3 --set train.checkpoint.every_steps=2 --set train.log_every_steps=2"
       " --set cluster.max_restarts=1 --set train.eval_each_epoch=false 2>&1");
   ASSERT_EQ(o.status, 0) << o.output;
-  EXPECT_THAT(o.output, HasSubstr("restarting the job from its newest checkpoint (restart 1 of 1)"));
+  EXPECT_THAT(o.output, HasSubstr("restarting the job (restart 1 of 1), from its newest complete checkpoint if it has one"));
+  EXPECT_THAT(o.output, Not(HasSubstr("no complete checkpoint")));
   EXPECT_THAT(o.output, HasSubstr("% of gradient all-reduce time hidden (not waited for: it ran behind backward, the "
                                   "row pushes and the next batch's prefetch)"));
   EXPECT_THAT(o.output, Not(HasSubstr("hold nothing")));
@@ -759,6 +760,17 @@ TEST(Cli, TheSummarySaysWhatTheAllReduceHidBehindAndARestartIsMarked) {
   const auto ring_summary = metrics_records(ring_runs / "hidden_ring" / "metrics.jsonl", "summary");
   ASSERT_EQ(ring_summary.size(), 1u);
   EXPECT_EQ(ring_summary[0].at("allreduce_hidden_behind"), "backward");
+
+  // A restart with no checkpoint to resume from says it trains again from step 0 (it did so in
+  // silence after a message about the newest checkpoint).
+  std::filesystem::remove_all(ps_runs);
+  o = aiacc::testing::run_command(
+      "AIACC_TEST_KILL_AT=1:5 " + g_program + " " + two_worker_wide_deep("hidden_ps", 1) +
+      " --set train.epochs=3 --set train.checkpoint.every_steps=0 --set cluster.max_restarts=1"
+      " --set train.eval_each_epoch=false 2>&1");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("restart 1: no complete checkpoint in " + (ps_runs / "hidden_ps" / "checkpoints").string() +
+                                  ": training again from step 0 (train.checkpoint.every_steps is 0"));
   std::filesystem::remove_all(ps_runs);
   std::filesystem::remove_all(ring_runs);
 }

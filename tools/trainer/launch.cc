@@ -441,7 +441,7 @@ LaunchResult launch_local(const ClusterOptions& cluster, const std::vector<std::
                  kConfigErrorStatus);
       break;
     }
-    log->warn("restarting the job from its newest checkpoint (restart {} of {}) after: {}",
+    log->warn("restarting the job (restart {} of {}), from its newest complete checkpoint if it has one, after: {}",
               attempt + 1, cluster.max_restarts, result.failure);
     // A moment before the next attempt, so that what failed (a port, a mount) may come back;
     // a stop asked for meanwhile ends the job instead.

@@ -1294,6 +1294,11 @@ TrainResult Trainer::run(const RunControl& control) {
       resumed_from = where;
       s.log->info("resumed from {} (step {}, epoch {}, batch {})", where, step, first_epoch + 1,
                   first_batch);
+    } else if (const int restart = restart_attempt(); restart > 0 && s.leader()) {
+      // The launcher restarts "from the newest checkpoint": say so when there is none.
+      s.log->warn("restart {}: no complete checkpoint in {}: training again from step 0{}", restart,
+                  checkpoints.directory().string(),
+                  o.train.checkpoint.every_steps > 0 ? "" : " (train.checkpoint.every_steps is 0: only the end saves one)");
     }
   }
   const std::string trace_name = s.leader() && o.train.trace ? trace_file_name(s.run_path, step) : "";
