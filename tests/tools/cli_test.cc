@@ -498,6 +498,8 @@ TEST(Cli, AnEvaluationIsRecordedInTheEvaluatedCheckpointsRun) {
   o = run(job + " --set job.name=evaluating --eval " + checkpoint.string() + "/");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, HasSubstr("evaluation recorded in " + trained_metrics.string() + " (the checkpoint's run)"));
+  // Another run name and schedule do not bear on an evaluation: no warning about them.
+  EXPECT_THAT(o.output, Not(HasSubstr("different configuration"))) << o.output;
   const std::string after = read_text(trained_metrics);
   ASSERT_TRUE(after.starts_with(before + "\n")) << after;
   ASSERT_TRUE(after.ends_with("\n")) << after;

@@ -813,10 +813,18 @@ struct Trainer::State {
       loss_scaler->restore(scale.at("scale").get<double>(), scale.at("clean_steps").get<std::int64_t>());
     }
     // (Texts that differ in form only, e.g. an older program's key order, are no difference.)
-    if (saved_config.empty() || !changes.empty()) {
+    // An evaluation takes the weights under any run name, folder, schedule, cluster or optimiser:
+    // only the model's and the data's settings bear on what it measures.
+    auto noted = changes;
+    if (scope == RestoreScope::weights) {
+      std::erase_if(noted, [](const auto& change) {
+        return !change.key.starts_with("model.") && !change.key.starts_with("data.");
+      });
+    }
+    if (saved_config.empty() || !noted.empty()) {
       log->warn("{}: the checkpoint was written with a different configuration ({}); continuing with "
                 "the current one", where,
-                saved_config.empty() ? "it records none" : config::format_differences(changes));
+                saved_config.empty() ? "it records none" : config::format_differences(noted));
     }
     return {checkpoint.state.at("epoch").get<std::int64_t>(),
             checkpoint.state.at("batch").get<std::int64_t>()};
