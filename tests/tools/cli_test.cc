@@ -800,6 +800,22 @@ TEST(Cli, ParameterServersThatHoldNothingAreWarnedAboutOnce) {
   std::filesystem::remove_all("/tmp/aiacc_cli_idle_ring");
 }
 
+// Hot-row cache settings that serve nothing were taken without a word: cache_staleness without
+// cache_rows, and a cache for synchronous tables (which take only this step's rows).
+TEST(Cli, HotRowCacheSettingsThatServeNothingAreWarnedAbout) {
+  const std::string job = write_temp("aiacc_cli_cache.yaml", small_wide_deep_job("cache", "")) +
+                          " --dry-run --set cluster.workers=2 --set cluster.servers=2";
+  auto o = run(job + " --set cluster.ps.consistency=async --set cluster.ps.cache_staleness=2");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.ps.cache_staleness has no effect: cluster.ps.cache_rows is 0"));
+  o = run(job + " --set cluster.ps.cache_rows=4096");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.ps.cache_rows has no effect: consistency sync takes only this step's rows"));
+  o = run(job + " --set cluster.ps.consistency=async --set cluster.ps.cache_rows=4096 --set cluster.ps.cache_staleness=2");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("no effect")));
+}
+
 // aiacc-bench train's E compares the runs' steady throughput, each run's summary samples/s
 // (after its first step): it averaged the progress intervals after the first, whatever the
 // summaries said. Run here against a stand-in aiacc-train beside a copy of the bench, which

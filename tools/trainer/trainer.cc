@@ -338,6 +338,16 @@ void warn_unused_settings(const JobOptions& options) {
       if (change.key.starts_with("cluster.ps.")) unused.push_back(change.key);
     }
     warn_no_effect("", unused, "the job has no parameter servers (cluster.servers: 0)");
+  } else {
+    const auto& ps = options.cluster.ps;
+    if (ps.cache_staleness > 0 && ps.cache_rows == 0) {
+      warn_no_effect("", {"cluster.ps.cache_staleness"}, "cluster.ps.cache_rows is 0 (no hot-row cache to serve from)");
+    }
+    if (ps.cache_rows > 0 && ps.consistency == "sync") {
+      warn_no_effect("", {"cluster.ps.cache_rows"},
+                     "consistency sync takes only this step's rows, so the cache serves none (async or bounded "
+                     "tables take a cache with cluster.ps.cache_staleness)");
+    }
   }
   auto warn_unused_blocks = [](const config::TypedBlocks& blocks, const std::string& type_key, const std::string& type) {
     for (const auto& block : blocks.unused(type)) {
