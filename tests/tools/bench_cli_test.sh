@@ -4,7 +4,9 @@
 # that could not be written is refused before any measuring; an empty size range is an error
 # rather than a crash; a rank that fails stops the others of its sweep at once instead of
 # leaving them waiting at the store for their 120 s start-up timeout; a frozen rank ends the
-# sweep after --timeout-s with the error naming the rank waited for.
+# sweep after --timeout-s with the error naming the rank waited for; sizes that would not fit in
+# this machine's memory are refused naming their flags; aiacc-bench train checks CONFIG with
+# aiacc-train --dry-run before any run and puts a failed run's error lines on stderr.
 # usage: bench_cli_test.sh PATH/TO/aiacc-bench [PATH/TO/aiacc-bench-net]
 #   (aiacc-bench-net: by default the one next to aiacc-bench)
 set -uo pipefail
@@ -78,6 +80,15 @@ expect 2 "aiacc-bench ps: --json $work: is a folder" ps --json "$work"
 expect 2 "--workers expects a whole number, got 'abc'" train config.yaml --workers abc
 expect 2 "the folder $work/missing does not exist" train config.yaml --json "$work/missing/t.json"
 expect 2 "--timeout-s takes a number above 0" allreduce --timeout-s 0
+# Sizes: a T suffix as --help says (up to 1T); the user's values in messages; memory checked first.
+expect 2 "--max-bytes takes 4 to 1099511627776 bytes, got 2T" allreduce --mpi none --max-bytes 2T
+expect 2 "--min-bytes 6 and --max-bytes 6 leave no size to measure" allreduce --mpi none --min-bytes 6 --max-bytes 6
+expect 2 "--min-bytes takes a whole number of bytes, got 1.1K" allreduce --mpi none --min-bytes 1.1K
+expect 2 "--min-bytes 1T to --max-bytes 1T with --ranks 64 would need at least 70368744177664 bytes of memory" \
+  allreduce --mpi none --ranks 64 --min-bytes 1T --max-bytes 1T
+expect 2 "--min-bytes 4 to --max-bytes 1T with --ranks 64 would need at least" allreduce --mpi none --ranks 64 --max-bytes 1T
+expect 0 "" allreduce --help
+grep -qF "rounded up to whole floats" "$work/out" || fail "aiacc-bench allreduce --help does not say how sizes round"
 expect 2 "unknown option '--bogus'" allreduce --bogus
 
 # aiacc-bench ps: refused before any shard or worker starts.
@@ -91,6 +102,10 @@ expect 2 "--modes takes a comma-separated list" ps --modes ,
 expect 2 "--modes takes pull, push and step, got 'bogus'" ps --modes pull,bogus
 expect 2 "--ids 2000000000 with --dims 128 and --workers 2 would need at least" ps --ids 2000000000
 expect 2 "--table-rows 1000000000000 would need at least" ps --table-rows 1000000000000
+# Each worker draws a request's distinct ids from its own --table-rows / --workers rows.
+expect 2 "--table-rows 5 with --ids 100 and --workers 2: each worker draws a request's 100 distinct ids" \
+  ps --table-rows 5 --ids 100
+expect 2 "--table-rows takes 0 or at least 300 (--ids x --workers)" ps --table-rows 299 --ids 10,100 --workers 3
 expect 2 "--json /nonexistent-folder/x.json: the folder /nonexistent-folder does not exist" ps --json /nonexistent-folder/x.json
 
 # aiacc-bench train: keys the bench sets itself are not the user's to override.
@@ -100,6 +115,78 @@ expect 2 "cluster.workers is set by aiacc-bench train for every run (use --worke
 expect 2 "the section job holds job.threads, job.run_dir, job.name" train config.yaml --set "job={run_dir: $work}"
 expect 2 "--set takes KEY=VALUE, got 'job'" train config.yaml --set job
 expect 2 "no CONFIG given" train
+expect 2 "$work/nonexist.yaml: cannot open the config file" train "$work/nonexist.yaml"
+
+# aiacc-bench train against the real aiacc-train: a misspelt --set is refused by its dry run,
+# with its message, before any run (TMPDIR: the bench's run folders).
+real_train=$(dirname "$bench")/aiacc-train
+configs=$(cd "$(dirname "$0")/../../configs" && pwd)
+mkdir -p "$work/tmp"
+if [[ -x $real_train && -f $configs/wide_deep_synthetic.yaml ]]; then
+  TMPDIR=$work/tmp expect 2 "optimizer.lrr: unknown key (did you mean 'lr'?)" \
+    train "$configs/wide_deep_synthetic.yaml" --set optimizer.lrr=1
+  compgen -G "$work/tmp/aiacc-bench-train-*" >/dev/null && fail "train --set optimizer.lrr=1 made a run folder"
+else
+  fail "no aiacc-train at $real_train or no $configs/wide_deep_synthetic.yaml"
+fi
+
+# aiacc-bench train against a stand-in aiacc-train next to a copy of aiacc-bench: its dry run and
+# runs exit with the status in dry_status and run_status (0 if absent); a successful run writes
+# a summary record where the bench reads it.
+fake=$work/fake
+mkdir -p "$fake"
+cp "$bench" "$fake/aiacc-bench"
+cat >"$fake/aiacc-train" <<'FAKE'
+#!/usr/bin/env bash
+here=$(dirname "$0")
+dry=0 run_dir= name=
+while (($#)); do
+  case $1 in
+    --dry-run) dry=1 ;;
+    --set) shift; case $1 in job.run_dir=*) run_dir=${1#*=} ;; job.name=*) name=${1#*=} ;; esac ;;
+  esac
+  shift
+done
+if ((dry)); then
+  echo "2026-12-01 00:00:00.000 I [worker 0] [data] loaded" >&2
+  status=$(cat "$here/dry_status" 2>/dev/null || echo 0)
+  ((status == 0)) || echo "aiacc-train: config error: fake.key: unknown key" >&2
+  exit "$status"
+fi
+touch "$here/ran"
+status=$(cat "$here/run_status" 2>/dev/null || echo 0)
+if ((status == 0)); then
+  mkdir -p "$run_dir/$name"
+  echo '{"kind":"summary","samples_per_s":100}' >"$run_dir/$name/metrics.jsonl"
+  exit 0
+fi
+echo "2026-12-01 00:00:01.000 I [worker 0] [train] step 1"
+echo "2026-12-01 00:00:02.000 E [worker 1] [ring] peer 0 closed the connection"
+echo "aiacc-train: error: worker 1 failed with exit status 1"
+echo "2026-12-01 00:00:03.000 I [worker 0] [launch] stopped the other workers"
+exit "$status"
+FAKE
+chmod +x "$fake/aiacc-train"
+echo "job: {}" >"$work/job.yaml"
+train_fake() { TMPDIR=$work/tmp run_expect "$fake/aiacc-bench" "$@"; }
+echo 2 >"$fake/dry_status"
+train_fake 2 "fake.key: unknown key" train "$work/job.yaml"
+[[ -e $fake/ran ]] && fail "train: a run started although the dry run failed"
+rm -f "$fake/dry_status"
+echo 1 >"$fake/run_status"
+train_fake 1 "E [worker 1] [ring] peer 0 closed the connection" train "$work/job.yaml"
+grep -qF "aiacc-train: error: worker 1 failed" "$work/err" || fail "train: stderr lacks the run's error line: $(cat "$work/err")"
+grep -qF "stopped the other workers" "$work/err" && fail "train: stderr holds the run's non-error lines: $(cat "$work/err")"
+log=$(grep -o "$work/tmp/aiacc-bench-train-[0-9]*/bench-1w-1.log (kept)" "$work/err" | cut -d' ' -f1)
+[[ -n $log && -f $log ]] || fail "train: the failed run's log was not kept: $(cat "$work/err")"
+echo 2 >"$fake/run_status"
+train_fake 2 "the 1-worker run failed (exit status 2)" train "$work/job.yaml"
+rm -f "$fake/run_status"
+rm -rf "$work/tmp"/aiacc-bench-train-*
+train_fake 0 "" train "$work/job.yaml"
+grep -qF "scaling efficiency E" "$work/out" || fail "train: a good run printed no E: $(cat "$work/out" "$work/err")"
+grep -qF "removed with its folder when the bench succeeds" "$work/out" || fail "train: the log line does not say the log goes"
+compgen -G "$work/tmp/aiacc-bench-train-*" >/dev/null && fail "train: a good bench left its run folder"
 
 # aiacc-bench-net.
 expect_net 2 "--max-size takes 4 to 1073741824, got 3" --max-size 3

@@ -85,7 +85,8 @@ MPI_Allreduce in the same run (sweeps alternate between the two sides; medians r
   --streams K|auto           streams per peer, 1 to 64, or auto: tuned per size (default 1)
   --max-streams K            largest count --streams auto tries, 1 to 64 (default 8)
   --wire native|fp16|bf16    wire type of the reduced data (default native)
-  --min-bytes SIZE           smallest size (4, 64K, 1M, ...; sizes grow by 4x) (default 4)
+  --min-bytes SIZE           smallest size, 0 to 1T, rounded up to whole floats (a multiple
+                             of 4, at least 4); sizes grow from it by 4x (default 4)
   --max-bytes SIZE           largest size, 4 to 1T (default 256M)
   --mpi tcp,shm|tcp|shm|none OpenMPI transports to compare with (default tcp,shm)
   --hierarchical on|off      shared memory within a host (on, default) or the flat TCP ring
@@ -104,6 +105,8 @@ MPI_Allreduce in the same run (sweeps alternate between the two sides; medians r
   --no-check                 skip checking each rank's sums
   --json FILE                also write the results as JSON (checked first, written at the end)
   -h, --help                 this text
+SIZE: bytes, whole, with an optional K, M, G or T (powers of 1024): 4, 64K, 1.5M, 1T.
+Sizes whose buffers would not fit in this machine's memory are refused at once.
 )";
 
 struct Args {
@@ -118,6 +121,7 @@ struct Args {
   std::int64_t chunk_bytes = 1 << 20;
   int rebalance = 4;  // StreamBalancer period in runs (0: equal weights)
   std::int64_t min_bytes = 4, max_bytes = std::int64_t{256} << 20;
+  std::string min_bytes_text = "4", max_bytes_text = "256M";  // as given, for messages
   std::string mpi = "tcp,shm";
   std::string json;
   double seconds = 0.3;
@@ -167,8 +171,14 @@ Args parse(int argc, char** argv) {
       a.wire = value();
       ring::parse_wire_type(a.wire, "--wire");  // refused here rather than by every rank
     }
-    else if (key == "--min-bytes") a.min_bytes = (bytes_flag(key, value(), 0, kMaxBytes) + 3) / 4 * 4;  // whole floats: the sizes move
-    else if (key == "--max-bytes") a.max_bytes = bytes_flag(key, value(), 4, kMaxBytes);
+    else if (key == "--min-bytes") {
+      a.min_bytes_text = value();
+      a.min_bytes = (bytes_flag(key, a.min_bytes_text, 0, kMaxBytes) + 3) / 4 * 4;  // whole floats: the sizes move
+    }
+    else if (key == "--max-bytes") {
+      a.max_bytes_text = value();
+      a.max_bytes = bytes_flag(key, a.max_bytes_text, 4, kMaxBytes);
+    }
     else if (key == "--mpi") a.mpi = value();
     else if (key == "--chunk-bytes") a.chunk_bytes = bytes_flag(key, value(), 1024, kMaxBytes);
     else if (key == "--halving-doubling-bytes") a.halving_doubling_bytes = bytes_flag(key, value(), 0, kMaxBytes);
@@ -197,9 +207,21 @@ Args parse(int argc, char** argv) {
     else throw ConfigError(fmt::format("unknown option '{}' (see aiacc-bench allreduce --help)", key));
   }
   if (a.cpu >= 0 && a.rank < 0) throw ConfigError("--cpu is set by the launcher for its ranks; use --pin on");
-  if (sizes(a).empty()) {
+  const std::vector<std::int64_t> all_sizes = sizes(a);
+  if (all_sizes.empty()) {
     throw ConfigError(fmt::format("--min-bytes {} and --max-bytes {} leave no size to measure (sizes run from "
-                                  "--min-bytes, at least 4, up to --max-bytes by factors of 4)", a.min_bytes, a.max_bytes));
+                                  "--min-bytes rounded up to whole floats, here {} bytes, up to --max-bytes by "
+                                  "factors of 4)", a.min_bytes_text, a.max_bytes_text, std::max<std::int64_t>(4, a.min_bytes)));
+  }
+  if (a.rank < 0) {
+    // Each rank holds a buffer of the largest size (run_rank); the collectives' own staging
+    // comes on top.
+    const double largest = static_cast<double>(all_sizes.back());
+    bench::refuse_beyond_memory(fmt::format("--min-bytes {} to --max-bytes {} with --ranks {}", a.min_bytes_text,
+                                            a.max_bytes_text, a.ranks),
+                                a.ranks * largest,
+                                fmt::format("each of {} ranks holds a buffer of the largest size, {:.0f} bytes", a.ranks,
+                                            largest));
   }
   if (a.mpi != "none") {
     std::istringstream list(a.mpi);

@@ -1,5 +1,9 @@
 #include "tools/bench/bench_args.h"
 
+#include <unistd.h>
+
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -22,12 +26,16 @@ std::int64_t bytes_flag(std::string_view flag, const std::string& text, std::int
   else if (unit == "K" || unit == "KiB") scale = 1024.0;
   else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
   else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
   if (used == 0 || scale == 0) {
-    throw ConfigError(fmt::format("{} expects a size such as 4, 64K or 256M, got '{}'", flag, text));
+    throw ConfigError(fmt::format("{} expects a size such as 4, 64K, 256M or 1T, got '{}'", flag, text));
   }
   const double bytes = value * scale;
   if (bytes < static_cast<double>(min) || bytes > static_cast<double>(max)) {
     throw ConfigError(fmt::format("{} takes {} to {} bytes, got {}", flag, min, max, text));
+  }
+  if (bytes != std::floor(bytes)) {
+    throw ConfigError(fmt::format("{} takes a whole number of bytes, got {} ({} bytes)", flag, text, bytes));
   }
   return static_cast<std::int64_t>(bytes);
 }
@@ -35,6 +43,22 @@ std::int64_t bytes_flag(std::string_view flag, const std::string& text, std::int
 bool on_off_flag(std::string_view flag, const std::string& text) {
   if (text != "on" && text != "off") throw ConfigError(fmt::format("{} takes on or off, got '{}'", flag, text));
   return text == "on";
+}
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+}
+
+std::string gib_text(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); }
+
+void refuse_beyond_memory(std::string_view flags, double bytes, std::string_view parts) {
+  const double memory = physical_memory_bytes();
+  if (memory > 0 && bytes > memory) {
+    throw ConfigError(fmt::format("{} would need at least {:.0f} bytes of memory ({}: {}), more than this machine's "
+                                  "{:.0f} bytes ({})", flags, bytes, gib_text(bytes), parts, memory, gib_text(memory)));
+  }
 }
 
 }  // namespace aiacc::bench

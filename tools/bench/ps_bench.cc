@@ -7,7 +7,8 @@
 // (dim, U, mode), meets the others at a barrier, runs requests for --seconds and reports.
 // --curve on: every connection under the job's CURVE keys (aiacc-train's default); off: plain.
 // --table-rows N: the workers' requests draw their ids from tables of N rows (created first),
-// a different sample each request; 0 (default): a worker asks for the same U ids every time.
+// a different sample each request, each worker from its own N / --workers rows (so N is at
+// least U x --workers); 0 (default): a worker asks for the same U ids every time.
 // --unique-ids on (default): requests say their ids are unique (ps::RequestIds::unique), as the
 // trainer's embedding tables do; off: the client de-duplicates them first, as for any caller.
 // --inflight N: pull and push modes keep up to N requests per worker outstanding (the next one
@@ -80,8 +81,10 @@ workers as local processes, against loopback TCP as iperf3 measures it, then the
   --modes M,M,...          pull, push, step (default pull,push,step)
   --seconds S              timed seconds per point, above 0 up to 3600 (default 0.5)
   --optimizer NAME         the shards' sparse rule: sgd, adam, adamw, adagrad, ftrl (default adagrad)
-  --table-rows N           requests draw their ids from tables of N rows, created first;
-                           0: a worker asks for the same ids every time (default 0)
+  --table-rows N           requests draw their ids from tables of N rows, created first, each
+                           worker from its own N / --workers of them: 0, or at least the
+                           largest --ids x --workers; 0: a worker asks for the same ids every
+                           time (default 0)
   --unique-ids on|off      requests declare their ids unique, as the trainer's do (default on)
   --inflight N             pull/push requests outstanding per worker, 1 to 64 (default 2)
   --chunk-bytes N          row bytes per request chunk, 0 (no chunks) to 2^40 (default 262144)
@@ -158,13 +161,6 @@ ps::TableConfig table_for(int dim, const std::string& optimizer, const std::stri
   return c;
 }
 
-// Bytes of this machine's memory (0: unknown).
-double physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page_size = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
-}
-
 // Refuses, before any process starts, what the shards or the workers would refuse or could not
 // hold: each dim's table as the shards validate it, and sizes whose buffers and rows (raw
 // floats; the shards' stores take more) exceed this machine's memory, which would otherwise
@@ -178,14 +174,15 @@ void check_launch(const Args& a) {
                                     a.optimizer, e.what()));
     }
   }
-  const double memory = physical_memory_bytes();
-  auto gib = [](double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024)); };
-  auto refuse_beyond_memory = [&](const std::string& flags, double bytes, const std::string& parts) {
-    if (memory > 0 && bytes > memory) {
-      throw ConfigError(fmt::format("{} would need at least {:.0f} bytes of memory ({}: {}), more than this "
-                                    "machine's {:.0f} bytes ({})", flags, bytes, gib(bytes), parts, memory, gib(memory)));
-    }
-  };
+  const std::int64_t max_request = *std::max_element(a.ids.begin(), a.ids.end());
+  // Each worker draws its requests from its own share of the table (request_id_sets); a share
+  // smaller than a request would grow the table past --table-rows, measuring another table.
+  if (a.table_rows > 0 && a.table_rows / a.workers < max_request) {
+    throw ConfigError(fmt::format("--table-rows {} with --ids {} and --workers {}: each worker draws a request's {} "
+                                  "distinct ids from its own {} of the table's rows; --table-rows takes 0 or at least "
+                                  "{} (--ids x --workers)", a.table_rows, max_request, a.workers, max_request,
+                                  a.table_rows / a.workers, max_request * a.workers));
+  }
   const optim::SparseRowOptimizer optimizer(table_for(1, a.optimizer, "bench", a.workers).optimizer);
   auto row_bytes = [&](int dim) { return 4.0 * (dim + optimizer.state_floats(dim)); };
   double table_row_bytes = 0;  // a row of every dim's table
@@ -199,19 +196,19 @@ void check_launch(const Args& a) {
   const double rows = a.table_rows > 0 ? 0.0 : workers * max_ids * table_row_bytes;
   refuse_beyond_memory(fmt::format("--ids {} with --dims {} and --workers {}", max_ids, max_dim, a.workers),
                        buffers + rows,
-                       fmt::format("{} for the workers' request buffers, {} for the shards' rows", gib(buffers), gib(rows)));
+                       fmt::format("{} for the workers' request buffers, {} for the shards' rows", gib_text(buffers), gib_text(rows)));
   if (a.table_rows > 0) {
     const double table = static_cast<double>(a.table_rows) * table_row_bytes;
     const double pools = static_cast<double>(a.table_rows) * 8.0 + workers * static_cast<double>(kFillChunk) * 4.0 * max_dim;
     refuse_beyond_memory(fmt::format("--table-rows {}", a.table_rows), table + pools,
                          fmt::format("{} for the shards' rows of dims {}, {} for the workers' ids and buffers",
-                                     gib(table), fmt::join(a.dims, ","), gib(pools)));
+                                     gib_text(table), fmt::join(a.dims, ","), gib_text(pools)));
   }
   const double memory_table = static_cast<double>(a.memory_rows) * row_bytes(a.memory_dim);
   const double fill_buffer = static_cast<double>(kFillChunk) * (8.0 + 4.0 * a.memory_dim);
   refuse_beyond_memory(fmt::format("--memory-rows {} with --memory-dim {}", a.memory_rows, a.memory_dim),
                        memory_table + fill_buffer,
-                       fmt::format("{} for the shards' rows, {} for the launcher's buffer", gib(memory_table), gib(fill_buffer)));
+                       fmt::format("{} for the shards' rows, {} for the launcher's buffer", gib_text(memory_table), gib_text(fill_buffer)));
   if (!a.json.empty()) check_output_path("--json", a.json);
 }
 

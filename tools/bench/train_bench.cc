@@ -19,7 +19,9 @@
 // E over the pairs is reported with its range, as a shared or throttled machine's throughput
 // drifts by more than the effect. The keys the bench sets for every run (bench_settings) are
 // its own: a --set of one of them (or of a section holding one) is refused, as it would
-// silently change what is measured or where the bench reads the run's metrics.
+// silently change what is measured or where the bench reads the run's metrics. CONFIG with
+// those settings is first checked by aiacc-train --dry-run, so that a misspelt key ends the
+// bench at once, with aiacc-train's message, rather than in a log after a run started.
 #include "tools/bench/train_bench.h"
 
 #include <fmt/format.h>
@@ -28,12 +30,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +70,10 @@ E = throughput(N) / (N x throughput(1)).
                      are refused
   --json FILE        also write the results as JSON (checked first, written at the end)
   -h, --help         this text
+CONFIG and the --set values are checked first (aiacc-train --dry-run with N workers). Each run's
+log and metrics go to a folder in the temporary directory (/tmp/aiacc-bench-train-PID), which
+is removed when the bench succeeds and kept when a run fails; a failed run's error lines are
+printed, and the bench exits 2 when aiacc-train refused the configuration, else 1.
 )";
 
 struct Args {
@@ -171,24 +183,84 @@ RunFigures read_figures(const fs::path& metrics_path) {
   return f;
 }
 
-// Runs the job on `workers` workers as run `name` (a folder of its own in `run_dir`).
-RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
-  // One core per worker for both runs: the 1-worker run gets core 0 only (its loader and
-  // communication threads share that core, as each worker's do in the N-worker run).
-  std::string command = fmt::format("taskset -c {} {} {}", workers == 1 ? std::string("0") : fmt::format("0-{}", workers - 1),
-                                    quote((program_dir() / "aiacc-train").string()), quote(a.config));
+// The aiacc-train command line of the job on `workers` workers as run `name` in `run_dir`.
+std::string train_command(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
+  std::string command = quote((program_dir() / "aiacc-train").string()) + " " + quote(a.config);
   std::vector<std::string> sets;
   for (const Setting& setting : bench_settings(a, workers, run_dir, name)) sets.push_back(setting.key + "=" + setting.value);
   sets.insert(sets.end(), a.overrides.begin(), a.overrides.end());
   for (const auto& s : sets) command += " --set " + quote(s);
+  return command;
+}
+
+// The lines of a failed aiacc-train's output that say what failed: those naming an error
+// (its "error:" lines, log records of level E or C), else its last lines; at most the last 20.
+std::vector<std::string> failure_lines(const std::string& output) {
+  constexpr std::size_t kMaxLines = 20;
+  std::vector<std::string> all, errors;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    all.push_back(line);
+    std::string lower = line;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower.find("error") != std::string::npos || line.find(" E [") != std::string::npos ||
+        line.find(" C [") != std::string::npos) {
+      errors.push_back(line);
+    }
+  }
+  std::vector<std::string>& chosen = errors.empty() ? all : errors;
+  if (chosen.size() > kMaxLines) chosen.erase(chosen.begin(), chosen.end() - kMaxLines);
+  return chosen;
+}
+
+// Throws for aiacc-train's non-zero `status` (from std::system or pclose): `what` failed, with the
+// failure lines of `output`, which `source` names. A ConfigError (exit 2) when aiacc-train
+// exited 2, refusing the configuration; an Error (exit 1) otherwise.
+void throw_failure(int status, const std::string& what, const std::string& source, const std::string& output) {
+  const bool exited = status > 0 && WIFEXITED(status);
+  const std::string how = exited ? fmt::format("exit status {}", WEXITSTATUS(status))
+                          : status > 0 && WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                                              : fmt::format("status {}", status);
+  const std::vector<std::string> lines = failure_lines(output);
+  std::string message = fmt::format("{} ({}); {} {}", what, how, source, lines.empty() ? "is empty" : "says:");
+  for (const auto& line : lines) message += "\n  " + line;
+  if (exited && WEXITSTATUS(status) == 2) throw ConfigError(message);
+  throw Error(message);
+}
+
+// Checks CONFIG with the bench's settings for `workers` workers and the --set values, through
+// aiacc-train --dry-run (nothing is run or written; data sets are loaded, as a run would).
+void check_config(const Args& a, int workers, const fs::path& run_dir) {
+  // Its log records (stderr) are what tells a failure; the resolved config and plan are not.
+  const std::string command = train_command(a, workers, run_dir, "bench-check") + " --dry-run 2>&1 >/dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) throw IoError(fmt::format("cannot start aiacc-train --dry-run: {}", std::strerror(errno)));
+  std::string output;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  if (status != 0) {
+    throw_failure(status, fmt::format("aiacc-train --dry-run {} (with the bench's settings for {} workers) failed "
+                                      "before any run", a.config, workers), "its output", output);
+  }
+}
+
+// Runs the job on `workers` workers as run `name` (a folder of its own in `run_dir`).
+RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
+  // One core per worker for both runs: the 1-worker run gets core 0 only (its loader and
+  // communication threads share that core, as each worker's do in the N-worker run).
+  const std::string command = fmt::format("taskset -c {} {}", workers == 1 ? std::string("0") : fmt::format("0-{}", workers - 1),
+                                          train_command(a, workers, run_dir, name));
   const fs::path log = run_dir / (name + ".log");
-  std::cout << "running " << workers << " worker(s): log " << log.string() << std::endl;
+  std::cout << "running " << workers << " worker(s): log " << log.string()
+            << " (removed with its folder when the bench succeeds)" << std::endl;
   const int status = std::system((command + " > " + quote(log.string()) + " 2>&1").c_str());
   if (status != 0) {
-    const std::string how = status > 0 && WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
-                            : status > 0 && WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
-                                                                : fmt::format("status {}", status);
-    throw Error(fmt::format("the {}-worker run failed ({}); see {}", workers, how, log.string()));
+    std::ifstream in(log);
+    const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    throw_failure(status, fmt::format("the {}-worker run failed", workers), fmt::format("its log {} (kept)", log.string()),
+                  output);
   }
   return read_figures(run_dir / name / "metrics.jsonl");
 }
@@ -217,11 +289,19 @@ Args parse(int argc, char** argv) {
   if (a.config.empty()) throw ConfigError("no CONFIG given (see aiacc-bench train --help)");
   for (const auto& assignment : a.overrides) check_override(a, assignment);
   if (!a.json.empty()) check_output_path("--json", a.json);
+  // Before any run, in aiacc-train's words; the dry run (run_pairs) checks the rest.
+  if (std::error_code error; fs::is_directory(a.config, error)) {
+    throw ConfigError(fmt::format("{}: cannot open the config file: it is a folder", a.config));
+  }
+  if (!std::ifstream(a.config)) {
+    throw ConfigError(fmt::format("{}: cannot open the config file: {}", a.config, std::strerror(errno)));
+  }
   return a;
 }
 
 int run_pairs(const Args& a) {
   const fs::path run_dir = fs::temp_directory_path() / fmt::format("aiacc-bench-train-{}", ::getpid());
+  check_config(a, a.workers, run_dir);
   fs::create_directories(run_dir);
   struct Pair {
     RunFigures one, many;
