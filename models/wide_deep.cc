@@ -25,10 +25,11 @@ constexpr std::uint64_t kWideDenseSeed = 0x77696465;  // "wide"
 
 std::unique_ptr<SparseEmbedding> make_table(const ModelContext& context, const std::string& name,
                                             std::int64_t dim, double init_scale,
-                                            kernels::BagMode mode) {
-  // Each table's initial rows depend on the job seed and the table's name only.
+                                            kernels::BagMode mode, std::int64_t hash_buckets) {
+  // Each table's initial rows depend on the job seed and the table's name only. Folded ids
+  // bound the rows, which auto placement takes as the most a replica can hold.
   const EmbeddingTableSpec spec{name, dim, init_scale,
-                                mix64(context.seed ^ FeatureHasher::salt_of(name))};
+                                mix64(context.seed ^ FeatureHasher::salt_of(name)), hash_buckets};
   std::shared_ptr<EmbeddingStore> store = context.embedding_stores(spec);
   if (!store) throw ConfigError(fmt::format("model wide_deep: no embedding store for table {}", name));
   if (store->spec().name != name || store->spec().dim != dim) {
@@ -74,11 +75,13 @@ WideDeep::WideDeep(const Options& options, const ModelContext& context)
 
   if (wide_) {
     for (const std::string& field : fields) {
-      wide_fields_.push_back(make_table(context, "wide." + field, 1, options.wide_init_scale, mode));
+      wide_fields_.push_back(
+          make_table(context, "wide." + field, 1, options.wide_init_scale, mode, options.hash_buckets));
       params_.push_back(&wide_fields_.back()->parameter());
     }
     for (const CrossFeature& cross : hasher_.crosses()) {
-      wide_crosses_.push_back(make_table(context, "wide." + cross.name, 1, options.wide_init_scale, mode));
+      wide_crosses_.push_back(
+          make_table(context, "wide." + cross.name, 1, options.wide_init_scale, mode, options.hash_buckets));
       params_.push_back(&wide_crosses_.back()->parameter());
     }
     if (options.wide_dense && num_int_ > 0) {
@@ -96,7 +99,8 @@ WideDeep::WideDeep(const Options& options, const ModelContext& context)
   if (deep_) {
     for (const std::string& field : fields) {
       deep_fields_.push_back(
-          make_table(context, "deep." + field, options.embedding_dim, options.init_scale, mode));
+          make_table(context, "deep." + field, options.embedding_dim, options.init_scale, mode,
+                     options.hash_buckets));
       params_.push_back(&deep_fields_.back()->parameter());
     }
     mlp_ = std::make_unique<Sequential>("deep");

@@ -23,6 +23,7 @@ struct EmbeddingTableSpec {
   std::int64_t dim = 0;        // floats per row
   double init_scale = 0.05;    // new rows start uniform(-init_scale, init_scale)
   std::uint64_t seed = 0;      // with the id, determines a new row's initial value
+  std::int64_t max_rows = 0;   // > 0: the model's ids lie in [0, max_rows) (auto placement's bound)
 };
 
 class EmbeddingStore {

@@ -5,8 +5,8 @@
 //   sparse tables, ps    sharded over the parameter servers; rows pulled, gradients pushed
 // `auto` weighs the bytes each moves per step per worker, measured over the first batches:
 // ring (n - 1) x unique rows x row bytes (the all-gather), ps 2 x unique rows x row bytes
-// (pull + push), under a memory bound: a replica must fit cluster.replica_max_mib, and a table
-// that was still growing at the end of the probe is taken as unbounded.
+// (pull + push), under a memory bound: a replica must fit cluster.replica_max_mib. A replica
+// holds every row the run touches; estimate_replica_rows says how that is judged from the probe.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +28,24 @@ struct TableProbe {
   double unique_rows_per_step = 0;    // mean over the probe batches
   std::int64_t rows_seen = 0;         // distinct rows over all probe batches
   std::int64_t new_rows_last_batch = 0;
+  std::int64_t rows_in_one_batch = 0;   // rows exactly one probe batch touched
+  std::int64_t rows_in_two_batches = 0; // rows exactly two probe batches touched
   std::int64_t probe_batches = 0;
   std::int64_t total_steps = 0;       // the job's steps (to extrapolate growth)
+  std::int64_t epoch_batches = 0;     // probe-sized batches in one epoch; 0: unknown
+  std::int64_t max_rows = 0;          // the model's bound on the table's rows; 0: none
 };
+
+// The rows a replica of the table holds at the end of the run, judged from the probe. A replica
+// gets the rows of all workers' batches (cluster.workers x total_steps probe-sized batches), up
+// to one epoch's (later epochs read the same examples again). New rows only get rarer, so the
+// probe's last batch's new rows per batch bound the growth from above. Rows the probe saw again
+// show saturation: the rows no probe batch touched are estimated from those one and two probe
+// batches touched (Chao's estimator, at its 95% upper confidence limit) and the share of them
+// the remaining batches find extrapolated (Chao et al. 2014). That is believed only where rows
+// seen once are at most 7 times those seen twice: a heavy tail of rare ids keeps the ratio
+// higher, and Chao's estimate far too low. Never above max_rows, never below the rows seen.
+double estimate_replica_rows(const TableProbe& probe, int workers);
 
 struct PlacementDecision {
   std::string name;

@@ -1,12 +1,33 @@
 #include "tools/trainer/placement_probe.h"
 
 #include <memory>
-#include <unordered_set>
 #include <vector>
 
 #include "core/embedding/local_embedding_store.h"
 
 namespace aiacc::trainer {
+
+void ProbeCounter::add(std::span<const std::int64_t> ids) { batch_.insert(ids.begin(), ids.end()); }
+
+void ProbeCounter::end_batch() {
+  unique_total_ += static_cast<std::int64_t>(batch_.size());
+  new_last_ = 0;
+  for (auto id : batch_) new_last_ += ++batches_of_[id] == 1 ? 1 : 0;
+  batch_.clear();
+  ++batches_;
+}
+
+void ProbeCounter::fill(TableProbe& probe) const {
+  probe.unique_rows_per_step = batches_ ? static_cast<double>(unique_total_) / static_cast<double>(batches_) : 0;
+  probe.rows_seen = static_cast<std::int64_t>(batches_of_.size());
+  probe.new_rows_last_batch = new_last_;
+  probe.rows_in_one_batch = probe.rows_in_two_batches = 0;
+  for (const auto& [id, batches] : batches_of_) {
+    probe.rows_in_one_batch += batches == 1 ? 1 : 0;
+    probe.rows_in_two_batches += batches == 2 ? 1 : 0;
+  }
+  probe.probe_batches = batches_;
+}
 
 namespace {
 
@@ -18,38 +39,28 @@ class ProbeStore final : public EmbeddingStore {
   const EmbeddingTableSpec& spec() const override { return inner_.spec(); }
   void pull(std::span<const std::int64_t> ids, float* rows) override {
     inner_.pull(ids, rows);
-    std::unordered_set<std::int64_t> unique(ids.begin(), ids.end());
-    unique_this_batch_ += static_cast<std::int64_t>(unique.size());
-    for (auto id : unique) new_this_batch_ += seen_.insert(id).second ? 1 : 0;
+    counter_.add(ids);
   }
   void push(std::span<const std::int64_t>, const float*, double) override {}
   std::int64_t num_rows() const override { return inner_.num_rows(); }
   std::vector<std::pair<std::string, Tensor>> save_rows() const override { return {}; }
   void load_rows(const std::vector<std::pair<std::string, Tensor>>&) override {}
 
-  void end_batch() {
-    unique_total_ += unique_this_batch_;
-    new_last_ = new_this_batch_;
-    ++batches_;
-    unique_this_batch_ = new_this_batch_ = 0;
-  }
-  TableProbe probe(std::int64_t total_steps) const {
+  void end_batch() { counter_.end_batch(); }
+  TableProbe probe(std::int64_t total_steps, std::int64_t epoch_batches) const {
     TableProbe p;
     p.dim = inner_.spec().dim;
     p.state_floats = inner_.state_floats();
-    p.unique_rows_per_step = batches_ ? static_cast<double>(unique_total_) / static_cast<double>(batches_) : 0;
-    p.rows_seen = static_cast<std::int64_t>(seen_.size());
-    p.new_rows_last_batch = new_last_;
-    p.probe_batches = batches_;
+    counter_.fill(p);
     p.total_steps = total_steps;
+    p.epoch_batches = epoch_batches;
+    p.max_rows = inner_.spec().max_rows;
     return p;
   }
 
  private:
   LocalEmbeddingStore inner_;
-  std::unordered_set<std::int64_t> seen_;
-  std::int64_t unique_this_batch_ = 0, new_this_batch_ = 0, unique_total_ = 0, new_last_ = 0,
-               batches_ = 0;
+  ProbeCounter counter_;
 };
 
 }  // namespace
@@ -79,7 +90,7 @@ std::map<std::string, TableProbe> probe_tables(const models::ModelOptions& model
     }
   }
   std::map<std::string, TableProbe> probes;
-  for (const auto& [name, store] : counting) probes[name] = store->probe(total_steps);
+  for (const auto& [name, store] : counting) probes[name] = store->probe(total_steps, loader.batches_per_epoch());
   return probes;
 }
 
