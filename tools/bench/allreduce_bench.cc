@@ -36,6 +36,7 @@
 #include <iostream>
 #include <map>
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <optional>
 #include <sstream>
@@ -276,6 +277,17 @@ int run_worker(const Args& a) {
   }
 }
 
+// How many runs of `run` fill `seconds`, from 3 to `at_most`: timed once on every rank, rank 0's
+// count for all (every rank must run as many).
+int agreed_runs(const std::shared_ptr<ring::Communicator>& comm, const std::function<void()>& run, double seconds,
+                double at_most) {
+  const auto start = net::Clock::now();
+  run();
+  std::vector<double> runs{std::clamp(seconds / std::max(1e-7, net::seconds_since(start)), 3.0, at_most)};
+  ring::Broadcast(comm, ring::Buffer{runs.data(), 1, DType::f64}, 0).run();
+  return static_cast<int>(runs[0]);
+}
+
 int run_rank(const Args& a, const std::shared_ptr<net::Context>& context, net::RendezvousClient& rendezvous) {
   const bool tune = a.streams == "auto";
   ring::CommunicatorOptions options;
@@ -306,18 +318,15 @@ int run_rank(const Args& a, const std::shared_ptr<net::Context>& context, net::R
     // burst allowance, which flattered some stream counts in tuning but not in the timed runs.
     ring::barrier(*comm, "tuning");
     // Measured runs per candidate: enough to fill a quarter of --seconds at the most streams (a
-    // candidate with fewer takes longer), at least 3, as agreed through rank 0.
+    // candidate with fewer takes longer), at least 3.
     comm->set_active_streams(a.max_streams);
-    auto start = net::Clock::now();
-    allreduce.run();
-    std::vector<double> runs{std::clamp(a.seconds / 4 / std::max(1e-7, net::seconds_since(start)), 3.0, 1000.0)};
-    ring::Broadcast(comm, ring::Buffer{runs.data(), 1, DType::f64}, 0).run();
+    const int runs = agreed_runs(comm, [&] { allreduce.run(); }, a.seconds / 4, 1000);
     // Each candidate is timed as it will run: balanced. Its first runs rebalance the streams
     // after every run (streams that share a capped path get less), then `runs` are timed and
     // scored by their mean, as the timed runs below are. Three runs scored by their median rated
     // 8 streams faster than 4 at 1 MiB on an emulated 4 Gbit/s link in half of the sweeps, where 8
     // sustained 4% less (both 2.0-2.3 ms a run, three runs' spread about 10%).
-    ring::AutoTuner tuner(comm, candidates, a.rebalance > 0 ? 4 : 1, static_cast<int>(runs[0]), ring::TuningScore::kMean);
+    ring::AutoTuner tuner(comm, candidates, a.rebalance > 0 ? 4 : 1, runs, ring::TuningScore::kMean);
     ring::StreamBalancer balancer(comm, 1);
     comm->set_active_streams(tuner.current().streams);
     while (!tuner.done()) {
@@ -367,15 +376,10 @@ int run_rank(const Args& a, const std::shared_ptr<net::Context>& context, net::R
       allreduce.run();
       if (a.rebalance > 0 && comm->streams() > 1) balancer.record(allreduce.stream_timings());
     };
-    // Iterations from the first timing, agreed through rank 0 (all ranks must run as many).
     ring::barrier(*comm, "size");
-    auto start = net::Clock::now();
-    once();
-    std::vector<double> iterations{std::clamp(a.seconds / std::max(1e-7, net::seconds_since(start)), 3.0, 10000.0)};
-    ring::Allreduce(comm, ring::Buffer{iterations.data(), 1, DType::f64}, {}).run();  // a sum; use rank 0's share
-    const int iters = static_cast<int>(iterations[0] / a.world);
+    const int iters = agreed_runs(comm, once, a.seconds, 10000);
     ring::barrier(*comm, "timed");
-    start = net::Clock::now();
+    const auto start = net::Clock::now();
     for (int it = 0; it < iters; ++it) once();
     rows.push_back({bytes, net::seconds_since(start) / iters, comm->active_streams()});
   }

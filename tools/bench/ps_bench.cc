@@ -53,6 +53,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/net/rendezvous_client.h"
@@ -282,7 +283,10 @@ std::vector<std::int64_t> worker_ids(int worker, std::int64_t count) {
 // the user's rather than on rows the caches still hold from the last request.
 std::vector<std::vector<std::int64_t>> request_id_sets(const Args& a, int count) {
   if (a.table_rows <= 0) return {worker_ids(a.worker, count)};
-  const std::int64_t pool_size = std::max<std::int64_t>(a.table_rows / a.workers, count);
+  // --table-rows is refused below --ids x --workers (check_launch): a pool grown past the worker's
+  // share would create rows the user did not ask for.
+  const std::int64_t pool_size = a.table_rows / a.workers;
+  AIACC_CHECK_GE(pool_size, count, "--table-rows {} shared by {} workers", a.table_rows, a.workers);
   std::vector<std::int64_t> pool = worker_ids(a.worker, pool_size);
   Rng rng(static_cast<std::uint64_t>(a.worker) + 17, 0);
   std::vector<std::vector<std::int64_t>> sets;
