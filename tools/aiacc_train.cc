@@ -165,14 +165,6 @@ int run(int argc, char** argv) {
     std::cout << aiacc::trainer::emit_cluster_files(emit_target, job, config_path, overrides);
     return 0;
   }
-  if (!eval_checkpoint.empty()) {
-    // Before any process starts (and generates or reads its data): every rank would fail alike.
-    try {
-      aiacc::trainer::check_checkpoint_folder(eval_checkpoint);
-    } catch (const aiacc::DataError& e) {
-      throw aiacc::ConfigError(fmt::format("--eval {}: {}", eval_checkpoint, e.what()));
-    }
-  }
   aiacc::log::configure(job.log);
   aiacc::log::set_role("worker 0");
   const auto& cluster = job.cluster;
@@ -190,10 +182,22 @@ int run(int argc, char** argv) {
         "train.checkpoint.resume: auto (it is '{}')",
         cluster.max_restarts, job.train.checkpoint.resume));
   }
+  // --eval of something that is no checkpoint: every process would make its data and then fail
+  // alike, so it is refused before any starts. (Ranks an outer launcher starts find it in load(),
+  // where the failure reaches the other ranks.)
+  const auto check_eval_checkpoint = [&] {
+    if (eval_checkpoint.empty()) return;
+    try {
+      aiacc::trainer::check_checkpoint_folder(eval_checkpoint);
+    } catch (const aiacc::DataError& e) {
+      throw aiacc::ConfigError(fmt::format("--eval: {}", e.what()));
+    }
+  };
   if (!dry_run && cluster.distributed()) {
     // Every rank would fail alike, each printing it (and a missing file can only fail again):
     // once, here, before any starts.
     aiacc::data::check_data_files(job.data);
+    check_eval_checkpoint();
     aiacc::log::set_role("launcher");
     std::vector<std::string> args(argv, argv + argc);
     const auto result = aiacc::trainer::launch_local(cluster, args, job.train.checkpoint.on_signal);
@@ -211,6 +215,7 @@ int run(int argc, char** argv) {
     trainer.describe(std::cout);
     return 0;
   }
+  check_eval_checkpoint();
   register_device(job, 0);
   aiacc::trainer::Trainer trainer(job);
   if (!eval_checkpoint.empty()) {

@@ -148,7 +148,7 @@ TEST(Cli, EvalOfSomethingThatIsNotACheckpointSaysWhatItIs) {
   const std::string config = write_temp("cli_eval.yaml", kSmallJob) + " --set cluster.workers=2";
   aiacc::testing::CommandResult missing = run(config + " --eval /nonexistent/step-1");
   EXPECT_EQ(missing.status, 2) << missing.output;
-  const std::string refusal = "config error: --eval /nonexistent/step-1: checkpoint /nonexistent/step-1: no such folder";
+  const std::string refusal = "config error: --eval: checkpoint /nonexistent/step-1: no such folder";
   EXPECT_THAT(missing.output, HasSubstr(refusal));
   EXPECT_EQ(missing.output.find(refusal), missing.output.rfind(refusal)) << "said more than once:\n" << missing.output;
   EXPECT_THAT(missing.output, Not(HasSubstr("started 2 workers")));
