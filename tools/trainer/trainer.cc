@@ -823,12 +823,13 @@ struct Trainer::State {
       loss_scaler->restore(scale.at("scale").get<double>(), scale.at("clean_steps").get<std::int64_t>());
     }
     // (Texts that differ in form only, e.g. an older program's key order, are no difference.)
-    // An evaluation takes the weights under any run name, folder, schedule, cluster or optimiser:
-    // only the model's and the data's settings bear on what it measures.
+    // An evaluation takes the weights under any run name, folder, schedule, cluster, optimiser or
+    // training data: only the model, the test data and the precision bear on what it measures.
     auto noted = changes;
     if (scope == RestoreScope::weights) {
       std::erase_if(noted, [](const auto& change) {
-        return !change.key.starts_with("model.") && !change.key.starts_with("data.");
+        return !change.key.starts_with("model.") && !change.key.starts_with("data.test.") &&
+               change.key != "job.precision";
       });
     }
     if (saved_config.empty() || !noted.empty()) {
@@ -1314,9 +1315,12 @@ TrainResult Trainer::run(const RunControl& control) {
                   first_batch);
     } else if (const int restart = restart_attempt(); restart > 0 && s.leader()) {
       // The launcher restarts "from the newest checkpoint": say so when there is none.
+      const auto& saving = o.train.checkpoint;
       s.log->warn("restart {}: no complete checkpoint in {}: training again from step 0{}", restart,
                   checkpoints.directory().string(),
-                  o.train.checkpoint.every_steps > 0 ? "" : " (train.checkpoint.every_steps is 0: only the end saves one)");
+                  saving.every_steps > 0 ? ""
+                  : saving.at_end       ? " (train.checkpoint.every_steps is 0: only the end saves one)"
+                                        : " (train.checkpoint.every_steps is 0 and at_end false: this job saves none)");
     }
   }
   const std::string trace_name = s.leader() && o.train.trace ? trace_file_name(s.run_path, step) : "";
