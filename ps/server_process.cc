@@ -164,6 +164,15 @@ int run_server_process(int argc, char** argv) {
         throw ConfigError(fmt::format("--load {}", e.what()));
       }
       checkpoint = read_shard_checkpoint(load);
+      // A file named directly may be another shard's: the shard would refuse it only once it
+      // started, as a runtime failure that did not name --load.
+      if (checkpoint->shard != options.shard || checkpoint->num_shards != options.num_shards) {
+        throw ConfigError(fmt::format(
+            "--load {}: the file of shard {} of {}; this server is shard {} of {} (--shard {} --num-shards {}): "
+            "give it {} or the checkpoint folder",
+            load, checkpoint->shard, checkpoint->num_shards, options.shard, options.num_shards, options.shard,
+            options.num_shards, shard_checkpoint_name(options.shard, options.num_shards)));
+      }
     }
     log::set_role(fmt::format("ps shard {}", options.shard));
     // Block the stop signals before any thread starts, then poll for them below.

@@ -238,9 +238,16 @@ TEST(PsProcesses, InputsAreCheckedBeforeServing) {
                  {"the files of shard 0 of 2", "shard 1's file is missing"});
   expect_refused({"--load", (dir.path / "nonexistent").string()}, 2, {"--load", "no such checkpoint file or folder"});
   expect_refused({"--endpoint-file", "/proc/nope/x"}, 2, {"--endpoint-file /proc/nope/x", "/proc/nope does not exist"});
-  // Shard 0's file of 2, given to a shard 1 of 2: refused before it binds.
-  expect_refused({"--shard", "1", "--num-shards", "2", "--load", (checkpoint / "ps-shard-00000-of-00002.safetensors").string()},
-                 1, {"checkpoint of shard 0 of 2, but this is shard 1 of 2"});
+  // Shard 0's file of 2, given to a shard 1 of 2: refused before it binds, as a usage error
+  // naming --load (it was a runtime failure, status 1, that did not).
+  const std::string shard0 = (checkpoint / "ps-shard-00000-of-00002.safetensors").string();
+  expect_refused({"--shard", "1", "--num-shards", "2", "--load", shard0}, 2,
+                 {"--load " + shard0 + ": the file of shard 0 of 2; this server is shard 1 of 2 (--shard 1 "
+                  "--num-shards 2): give it ps-shard-00001-of-00002.safetensors or the checkpoint folder"});
+  // Its shard index right but of another shard count: the file's metadata says which.
+  std::filesystem::copy_file(shard0, dir.path / "renamed.safetensors");
+  expect_refused({"--shard", "0", "--num-shards", "3", "--load", (dir.path / "renamed.safetensors").string()}, 2,
+                 {"the file of shard 0 of 2; this server is shard 0 of 3 (--shard 0 --num-shards 3)"});
 }
 
 // A capacity far below the rows a job touches evicts at almost every request: each eviction was
