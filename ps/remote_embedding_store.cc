@@ -72,9 +72,13 @@ void RemoteEmbeddingStore::reset_cache() {
 
 embedding::RowCachePlan RemoteEmbeddingStore::plan_batch(std::span<const std::int64_t> ids) {
   if (static_cast<std::int64_t>(ids.size()) > cache_->slots()) {
-    throw ConfigError(fmt::format("table '{}': a batch touches {} rows, more than the {} its "
-                                  "hot-row cache holds (raise cache_rows above the largest batch)",
-                                  config_.spec.name, ids.size(), cache_->slots()));
+    // Named by aiacc-train's key: the trainer is what sets a table's cache, and its users know
+    // no TableOptions.
+    throw ConfigError(fmt::format("table '{}': a batch touches {} rows, more than the {} its hot-row cache holds "
+                                  "(cluster.ps.cache_rows: {}); set cluster.ps.cache_rows to at least the rows a "
+                                  "batch touches in one table ({} here; data.batch_size where each example has one "
+                                  "id per table), or 0 for no cache",
+                                  config_.spec.name, ids.size(), cache_->slots(), cache_->slots(), ids.size()));
   }
   return cache_->plan(ids, static_cast<std::int64_t>(step_));
 }

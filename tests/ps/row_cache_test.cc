@@ -137,7 +137,9 @@ TEST(PsRowCache, OptionsAreChecked) {
   std::vector<float> rows(ids.size() * kDim);
   EXPECT_THAT([&] { store.pull(ids, rows.data()); },
               ::testing::ThrowsMessage<ConfigError>(::testing::AllOf(
-                  ::testing::HasSubstr("table 'small'"), ::testing::HasSubstr("raise cache_rows"))));
+                  ::testing::HasSubstr("table 'small': a batch touches "),
+                  ::testing::HasSubstr(" rows, more than the 10 its hot-row cache holds (cluster.ps.cache_rows: 10); "
+                                       "set cluster.ps.cache_rows to at least the rows a batch touches in one table"))));
 }
 
 }  // namespace
