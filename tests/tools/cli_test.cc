@@ -816,6 +816,72 @@ TEST(Cli, HotRowCacheSettingsThatServeNothingAreWarnedAbout) {
   EXPECT_THAT(o.output, Not(HasSubstr("no effect")));
 }
 
+// cluster.sync_batch_norm on a model without batch norm synchronised nothing without a word.
+TEST(Cli, SyncBatchNormOnAModelWithoutBatchNormIsWarnedAbout) {
+  const std::string warning = "cluster.sync_batch_norm has no effect: model.type ";
+  const std::string mlp = write_temp("aiacc_cli_syncbn.yaml", kSmallJob);
+  auto o = run(mlp + " --dry-run --set cluster.workers=2 --set cluster.sync_batch_norm=true");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr(warning + "mlp has no batch-norm layer, so there are no batch statistics to "
+                                            "synchronise"));
+  o = run(write_temp("aiacc_cli_syncbn_wd.yaml", small_wide_deep_job("syncbn", "")) +
+          " --dry-run --set cluster.sync_batch_norm=true");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr(warning + "wide_deep has no batch-norm layer"));
+  // A ResNet's batch norms are what it synchronises: no warning.
+  o = run(mlp + " --dry-run --set cluster.workers=2 --set cluster.sync_batch_norm=true --set model.type=resnet "
+                "--set model.resnet.depth=8 --set model.resnet.width=4");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("cluster.sync_batch_norm")));
+}
+
+// A reconnect grace above cluster.ps.timeout_s is cut to timeout_s (the clients and the shards
+// both cap it): it was taken without a word.
+TEST(Cli, AReconnectGraceAboveThePsTimeoutIsWarnedAbout) {
+  const std::string job = write_temp("aiacc_cli_grace.yaml", small_wide_deep_job("grace", "")) +
+                          " --dry-run --set cluster.workers=2 --set cluster.servers=1 --set cluster.ps.timeout_s=30";
+  auto o = run(job + " --set cluster.ps.reconnect_grace_s=60");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.ps.reconnect_grace_s: 60 is above cluster.ps.timeout_s: 30, which caps "
+                                  "it: a dropped connection between a worker and a shard fails the job after 30 s"));
+  o = run(job + " --set cluster.ps.reconnect_grace_s=30");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("which caps it")));
+}
+
+// A min_count no id can reach within the job (a worker pulls an id at most once a step) left
+// every parameter-server table at its initial values without a word: warned about once, by the
+// job's workers and steps, and only where tables are on the servers.
+TEST(Cli, AnAdmissionCountNoIdCanReachIsWarnedAboutOnce) {
+  // 512 examples in batches of 64 over 2 workers: 4 steps each, 8 pulls of an id at most.
+  const std::string job = write_temp("aiacc_cli_admission.yaml", small_wide_deep_job("admission", "")) +
+                          " --set cluster.workers=2 --set cluster.servers=1";
+  const std::string warning = "cluster.ps.min_count: 9 exceeds the 8 pulls an id can get in this job (4 steps x 2 "
+                              "workers, each pulling an id at most once a step): the parameter servers never create "
+                              "a row of ";
+  auto o = run(job + " --dry-run --set cluster.ps.min_count=9");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr(warning));
+  EXPECT_THAT(o.output, HasSubstr("so every pull returns the initial values and the tables never learn"));
+  o = run(job + " --dry-run --set cluster.ps.min_count=8");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("cluster.ps.min_count")));
+  // Every table on the ring: the servers admit nothing, so min_count is not in effect.
+  o = run(job + " --dry-run --set cluster.ps.min_count=9 --set 'cluster.placement=[{match: \"*\", place: ring}]'");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("cluster.ps.min_count")));
+  // The job itself: once (by worker 0), with the steps max_steps leaves.
+  std::filesystem::remove_all("/tmp/aiacc_cli_admission");
+  o = run(job + " --set cluster.ps.min_count=5 --set train.max_steps=2 --set train.eval_each_epoch=false "
+                "--set 'cluster.placement=[{match: \"*\", place: ps}]'");
+  ASSERT_EQ(o.status, 0) << o.output;
+  const std::string job_warning = "cluster.ps.min_count: 5 exceeds the 4 pulls an id can get in this job (2 steps x 2 "
+                                  "workers";
+  EXPECT_THAT(o.output, HasSubstr(job_warning));
+  EXPECT_EQ(o.output.find(job_warning), o.output.rfind(job_warning)) << "warned more than once";
+  std::filesystem::remove_all("/tmp/aiacc_cli_admission");
+}
+
 // aiacc-bench train's E compares the runs' steady throughput, each run's summary samples/s
 // (after its first step): it averaged the progress intervals after the first, whatever the
 // summaries said. Run here against a stand-in aiacc-train beside a copy of the bench, which

@@ -348,6 +348,14 @@ void warn_unused_settings(const JobOptions& options) {
                      "consistency sync takes only this step's rows, so the cache serves none (async or bounded "
                      "tables take a cache with cluster.ps.cache_staleness)");
     }
+    // The workers' clients and the shards both take min(grace, timeout_s) (ProcessGroup):
+    // a longer grace was cut short without a word.
+    if (ps.reconnect_grace_s > ps.timeout_s) {
+      log::get("trainer")->warn("cluster.ps.reconnect_grace_s: {} is above cluster.ps.timeout_s: {}, which caps it: a "
+                                "dropped connection between a worker and a shard fails the job after {} s (raise "
+                                "cluster.ps.timeout_s for a longer grace)",
+                                ps.reconnect_grace_s, ps.timeout_s, ps.timeout_s);
+    }
   }
   auto warn_unused_blocks = [](const config::TypedBlocks& blocks, const std::string& type_key, const std::string& type) {
     for (const auto& block : blocks.unused(type)) {
@@ -358,6 +366,37 @@ void warn_unused_settings(const JobOptions& options) {
   warn_unused_blocks(options.model.options, "model.type", options.model.type);
   warn_unused_blocks(options.data.train.options, "data.train.type", options.data.train.type);
   warn_unused_blocks(options.data.test.options, "data.test.type", options.data.test.type);
+}
+
+// The model's batch-norm layers, counted by their running means (BatchNorm's buffers, under
+// PyTorch's state-dict names): the model interface names no layers, and no other layer keeps one.
+int batch_norm_layers(models::Model& model) {
+  int layers = 0;
+  for (const auto& [name, tensor] : model.buffers()) layers += name.ends_with(".running_mean") ? 1 : 0;
+  return layers;
+}
+
+// Settings that only the built job shows to be useless (warn_unused_settings reads the options
+// alone): the model's layers, and what the parameter servers hold (`ps_tables`) over the job's
+// `steps` steps of `workers` workers each.
+void warn_defeated_settings(const JobOptions& options, models::Model& model, const std::vector<std::string>& ps_tables,
+                            std::int64_t steps, int workers) {
+  if (options.cluster.sync_batch_norm && batch_norm_layers(model) == 0) {
+    warn_no_effect("", {"cluster.sync_batch_norm"},
+                   fmt::format("model.type {} has no batch-norm layer, so there are no batch statistics to "
+                               "synchronise", options.model.type));
+  }
+  // A shard admits an id on its min_count-th pull (ps::ServerTable), and a worker pulls an id at
+  // most once a step (its prefetch being that pull): past steps x workers no id is ever admitted.
+  const std::int64_t min_count = options.cluster.ps.min_count, requests = steps * workers;
+  if (!ps_tables.empty() && steps > 0 && min_count > requests) {
+    log::get("trainer")->warn(
+        "cluster.ps.min_count: {} exceeds the {} pulls an id can get in this job ({} steps x {} workers, each "
+        "pulling an id at most once a step): the parameter servers never create a row of {} (rows restored from "
+        "a checkpoint aside), so every pull returns the initial values and the tables never learn; lower "
+        "cluster.ps.min_count",
+        min_count, requests, steps, workers, fmt::join(ps_tables, ", "));
+  }
 }
 
 }  // namespace
@@ -1072,6 +1111,24 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
                                       on_devices ? "on the devices\n" : "through host memory\n");
       s.fuser = on_devices ? s.make_device_fuser(ready_order) : s.make_host_fuser(ready_order);
     }
+  }
+
+  if (s.leader()) {
+    std::vector<std::string> ps_tables;
+    std::int64_t job_steps = s.total_steps;
+    int job_workers = s.workers();
+    for (const auto& [name, table] : s.remote) ps_tables.push_back(name);
+    if (!s.group && cluster.servers > 0) {
+      // A dry run of a distributed job is one process: the job's workers, their steps and the
+      // tables their placement may put on the servers (the plan refuses drop_last false itself).
+      for (const auto& [name, store] : s.stores) {
+        if (checked_rule_for(cluster, name) != "ring") ps_tables.push_back(name);
+      }
+      job_workers = cluster.workers;
+      job_steps = options.data.drop_last || job_workers == 1
+                      ? plan_steps(options, *s.train_data, 0, job_workers).total : 0;
+    }
+    warn_defeated_settings(options, *s.model, ps_tables, job_steps, job_workers);
   }
 
   s.schedule = make_schedule(options.optimizer, s.total_steps, "optimizer");
