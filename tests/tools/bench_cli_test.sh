@@ -155,9 +155,23 @@ if ((dry)); then
 fi
 touch "$here/ran"
 status=$(cat "$here/run_status" 2>/dev/null || echo 0)
+samples=100
+if [[ $name == bench-independent-* ]]; then
+  # --ceiling's jobs: each says its core, and waits (5 s at most) for the others of its set,
+  # which must run at the same time, not one after another.
+  samples=90
+  echo "$name $(awk '/Cpus_allowed_list/ {print $2}' /proc/self/status)" >>"$here/independent"
+  touch "$here/started-$name"
+  set_prefix=${name%-*}
+  for _ in $(seq 50); do
+    (($(compgen -G "$here/started-$set_prefix-*" | wc -l) >= 2)) && break
+    sleep 0.1
+  done
+  (($(compgen -G "$here/started-$set_prefix-*" | wc -l) >= 2)) || { echo "the other independent job never started" >&2; exit 3; }
+fi
 if ((status == 0)); then
   mkdir -p "$run_dir/$name"
-  echo '{"kind":"summary","samples_per_s":100}' >"$run_dir/$name/metrics.jsonl"
+  echo "{\"kind\":\"summary\",\"samples_per_s\":$samples}" >"$run_dir/$name/metrics.jsonl"
   exit 0
 fi
 echo "2026-12-01 00:00:01.000 I [worker 0] [train] step 1"
@@ -187,6 +201,19 @@ train_fake 0 "" train "$work/job.yaml"
 grep -qF "scaling efficiency E" "$work/out" || fail "train: a good run printed no E: $(cat "$work/out" "$work/err")"
 grep -qF "removed with its folder when the bench succeeds" "$work/out" || fail "train: the log line does not say the log goes"
 compgen -G "$work/tmp/aiacc-bench-train-*" >/dev/null && fail "train: a good bench left its run folder"
+grep -qF "ceiling" "$work/out" && fail "train: the ceiling was reported without --ceiling: $(cat "$work/out")"
+[[ -e $fake/independent ]] && fail "train: independent jobs ran without --ceiling"
+# --ceiling: N independent 1-worker jobs at once, job i on core i-1; their samples/s (90 each)
+# over N x the 1-worker run's (100) is the ceiling, against which E (100 / (2 x 100)) is set.
+train_fake 0 "" train "$work/job.yaml" --ceiling --repeat 2 --json "$work/ceiling.json"
+grep -qF "ceiling: 2 independent 1-worker jobs at once reach 0.900 of 2 x one alone (median; range 0.900-0.900); the median pair's E is 0.556 of its ceiling 0.900" "$work/out" ||
+  fail "train --ceiling: no ceiling line: $(cat "$work/out" "$work/err")"
+[[ $(sort "$fake/independent" | tr '\n' ' ') == "bench-independent-1-1 0 bench-independent-1-2 1 bench-independent-2-1 0 bench-independent-2-2 1 " ]] ||
+  fail "train --ceiling: the independent jobs' cores: $(cat "$fake/independent")"
+grep -qF '"ceiling_per_pair": [
+  0.9,
+  0.9
+ ]' "$work/ceiling.json" || fail "train --ceiling: the JSON lacks the ceiling: $(cat "$work/ceiling.json")"
 
 # aiacc-bench-net.
 expect_net 2 "--max-size takes 4 to 1073741824, got 3" --max-size 3

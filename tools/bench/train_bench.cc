@@ -65,6 +65,10 @@ E = throughput(N) / (N x throughput(1)).
   --threads T        compute threads per worker, 1 to 1024 (default 1)
   --repeat R         pairs of runs, alternating which goes first; the median E is reported,
                      1 to 100 (default 1)
+  --ceiling          with each pair, also run N independent 1-worker jobs at once, one per
+                     core: their summed samples/s over N x the pair's 1-worker run is the E
+                     this machine allows with no communication at all (shared caches, memory
+                     bandwidth, a VM's neighbours), printed beside E
   --set KEY=VALUE    override a key of CONFIG (repeatable); the keys the bench sets itself
                      (cluster.workers, job.threads, train.max_steps, job.run_dir, job.name, ...)
                      are refused
@@ -83,6 +87,7 @@ struct Args {
   int workers = 2;
   int threads = 1;
   int repeat = 1;
+  bool ceiling = false;
   std::vector<std::string> overrides;
   std::string json;
 };
@@ -265,6 +270,59 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const st
   return read_figures(run_dir / name / "metrics.jsonl");
 }
 
+// Runs --workers independent 1-worker jobs at once, job i pinned to core i (the cores the
+// N-worker run has), as runs `name`-1..N; returns their summed steady samples/s.
+double run_independent(const Args& a, const fs::path& run_dir, const std::string& name) {
+  std::cout << "running " << a.workers << " independent 1-worker jobs at once, one per core: logs "
+            << (run_dir / (name + "-*.log")).string() << std::endl;
+  struct Job {
+    pid_t pid = -1;
+    fs::path log;
+    std::string name;
+  };
+  std::vector<Job> jobs;
+  auto wait_all = [&] {
+    std::vector<std::pair<Job, int>> statuses;
+    for (const Job& job : jobs) {
+      int status = 0;
+      while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      statuses.emplace_back(job, status);
+    }
+    jobs.clear();
+    return statuses;
+  };
+  for (int i = 0; i < a.workers; ++i) {
+    Job job;
+    job.name = fmt::format("{}-{}", name, i + 1);
+    job.log = run_dir / (job.name + ".log");
+    const std::string command = fmt::format("taskset -c {} {} > {} 2>&1", i, train_command(a, 1, run_dir, job.name),
+                                            quote(job.log.string()));
+    job.pid = ::fork();
+    if (job.pid < 0) {
+      const int error_number = errno;
+      wait_all();
+      throw IoError(fmt::format("cannot start the independent 1-worker jobs: fork: {}", std::strerror(error_number)));
+    }
+    if (job.pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    jobs.push_back(job);
+  }
+  double total = 0;
+  for (const auto& [job, status] : wait_all()) {
+    if (status != 0) {
+      std::ifstream in(job.log);
+      const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      throw_failure(status, fmt::format("the independent 1-worker job {} failed", job.name),
+                    fmt::format("its log {} (kept)", job.log.string()), output);
+    }
+    total += read_figures(run_dir / job.name / "metrics.jsonl").samples_per_s;
+  }
+  return total;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 2; i < argc; ++i) {
@@ -281,6 +339,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--workers") a.workers = static_cast<int>(integer_flag(key, value(), 2, 1024));
     else if (key == "--threads") a.threads = static_cast<int>(integer_flag(key, value(), 1, 1024));
     else if (key == "--repeat") a.repeat = static_cast<int>(integer_flag(key, value(), 1, 100));
+    else if (key == "--ceiling") a.ceiling = true;
     else if (key == "--set") a.overrides.push_back(value());
     else if (key == "--json") a.json = value();
     else if (!key.empty() && key[0] != '-' && a.config.empty()) a.config = key;
@@ -301,21 +360,28 @@ int run_pairs(const Args& a) {
   struct Pair {
     RunFigures one, many;
     double efficiency = 0;
+    double ceiling = 0;  // --ceiling: the independent jobs' samples/s over N x one's
   };
   std::vector<Pair> pairs;
   for (int r = 0; r < a.repeat; ++r) {
     // A folder per run: each run starts afresh (train.checkpoint.resume: never).
     const auto one = [&] { return run_job(a, 1, run_dir, fmt::format("bench-1w-{}", r + 1)); };
     const auto many = [&] { return run_job(a, a.workers, run_dir, fmt::format("bench-{}w-{}", a.workers, r + 1)); };
+    const auto independent = [&] { return run_independent(a, run_dir, fmt::format("bench-independent-{}", r + 1)); };
     Pair p;
+    double independent_samples_per_s = 0;
+    // The independent jobs run next to the 1-worker run they are compared with.
     if (r % 2 == 0) {
+      if (a.ceiling) independent_samples_per_s = independent();
       p.one = one();
       p.many = many();
     } else {
       p.many = many();
       p.one = one();
+      if (a.ceiling) independent_samples_per_s = independent();
     }
     p.efficiency = p.many.samples_per_s / (a.workers * p.one.samples_per_s);
+    p.ceiling = independent_samples_per_s / (a.workers * p.one.samples_per_s);
     pairs.push_back(p);
   }
   // The pair with the median E (the lower middle one for an even count) is the one reported.
@@ -340,6 +406,16 @@ int run_pairs(const Args& a) {
                            100 * many.comm_wait_share, 100 * many.allreduce_hidden_share);
   std::cout << fmt::format("scaling efficiency E = {:.1f} / ({} x {:.1f}) = {:.3f}\n", many.samples_per_s,
                            a.workers, one.samples_per_s, efficiency);
+  std::vector<double> ceilings;
+  for (const auto& p : pairs) ceilings.push_back(p.ceiling);
+  std::sort(ceilings.begin(), ceilings.end());
+  const double median_ceiling = ceilings[(ceilings.size() - 1) / 2];
+  if (a.ceiling) {
+    std::cout << fmt::format("ceiling: {} independent 1-worker jobs at once reach {:.3f} of {} x one alone (median; "
+                             "range {:.3f}-{:.3f}); the median pair's E is {:.3f} of its ceiling {:.3f}\n",
+                             a.workers, median_ceiling, a.workers, ceilings.front(), ceilings.back(),
+                             efficiency / median.ceiling, median.ceiling);
+  }
   std::cout << fmt::format("samples/s: after each run's first step (its start-up took {:.2f} s with 1 worker, {:.2f} s "
                            "with {})\n", one.warmup_seconds, many.warmup_seconds, a.workers);
   if (!many.allreduce_hidden_behind.empty()) {
@@ -348,7 +424,11 @@ int run_pairs(const Args& a) {
   }
   if (!a.json.empty()) {
     nlohmann::json per_pair = nlohmann::json::array();
-    for (const auto& p : pairs) per_pair.push_back(p.efficiency);
+    nlohmann::json ceiling_per_pair = nlohmann::json::array();
+    for (const auto& p : pairs) {
+      per_pair.push_back(p.efficiency);
+      ceiling_per_pair.push_back(p.ceiling);
+    }
     nlohmann::json out{{"benchmark", "train"}, {"config", a.config}, {"steps", a.steps},
                        {"threads_per_worker", a.threads}, {"workers", a.workers},
                        {"samples_per_s_1", one.samples_per_s}, {"samples_per_s_n", many.samples_per_s},
@@ -356,6 +436,11 @@ int run_pairs(const Args& a) {
                        {"comm_wait_share", many.comm_wait_share},
                        {"allreduce_hidden_share", many.allreduce_hidden_share},
                        {"allreduce_hidden_behind", many.allreduce_hidden_behind}};
+    if (a.ceiling) {
+      out["ceiling"] = median_ceiling;
+      out["ceiling_per_pair"] = ceiling_per_pair;
+      out["ceiling_of_median_pair"] = median.ceiling;
+    }
     write_output(a.json, out.dump(1) + "\n");
   }
   fs::remove_all(run_dir);
