@@ -19,6 +19,7 @@
 #include "tools/trainer/emit.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/launch.h"
+#include "tools/trainer/placement.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/stop_signal.h"
 #include "tools/trainer/trainer.h"
@@ -162,6 +163,7 @@ int run(int argc, char** argv) {
   // before any parallel region could fail on a count no machine has.
   if (job.job.threads == 0) (void)aiacc::trainer::default_compute_threads();
   if (!emit_target.empty()) {
+    aiacc::trainer::check_ps_rules_have_servers(job.cluster);  // every rank of the emitted job would fail
     std::cout << aiacc::trainer::emit_cluster_files(emit_target, job, config_path, overrides);
     return 0;
   }
@@ -171,6 +173,10 @@ int run(int argc, char** argv) {
   if (!dry_run) {
     if (auto role = aiacc::trainer::role_from_environment(cluster)) return run_rank(job, *role, eval_checkpoint);
   }
+  // Tables on servers the job has none of: every rank would refuse them once it built its model,
+  // and a dry run halfway through its plan. Once, here, before any starts (an outer launcher's
+  // ranks find it in the trainer, where the failure reaches the others).
+  aiacc::trainer::check_ps_rules_have_servers(cluster);
   if (!dry_run && cluster.launcher == "external") {
     throw aiacc::ConfigError(
         "cluster.launcher is external but no launcher variables are set (OMPI_COMM_WORLD_RANK, "

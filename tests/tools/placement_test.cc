@@ -15,6 +15,7 @@
 
 #include "core/config/node.h"
 #include "core/config/schema.h"
+#include "core/error.h"
 #include "core/util/random.h"
 #include "data/data_options.h"
 #include "data/loader.h"
@@ -164,6 +165,35 @@ TEST(Placement, TheProbeReportsTheModelsBoundAndTheEpoch) {
     EXPECT_LE(estimate_replica_rows(c1, 2), buckets > 0 ? 300 : 1.5 * 1001);
     EXPECT_EQ(placed(1, "deep.C1", c1), "ring");
   }
+}
+
+// A rule placing on ps in a job without servers is refused from the config alone (the local
+// launcher checks it before starting any rank), naming the rule and the fix; auto, ring rules
+// and a single process need no servers, and auto then never picks ps, however big the table.
+TEST(Placement, PsRulesNeedServersAndAutoWithoutThemPicksTheRing) {
+  ClusterOptions c = cluster(1);
+  c.servers = 0;
+  c.placement = {{"wide.*", "ring"}, {"deep.*", "auto"}, {"*", "ps"}};
+  EXPECT_THAT([&] { check_ps_rules_have_servers(c); },
+              ::testing::ThrowsMessage<ConfigError>(::testing::StrEq(
+                  "cluster.placement[2]: {match: '*', place: ps} puts tables on the parameter servers, but "
+                  "cluster.servers is 0 (the job starts none); set cluster.servers to 1 or more, or place them on "
+                  "the ring (place: ring)")));
+  c.servers = 1;
+  EXPECT_NO_THROW(check_ps_rules_have_servers(c));
+  c.servers = 0;
+  c.workers = 1;  // one process: no placement at all
+  EXPECT_NO_THROW(check_ps_rules_have_servers(c));
+  c.workers = 2;
+  c.placement.pop_back();
+  EXPECT_NO_THROW(check_ps_rules_have_servers(c));
+
+  Rng rng(16);
+  const TableProbe huge = probe_of([&] { return static_cast<std::int64_t>(rng.next() >> 1); }, 16, 16, 20000);
+  EXPECT_FALSE(needs_probe(c, {"deep.C1"}));
+  const PlacementDecision d = place_sparse(c, "deep.C1", huge);
+  EXPECT_EQ(placement_name(d.choice), std::string("ring")) << d.reason;
+  EXPECT_EQ(d.reason, "auto: no parameter servers");
 }
 
 }  // namespace

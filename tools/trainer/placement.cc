@@ -89,6 +89,18 @@ std::string checked_rule_for(const ClusterOptions& cluster, const std::string& n
   return rule;
 }
 
+void check_ps_rules_have_servers(const ClusterOptions& cluster) {
+  if (!cluster.distributed() || cluster.servers > 0) return;
+  for (std::size_t i = 0; i < cluster.placement.size(); ++i) {
+    const auto& rule = cluster.placement[i];
+    if (rule.place != "ps") continue;
+    throw ConfigError(fmt::format("cluster.placement[{}]: {{match: '{}', place: ps}} puts tables on the parameter "
+                                  "servers, but cluster.servers is 0 (the job starts none); set cluster.servers to 1 "
+                                  "or more, or place them on the ring (place: ring)",
+                                  i, rule.match));
+  }
+}
+
 PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& name,
                               const std::string& shape, std::int64_t bytes) {
   PlacementDecision d{name, shape, bytes, false, Placement::ring, false, "dense tensor: all-reduced"};

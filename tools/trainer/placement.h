@@ -62,6 +62,11 @@ std::string rule_for(const ClusterOptions& cluster, const std::string& name);
 // rule_for(), checked against the cluster: ConfigError naming the table when a rule puts it on
 // ps in a job without servers.
 std::string checked_rule_for(const ClusterOptions& cluster, const std::string& name);
+// ConfigError naming the first cluster.placement rule that places on ps in a distributed job
+// whose cluster.servers is 0, and how to fix it. The config alone decides it, whatever the model
+// (a ps rule that places no table is refused by check_placement_rules), so the local launcher
+// checks it before any process starts. One process uses no rules: nothing to refuse.
+void check_ps_rules_have_servers(const ClusterOptions& cluster);
 
 PlacementDecision place_dense(const ClusterOptions& cluster, const std::string& name,
                               const std::string& shape, std::int64_t bytes);
