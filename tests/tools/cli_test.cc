@@ -380,7 +380,8 @@ TEST(Cli, ADryRunOfADistributedJobPlansItsWorkers) {
   o = run(job + " --dry-run --set model.type=wide_deep --set data.train.type=synthetic_ctr "
                 "--set data.test.type=synthetic_ctr --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
   EXPECT_EQ(o.status, 2) << o.output;
-  EXPECT_THAT(o.output, HasSubstr("table 'deep.C1' is placed on ps but cluster.servers is 0"));
+  EXPECT_THAT(o.output, HasSubstr("cluster.placement[0]: {match: 'deep.*', place: ps} puts tables on the parameter "
+                                  "servers, but cluster.servers is 0"));
   // The dense ring refused this only once its ranks connected: a dry run passed it.
   o = run(job + " --dry-run --set cluster.workers=2 --set cluster.ring.transport=tcp");
   EXPECT_EQ(o.status, 2) << o.output;
