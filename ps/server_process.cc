@@ -163,7 +163,12 @@ int run_server_process(int argc, char** argv) {
       } catch (const ConfigError& e) {
         throw ConfigError(fmt::format("--load {}", e.what()));
       }
-      checkpoint = read_shard_checkpoint(load);
+      try {
+        checkpoint = read_shard_checkpoint(load);
+      } catch (const DataError& e) {
+        // Not a shard checkpoint at all (another file, a torn one): the flag's value is wrong.
+        throw ConfigError(fmt::format("--load {}", e.what()));
+      }
       // A file named directly may be another shard's: the shard would refuse it only once it
       // started, as a runtime failure that did not name --load.
       if (checkpoint->shard != options.shard || checkpoint->num_shards != options.num_shards) {

@@ -248,6 +248,12 @@ TEST(PsProcesses, InputsAreCheckedBeforeServing) {
   std::filesystem::copy_file(shard0, dir.path / "renamed.safetensors");
   expect_refused({"--shard", "0", "--num-shards", "3", "--load", (dir.path / "renamed.safetensors").string()}, 2,
                  {"the file of shard 0 of 2; this server is shard 0 of 3 (--shard 0 --num-shards 3)"});
+  // A file that is no shard checkpoint at all: a usage error naming --load too (it was status 1).
+  {
+    std::ofstream(dir.path / "notes.safetensors") << "not a checkpoint";
+  }
+  expect_refused({"--load", (dir.path / "notes.safetensors").string()}, 2,
+                 {"--load " + (dir.path / "notes.safetensors").string() + ": "});
 }
 
 // A capacity far below the rows a job touches evicts at almost every request: each eviction was
