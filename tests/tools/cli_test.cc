@@ -834,6 +834,11 @@ TEST(Cli, SyncBatchNormOnAModelWithoutBatchNormIsWarnedAbout) {
                 "--set model.resnet.depth=8 --set model.resnet.width=4");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, Not(HasSubstr("cluster.sync_batch_norm")));
+  // One worker has no other worker's statistics to take.
+  o = run(mlp + " --dry-run --set cluster.workers=1 --set cluster.sync_batch_norm=true --set model.type=resnet "
+                "--set model.resnet.depth=8 --set model.resnet.width=4");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.sync_batch_norm has no effect: the job has one worker (cluster.workers 1)"));
 }
 
 // A reconnect grace above cluster.ps.timeout_s is cut to timeout_s (the clients and the shards

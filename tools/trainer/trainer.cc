@@ -385,6 +385,9 @@ void warn_defeated_settings(const JobOptions& options, models::Model& model, con
     warn_no_effect("", {"cluster.sync_batch_norm"},
                    fmt::format("model.type {} has no batch-norm layer, so there are no batch statistics to "
                                "synchronise", options.model.type));
+  } else if (options.cluster.sync_batch_norm && workers == 1) {
+    warn_no_effect("", {"cluster.sync_batch_norm"},
+                   "the job has one worker (cluster.workers 1): its batch statistics are already the whole batch's");
   }
   // A shard admits an id on its min_count-th pull (ps::ServerTable), and a worker pulls an id at
   // most once a step (its prefetch being that pull): past steps x workers no id is ever admitted.
@@ -1118,13 +1121,14 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     std::int64_t job_steps = s.total_steps;
     int job_workers = s.workers();
     for (const auto& [name, table] : s.remote) ps_tables.push_back(name);
+    // A dry run of a distributed job is one process: it speaks for the job's workers.
+    if (!s.group) job_workers = cluster.workers;
     if (!s.group && cluster.servers > 0) {
-      // A dry run of a distributed job is one process: the job's workers, their steps and the
-      // tables their placement may put on the servers (the plan refuses drop_last false itself).
+      // Their steps, and the tables their placement may put on the servers (the plan refuses
+      // drop_last false itself).
       for (const auto& [name, store] : s.stores) {
         if (checked_rule_for(cluster, name) != "ring") ps_tables.push_back(name);
       }
-      job_workers = cluster.workers;
       job_steps = options.data.drop_last || job_workers == 1
                       ? plan_steps(options, *s.train_data, 0, job_workers).total : 0;
     }
