@@ -859,30 +859,41 @@ TEST(Cli, AReconnectGraceAboveThePsTimeoutIsWarnedAbout) {
 // every parameter-server table at its initial values without a word: warned about once, by the
 // job's workers and steps, and only where tables are on the servers.
 TEST(Cli, AnAdmissionCountNoIdCanReachIsWarnedAboutOnce) {
-  // 512 examples in batches of 64 over 2 workers: 4 steps each, 8 pulls of an id at most.
+  // 512 examples in batches of 64 over 2 workers: 4 steps each. A sync shard counts at most 2
+  // pulls and 1 merged push of an id a step (12 requests); async ones 2 pulls and 2 pushes (16).
   const std::string job = write_temp("aiacc_cli_admission.yaml", small_wide_deep_job("admission", "")) +
-                          " --set cluster.workers=2 --set cluster.servers=1";
-  const std::string warning = "cluster.ps.min_count: 9 exceeds the 8 pulls an id can get in this job (4 steps x 2 "
-                              "workers, each pulling an id at most once a step): the parameter servers never create "
-                              "a row of ";
-  auto o = run(job + " --dry-run --set cluster.ps.min_count=9");
+                          " --set cluster.workers=2 --set cluster.servers=1 --set 'cluster.placement=[{match: \"deep.*\", "
+                          "place: ps}]'";
+  const std::string warning = "cluster.ps.min_count: 13 exceeds the 12 requests an id can get in this job (4 steps x "
+                              "(2 workers' pulls + 1 push), each worker pulling and pushing an id at most once a "
+                              "step, a sync step's pushes applied as one): the parameter servers never create a row of ";
+  auto o = run(job + " --dry-run --set cluster.ps.min_count=13");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, HasSubstr(warning));
   EXPECT_THAT(o.output, HasSubstr("so every pull returns the initial values and the tables never learn"));
-  o = run(job + " --dry-run --set cluster.ps.min_count=8");
+  o = run(job + " --dry-run --set cluster.ps.min_count=12");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("cluster.ps.min_count")));
+  o = run(job + " --dry-run --set cluster.ps.min_count=17 --set cluster.ps.consistency=async");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.ps.min_count: 17 exceeds the 16 requests an id can get in this job (4 "
+                                  "steps x (2 workers x 2), each worker pulling and pushing an id at most once a step)"));
+  EXPECT_THAT(o.output, HasSubstr("the parameter servers never create a row of deep."));
+  EXPECT_THAT(o.output, Not(HasSubstr("never create a row of wide."))) << "auto placement's choice is the workers'";
+  o = run(job + " --dry-run --set cluster.ps.min_count=16 --set cluster.ps.consistency=async");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, Not(HasSubstr("cluster.ps.min_count")));
   // Every table on the ring: the servers admit nothing, so min_count is not in effect.
-  o = run(job + " --dry-run --set cluster.ps.min_count=9 --set 'cluster.placement=[{match: \"*\", place: ring}]'");
+  o = run(job + " --dry-run --set cluster.ps.min_count=13 --set 'cluster.placement=[{match: \"*\", place: ring}]'");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, Not(HasSubstr("cluster.ps.min_count")));
   // The job itself: once (by worker 0), with the steps max_steps leaves.
   std::filesystem::remove_all("/tmp/aiacc_cli_admission");
-  o = run(job + " --set cluster.ps.min_count=5 --set train.max_steps=2 --set train.eval_each_epoch=false "
+  o = run(job + " --set cluster.ps.min_count=7 --set train.max_steps=2 --set train.eval_each_epoch=false "
                 "--set 'cluster.placement=[{match: \"*\", place: ps}]'");
   ASSERT_EQ(o.status, 0) << o.output;
-  const std::string job_warning = "cluster.ps.min_count: 5 exceeds the 4 pulls an id can get in this job (2 steps x 2 "
-                                  "workers";
+  const std::string job_warning = "cluster.ps.min_count: 7 exceeds the 6 requests an id can get in this job (2 steps x "
+                                  "(2 workers' pulls + 1 push)";
   EXPECT_THAT(o.output, HasSubstr(job_warning));
   EXPECT_EQ(o.output.find(job_warning), o.output.rfind(job_warning)) << "warned more than once";
   std::filesystem::remove_all("/tmp/aiacc_cli_admission");

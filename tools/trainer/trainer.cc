@@ -389,16 +389,22 @@ void warn_defeated_settings(const JobOptions& options, models::Model& model, con
     warn_no_effect("", {"cluster.sync_batch_norm"},
                    "the job has one worker (cluster.workers 1): its batch statistics are already the whole batch's");
   }
-  // A shard admits an id on its min_count-th pull (ps::ServerTable), and a worker pulls an id at
-  // most once a step (its prefetch being that pull): past steps x workers no id is ever admitted.
-  const std::int64_t min_count = options.cluster.ps.min_count, requests = steps * workers;
+  // A shard admits an id on its min_count-th request, pulls and pushes alike (ps::ServerTable). A
+  // worker pulls an id at most once a step (its prefetch being that pull) and pushes it at most
+  // once; a sync shard applies the step's pushes of every worker as one. Past that no id is
+  // ever admitted.
+  const bool sync = options.cluster.ps.consistency == "sync";
+  const std::int64_t min_count = options.cluster.ps.min_count;
+  const std::int64_t requests = sync ? steps * (workers + 1) : steps * workers * 2;
   if (!ps_tables.empty() && steps > 0 && min_count > requests) {
     log::get("trainer")->warn(
-        "cluster.ps.min_count: {} exceeds the {} pulls an id can get in this job ({} steps x {} workers, each "
-        "pulling an id at most once a step): the parameter servers never create a row of {} (rows restored from "
-        "a checkpoint aside), so every pull returns the initial values and the tables never learn; lower "
-        "cluster.ps.min_count",
-        min_count, requests, steps, workers, fmt::join(ps_tables, ", "));
+        "cluster.ps.min_count: {} exceeds the {} requests an id can get in this job ({} steps x ({}), each worker "
+        "pulling and pushing an id at most once a step{}): the parameter servers never create a row of {} (rows "
+        "restored from a checkpoint aside), so every pull returns the initial values and the tables never learn; "
+        "lower cluster.ps.min_count",
+        min_count, requests, steps,
+        sync ? fmt::format("{} workers' pulls + 1 push", workers) : fmt::format("{} workers x 2", workers),
+        sync ? ", a sync step's pushes applied as one" : "", fmt::join(ps_tables, ", "));
   }
 }
 
@@ -1124,10 +1130,10 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     // A dry run of a distributed job is one process: it speaks for the job's workers.
     if (!s.group) job_workers = cluster.workers;
     if (!s.group && cluster.servers > 0) {
-      // Their steps, and the tables their placement may put on the servers (the plan refuses
-      // drop_last false itself).
+      // Their steps, and the tables a rule puts on the servers (the plan refuses drop_last false
+      // itself). Auto placement decides from the workers' first batches: the job warns of those.
       for (const auto& [name, store] : s.stores) {
-        if (checked_rule_for(cluster, name) != "ring") ps_tables.push_back(name);
+        if (checked_rule_for(cluster, name) == "ps") ps_tables.push_back(name);
       }
       job_steps = options.data.drop_last || job_workers == 1
                       ? plan_steps(options, *s.train_data, 0, job_workers).total : 0;
