@@ -62,7 +62,7 @@ expect 2 "unknown subcommand 'bogus'" bogus
 expect_usage "$bench" "--ranks --streams --max-bytes --timeout-s --mpi --json" allreduce --help
 expect_usage "$bench" "--dims --ids --modes --optimizer --table-rows --json" ps --help
 expect_usage "$bench" "--dims --ids" ps -h
-expect_usage "$bench" "--workers --steps --set --json" train --help
+expect_usage "$bench" "--workers --steps --set --json --ceiling" train --help
 expect_usage "$net_bench" "--sizes --max-size --streams --modes --reps --json" --help
 
 expect 2 "--ranks expects a whole number, got 'abc'" allreduce --ranks abc
@@ -155,11 +155,21 @@ if ((dry)); then
 fi
 touch "$here/ran"
 status=$(cat "$here/run_status" 2>/dev/null || echo 0)
+# Per pair R: 1 worker 100 samples/s, 2 workers 160 - 20 R (E 0.7, 0.6), each independent job
+# 80 + 10 R (ceilings 0.9, 1.0).
+repeat=${name##*-}
+[[ $name == bench-independent-* ]] && { repeat=${name#bench-independent-}; repeat=${repeat%-*}; }
 samples=100
+[[ $name == bench-2w-* ]] && samples=$((160 - 20 * repeat))
+if [[ -e $here/one_fails && $name == bench-independent-* ]]; then
+  # One independent job fails at once and the other would run on for a minute.
+  [[ $name == *-1 ]] && { echo "aiacc-train: error: injected failure" >&2; exit 1; }
+  exec sleep 60
+fi
 if [[ $name == bench-independent-* ]]; then
   # --ceiling's jobs: each says its core, and waits (5 s at most) for the others of its set,
   # which must run at the same time, not one after another.
-  samples=90
+  samples=$((80 + 10 * repeat))
   echo "$name $(awk '/Cpus_allowed_list/ {print $2}' /proc/self/status)" >>"$here/independent"
   touch "$here/started-$name"
   set_prefix=${name%-*}
@@ -203,17 +213,36 @@ grep -qF "removed with its folder when the bench succeeds" "$work/out" || fail "
 compgen -G "$work/tmp/aiacc-bench-train-*" >/dev/null && fail "train: a good bench left its run folder"
 grep -qF "ceiling" "$work/out" && fail "train: the ceiling was reported without --ceiling: $(cat "$work/out")"
 [[ -e $fake/independent ]] && fail "train: independent jobs ran without --ceiling"
-# --ceiling: N independent 1-worker jobs at once, job i on core i-1; their samples/s (90 each)
-# over N x the 1-worker run's (100) is the ceiling, against which E (100 / (2 x 100)) is set.
+# --ceiling: N independent 1-worker jobs at once, job i on the i-th CPU this process may use;
+# their samples/s over N x the pair's 1-worker run's is the pair's ceiling. The median pair by E
+# is the second (E 0.6), whose ceiling (1.0) E is set against; the ceilings' own median is 0.9.
 train_fake 0 "" train "$work/job.yaml" --ceiling --repeat 2 --json "$work/ceiling.json"
-grep -qF "ceiling: 2 independent 1-worker jobs at once reach 0.900 of 2 x one alone (median; range 0.900-0.900); the median pair's E is 0.556 of its ceiling 0.900" "$work/out" ||
+grep -qF "ceiling: 2 independent 1-worker jobs at once reach 0.900 of 2 x one alone (median; range 0.900-1.000); the median pair's E is 0.600 of its ceiling 1.000" "$work/out" ||
   fail "train --ceiling: no ceiling line: $(cat "$work/out" "$work/err")"
-[[ $(sort "$fake/independent" | tr '\n' ' ') == "bench-independent-1-1 0 bench-independent-1-2 1 bench-independent-2-1 0 bench-independent-2-2 1 " ]] ||
-  fail "train --ceiling: the independent jobs' cores: $(cat "$fake/independent")"
+# The CPUs this test may use, expanded ("0-2,4" -> 0 1 2 4); job i gets the i-th (round robin).
+cpus=()
+IFS=, read -ra ranges <<<"$(awk '/Cpus_allowed_list/ {print $2}' /proc/self/status)"
+for range in "${ranges[@]}"; do
+  for ((c = ${range%-*}; c <= ${range#*-}; c++)); do cpus+=("$c"); done
+done
+first=${cpus[0]} second=${cpus[$((1 % ${#cpus[@]}))]}
+[[ $(sort "$fake/independent" | tr '\n' ' ') == "bench-independent-1-1 $first bench-independent-1-2 $second bench-independent-2-1 $first bench-independent-2-2 $second " ]] ||
+  fail "train --ceiling: the independent jobs' CPUs ($first, $second expected): $(cat "$fake/independent")"
 grep -qF '"ceiling_per_pair": [
   0.9,
-  0.9
- ]' "$work/ceiling.json" || fail "train --ceiling: the JSON lacks the ceiling: $(cat "$work/ceiling.json")"
+  1.0
+ ]' "$work/ceiling.json" || fail "train --ceiling: the JSON lacks the ceilings: $(cat "$work/ceiling.json")"
+grep -qF '"scaling_efficiency_over_ceiling": 0.6' "$work/ceiling.json" ||
+  fail "train --ceiling: the JSON lacks E over the ceiling: $(cat "$work/ceiling.json")"
+# One job failing stops the others at once: the bench reports it without waiting out the one
+# that would run for a minute.
+touch "$fake/one_fails"
+start=$SECONDS
+train_fake 1 "the independent 1-worker job bench-independent-1-1 failed (the others were stopped)" \
+  train "$work/job.yaml" --ceiling
+((SECONDS - start < 30)) || fail "train --ceiling: a failed independent job did not stop the other"
+grep -qF "injected failure" "$work/err" || fail "train --ceiling: the failed job's error line is missing: $(cat "$work/err")"
+rm -f "$fake/one_fails"
 
 # aiacc-bench-net.
 expect_net 2 "--max-size takes 4 to 1073741824, got 3" --max-size 3

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,7 @@
 
 #include "core/config/node.h"
 #include "core/error.h"
+#include "core/util/cpus.h"
 #include "tools/bench/bench_args.h"
 
 namespace aiacc::bench {
@@ -251,12 +253,28 @@ void check_config(const Args& a, int workers, const fs::path& run_dir) {
   }
 }
 
+// The CPU of the bench's `index`-th worker: the index-th this process may use (taskset, cpusets),
+// round robin past the last, as the launcher pins its workers; `index` itself where the kernel
+// does not say.
+int bench_cpu(int index) {
+  static const std::vector<int> allowed = util::allowed_cpus();
+  return allowed.empty() ? index : allowed[static_cast<std::size_t>(index) % allowed.size()];
+}
+
+// taskset's list of the CPUs of workers 0..workers-1 (bench_cpu).
+std::string bench_cpus(int workers) {
+  std::vector<int> cpus;
+  for (int i = 0; i < workers; ++i) cpus.push_back(bench_cpu(i));
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return fmt::format("{}", fmt::join(cpus, ","));
+}
+
 // Runs the job on `workers` workers as run `name` (a folder of its own in `run_dir`).
 RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
   // One core per worker for both runs: the 1-worker run gets core 0 only (its loader and
   // communication threads share that core, as each worker's do in the N-worker run).
-  const std::string command = fmt::format("taskset -c {} {}", workers == 1 ? std::string("0") : fmt::format("0-{}", workers - 1),
-                                          train_command(a, workers, run_dir, name));
+  const std::string command = fmt::format("taskset -c {} {}", bench_cpus(workers), train_command(a, workers, run_dir, name));
   const fs::path log = run_dir / (name + ".log");
   std::cout << "running " << workers << " worker(s): log " << log.string()
             << " (removed with its folder when the bench succeeds)" << std::endl;
@@ -270,56 +288,83 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const st
   return read_figures(run_dir / name / "metrics.jsonl");
 }
 
-// Runs --workers independent 1-worker jobs at once, job i pinned to core i (the cores the
-// N-worker run has), as runs `name`-1..N; returns their summed steady samples/s.
+// Runs --workers independent 1-worker jobs at once, job i pinned to worker i's CPU (the CPUs the
+// N-worker run has), as runs `name`-1..N; returns their summed steady samples/s. When one fails
+// (or cannot start) the others are stopped, not waited out: the bench then fails with its log.
 double run_independent(const Args& a, const fs::path& run_dir, const std::string& name) {
   std::cout << "running " << a.workers << " independent 1-worker jobs at once, one per core: logs "
             << (run_dir / (name + "-*.log")).string() << std::endl;
   struct Job {
-    pid_t pid = -1;
-    fs::path log;
     std::string name;
+    fs::path log;
+    std::string command;
+    pid_t pid = -1;
+    int status = 0;
   };
-  std::vector<Job> jobs;
-  auto wait_all = [&] {
-    std::vector<std::pair<Job, int>> statuses;
-    for (const Job& job : jobs) {
-      int status = 0;
-      while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      statuses.emplace_back(job, status);
-    }
-    jobs.clear();
-    return statuses;
-  };
+  // Every command is made before the first process starts: nothing can throw between the forks.
+  std::vector<Job> jobs(static_cast<std::size_t>(a.workers));
   for (int i = 0; i < a.workers; ++i) {
-    Job job;
+    Job& job = jobs[static_cast<std::size_t>(i)];
     job.name = fmt::format("{}-{}", name, i + 1);
     job.log = run_dir / (job.name + ".log");
-    const std::string command = fmt::format("taskset -c {} {} > {} 2>&1", i, train_command(a, 1, run_dir, job.name),
-                                            quote(job.log.string()));
-    job.pid = ::fork();
-    if (job.pid < 0) {
-      const int error_number = errno;
-      wait_all();
-      throw IoError(fmt::format("cannot start the independent 1-worker jobs: fork: {}", std::strerror(error_number)));
+    job.command = fmt::format("exec taskset -c {} {} > {} 2>&1", bench_cpu(i), train_command(a, 1, run_dir, job.name),
+                              quote(job.log.string()));
+  }
+  std::size_t running = 0;
+  auto stop_the_rest = [&] {
+    for (const Job& job : jobs) {
+      if (job.pid > 0) ::kill(job.pid, SIGTERM);
     }
-    if (job.pid == 0) {
-      ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+  };
+  // Reaps every started job; returns the first that failed (null when none did).
+  auto reap_all = [&]() -> const Job* {
+    const Job* failed = nullptr;
+    while (running > 0) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, 0);
+      if (pid < 0) {
+        if (errno == EINTR) continue;
+        // ECHILD: nothing left to reap (counted as failed below if it never reported).
+        break;
+      }
+      for (Job& job : jobs) {
+        if (job.pid != pid) continue;
+        job.pid = -1;
+        job.status = status;
+        --running;
+        if (status != 0 && failed == nullptr) {
+          failed = &job;
+          stop_the_rest();
+        }
+      }
+    }
+    return failed;
+  };
+  for (Job& job : jobs) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      const int error_number = errno;
+      stop_the_rest();
+      reap_all();
+      throw IoError(fmt::format("cannot start the independent 1-worker job {}: fork: {}", job.name,
+                                std::strerror(error_number)));
+    }
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", job.command.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
-    jobs.push_back(job);
+    job.pid = pid;
+    ++running;
+  }
+  if (const Job* failed = reap_all()) {
+    std::ifstream in(failed->log);
+    const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    throw_failure(failed->status, fmt::format("the independent 1-worker job {} failed (the others were stopped)",
+                                              failed->name),
+                  fmt::format("its log {} (kept)", failed->log.string()), output);
   }
   double total = 0;
-  for (const auto& [job, status] : wait_all()) {
-    if (status != 0) {
-      std::ifstream in(job.log);
-      const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      throw_failure(status, fmt::format("the independent 1-worker job {} failed", job.name),
-                    fmt::format("its log {} (kept)", job.log.string()), output);
-    }
-    total += read_figures(run_dir / job.name / "metrics.jsonl").samples_per_s;
-  }
+  for (const Job& job : jobs) total += read_figures(run_dir / job.name / "metrics.jsonl").samples_per_s;
   return total;
 }
 
@@ -438,6 +483,7 @@ int run_pairs(const Args& a) {
                        {"allreduce_hidden_behind", many.allreduce_hidden_behind}};
     if (a.ceiling) {
       out["ceiling"] = median_ceiling;
+      out["scaling_efficiency_over_ceiling"] = efficiency / median.ceiling;
       out["ceiling_per_pair"] = ceiling_per_pair;
       out["ceiling_of_median_pair"] = median.ceiling;
     }
