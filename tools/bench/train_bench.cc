@@ -311,6 +311,7 @@ double run_independent(const Args& a, const fs::path& run_dir, const std::string
                               quote(job.log.string()));
   }
   std::size_t running = 0;
+  int wait_error = 0;  // waitpid's errno when it failed with jobs still running
   auto stop_the_rest = [&] {
     for (const Job& job : jobs) {
       if (job.pid > 0) ::kill(job.pid, SIGTERM);
@@ -324,7 +325,7 @@ double run_independent(const Args& a, const fs::path& run_dir, const std::string
       const pid_t pid = ::waitpid(-1, &status, 0);
       if (pid < 0) {
         if (errno == EINTR) continue;
-        // ECHILD: nothing left to reap (counted as failed below if it never reported).
+        wait_error = errno;  // reported by the caller: those jobs' figures cannot be trusted
         break;
       }
       for (Job& job : jobs) {
@@ -356,7 +357,13 @@ double run_independent(const Args& a, const fs::path& run_dir, const std::string
     job.pid = pid;
     ++running;
   }
-  if (const Job* failed = reap_all()) {
+  const Job* failed = reap_all();
+  if (failed == nullptr && running > 0) {
+    stop_the_rest();
+    throw IoError(fmt::format("cannot wait for {} of the independent 1-worker jobs: waitpid: {}", running,
+                              std::strerror(wait_error)));
+  }
+  if (failed != nullptr) {
     std::ifstream in(failed->log);
     const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     throw_failure(failed->status, fmt::format("the independent 1-worker job {} failed (the others were stopped)",
