@@ -17,7 +17,10 @@
 // workers, 1 worker, ...): each pair's E compares runs made under the same machine conditions,
 // a steady drift lifts every other pair's E as much as it lowers the others', and the median
 // E over the pairs is reported with its range, as a shared or throttled machine's throughput
-// drifts by more than the effect. The keys the bench sets for every run (bench_settings) are
+// drifts by more than the effect. --ceiling adds, next to each pair's 1-worker run, N independent
+// 1-worker jobs at once (one per core): what N workers reach with no communication at all, so a
+// user can tell the machine's share of a low E (shared caches, memory bandwidth, a VM's
+// neighbours) from the distributed step's. The keys the bench sets for every run (bench_settings) are
 // its own: a --set of one of them (or of a section holding one) is refused, as it would
 // silently change what is measured or where the bench reads the run's metrics. CONFIG with
 // those settings is first checked by aiacc-train --dry-run, so that a misspelt key ends the
