@@ -961,6 +961,73 @@ TEST(Cli, MissingDataFileIsAConfigErrorNamingIt) {
   EXPECT_THAT(o.output, HasSubstr("data.train.idx_images"));
 }
 
+// Tables placed on parameter servers a job does not have (cluster.servers: 0): one configuration
+// error, before any rank starts or a dry run prints its plan. Each rank used to find it on its
+// own after building its model, and a dry run after printing the configuration and part of the
+// plan. The job: the small Wide&Deep job (tables deep.C1-4, wide.C1-4) on 2 workers.
+std::string ps_placement_job() {
+  return write_temp("aiacc_cli_ps_placement.yaml", small_wide_deep_job("ps_placement", "")) +
+         " --set cluster.workers=2";
+}
+
+aiacc::testing::CommandResult run_ps_placement(const std::string& arguments) {
+  return run(ps_placement_job() + " " + arguments);
+}
+
+std::size_t count(const std::string& text, const std::string& phrase) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(phrase); at != std::string::npos; at = text.find(phrase, at + 1)) ++n;
+  return n;
+}
+
+constexpr const char* kDeepOnPs =
+    "cluster.placement[0]: {match: 'deep.*', place: ps} puts tables on the parameter servers, but cluster.servers "
+    "is 0 (the job starts none); set cluster.servers to 1 or more, or place them on the ring (place: ring)";
+
+TEST(Cli, ARunRefusesTablesOnServersItHasNoneOfBeforeAnyRankStarts) {
+  const auto o = run_ps_placement("--set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_EQ(count(o.output, kDeepOnPs), 1u) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("started 2 workers"))) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("[worker "))) << o.output;
+}
+
+TEST(Cli, ADryRunRefusesTablesOnServersItHasNoneOfBeforeItsPlan) {
+  auto o = run_ps_placement("--dry-run --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_EQ(count(o.output, kDeepOnPs), 1u) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("# plan"))) << o.output;
+  // Nor is a cluster job emitted whose every rank would refuse it.
+  o = run_ps_placement("--emit slurm --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_EQ(count(o.output, kDeepOnPs), 1u) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("#SBATCH"))) << o.output;
+  // Every table, by a later rule: the first rule that places on ps is named.
+  o = run_ps_placement("--dry-run --set 'cluster.placement=[{match: \"wide.C1\", place: ring}, {match: \"*\", place: ps}]'");
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("config error: cluster.placement[1]: {match: '*', place: ps} puts tables on the "
+                                  "parameter servers, but cluster.servers is 0"));
+}
+
+// What stays as it was: auto places every table on the ring without servers (it never picks ps),
+// ring rules need none, one process uses no rules, and with a server the ps rule plans.
+TEST(Cli, AutoPlacementAndRingRulesNeedNoServers) {
+  auto o = run_ps_placement("--dry-run");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_EQ(count(o.output, "ring: replicated (no servers)"), 8u) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("ps (placement rule)"))) << o.output;
+  o = run_ps_placement("--dry-run --set 'cluster.placement=[{match: \"deep.*\", place: ring}]'");
+  EXPECT_EQ(o.status, 0) << o.output;
+  o = run_ps_placement("--dry-run --set cluster.workers=1 --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
+  EXPECT_EQ(o.status, 0) << o.output;
+  o = run_ps_placement("--dry-run --set cluster.servers=1 --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
+  EXPECT_EQ(o.status, 0) << o.output;
+  EXPECT_EQ(count(o.output, "ps (placement rule)"), 4u) << o.output;
+  o = run_ps_placement("--emit slurm --set cluster.servers=1 --set 'cluster.placement=[{match: \"deep.*\", place: ps}]'");
+  EXPECT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("#SBATCH")) << o.output;
+}
+
 }  // namespace
 
 // The real CUDA plugin (libaiacc_cuda.so next to the program, where this build has nvcc) loads:
