@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/diff.h"
+#include "core/config/suggest.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/optim/sparse_row_optimizer.h"
@@ -34,6 +35,9 @@
 
 namespace aiacc::ps {
 namespace {
+
+// Tables named in a line about many (the rest counted): the per-table lines are at debug level.
+constexpr std::size_t kNamedTables = 8;
 
 // A received request: its frames, and the typed views of its bulk frames (in place when
 // aligned, else copies). Shared, so a held request (sync, staleness) keeps its buffers.
@@ -142,10 +146,13 @@ class PsServer::Impl {
     std::vector<const ServerTable*> tables;
     for (const auto& [key, state] : tables_) tables.push_back(&state->table);
     write_shard_checkpoint(path, options_.shard, options_.num_shards, tables);
+    std::int64_t rows = 0;
     for (const ServerTable* t : tables) {
       const TableStats s = t->stats();
-      log_->info("{}: checkpoint {}: table {} {} rows", label_, path, s.name, s.rows);
+      log_->debug("{}: checkpoint {}: table {} {} rows", label_, path, s.name, s.rows);
+      rows += s.rows;
     }
+    log_->info("{}: wrote checkpoint {}: {} tables, {} rows", label_, path, tables.size(), rows);
   }
 
   void load_checkpoint(const std::string& path) {
@@ -256,15 +263,62 @@ class PsServer::Impl {
     }
   }
 
-  void log_tables() const {
-    for (const auto& [key, state] : tables_) {
-      const TableStats s = state->table.stats();
-      log_->info("{}: table {}: {} rows, {:.1f} MiB ({:.1f} B/row, {:.2f}x the raw {:.1f} B/row), "
-                 "{} rows pulled, {} pushed{}", label_, s.name, s.rows, s.memory_bytes / 1048576.0,
-                 s.rows ? double(s.memory_bytes) / double(s.rows) : 0.0,
-                 s.row_bytes ? double(s.memory_bytes) / double(s.row_bytes) : 0.0,
-                 s.rows ? double(s.row_bytes) / double(s.rows) : 0.0, s.pulled_rows, s.pushed_rows,
-                 s.evicted_rows > 0 ? fmt::format(", {} evicted", s.evicted_rows) : std::string());
+  // One line for the shard (the per-table lines are at debug level: a model with hundreds of
+  // tables would print hundreds of lines per shard every log interval).
+  void log_tables() {
+    announce_registrations();
+    if (tables_.empty()) return;
+    TableStats all;
+    const TableStats* largest = nullptr;
+    std::vector<TableStats> stats;
+    stats.reserve(tables_.size());
+    for (const auto& [key, state] : tables_) stats.push_back(state->table.stats());
+    for (const TableStats& s : stats) {
+      log_->debug("{}: table {}: {}", label_, s.name, describe_rows(s));
+      all.rows += s.rows;
+      all.memory_bytes += s.memory_bytes;
+      all.row_bytes += s.row_bytes;
+      all.pulled_rows += s.pulled_rows;
+      all.pushed_rows += s.pushed_rows;
+      all.evicted_rows += s.evicted_rows;
+      if (largest == nullptr || s.rows > largest->rows) largest = &s;
+    }
+    if (stats.size() == 1) {
+      log_->info("{}: table {}: {}", label_, largest->name, describe_rows(all));
+    } else {
+      log_->info("{}: {} tables: {}; the largest {} ({} rows)", label_, stats.size(), describe_rows(all),
+                 largest->name, largest->rows);
+    }
+  }
+
+  static std::string describe_rows(const TableStats& s) {
+    return fmt::format("{} rows, {:.1f} MiB ({:.1f} B/row, {:.2f}x the raw {:.1f} B/row), {} rows pulled, {} "
+                       "pushed{}",
+                       s.rows, s.memory_bytes / 1048576.0, s.rows ? double(s.memory_bytes) / double(s.rows) : 0.0,
+                       s.row_bytes ? double(s.memory_bytes) / double(s.row_bytes) : 0.0,
+                       s.rows ? double(s.row_bytes) / double(s.rows) : 0.0, s.pulled_rows, s.pushed_rows,
+                       s.evicted_rows > 0 ? fmt::format(", {} evicted", s.evicted_rows) : std::string());
+  }
+
+  // The tables registered since the last announcement, one line per kind (width, optimiser,
+  // consistency): workers register all their tables before their first pull, which is when this
+  // runs (and at the end).
+  void announce_registrations() {
+    while (!unannounced_.empty()) {
+      const std::string what = unannounced_.front().what;
+      std::vector<std::string> names, sources;
+      std::erase_if(unannounced_, [&](const Registration& r) {
+        if (r.what != what) return false;
+        names.push_back(r.name);
+        if (std::find(sources.begin(), sources.end(), r.source) == sources.end()) sources.push_back(r.source);
+        return true;
+      });
+      if (names.size() == 1) {
+        log_->info("{}: table {} ({}) registered by {}", label_, names.front(), what, sources.front());
+      } else {
+        log_->info("{}: {} tables ({}) registered by {}: {}", label_, names.size(), what,
+                   config::join_names(sources), config::join_names(names, kNamedTables));
+      }
     }
   }
 
@@ -293,6 +347,8 @@ class PsServer::Impl {
                                     path, config.spec.name, misfit));
       }
     }
+    std::vector<std::string> names;
+    std::int64_t rows = 0;
     for (const TableConfig& config : checkpoint.tables) {
       auto it = tables_.find(table_key(config.spec.name));
       TableState* state = it != tables_.end() ? it->second.get() : nullptr;
@@ -303,8 +359,16 @@ class PsServer::Impl {
         state->from_file = true;
       }
       state->table.load_rows(checkpoint.tensors);
-      log_->info("{}: restored table {} from {}: {} rows", label_, config.spec.name, path,
-                 state->table.store().num_rows());
+      log_->debug("{}: restored table {} from {}: {} rows", label_, config.spec.name, path,
+                  state->table.store().num_rows());
+      names.push_back(config.spec.name);
+      rows += state->table.store().num_rows();
+    }
+    if (names.size() == 1) {
+      log_->info("{}: restored table {} from {}: {} rows", label_, names.front(), path, rows);
+    } else {
+      log_->info("{}: restored {} tables from {} ({} rows): {}", label_, names.size(), path, rows,
+                 config::join_names(names, kNamedTables));
     }
   }
 
@@ -327,9 +391,10 @@ class PsServer::Impl {
     auto it = tables_.find(key);
     if (it == tables_.end()) {
       auto state = std::make_unique<TableState>(config, options_.num_partitions);
-      log_->info("{}: table {} (dim {}, {} optimiser, {} consistency) registered by {}", label_,
-                 config.spec.name, config.spec.dim, config.optimizer.type,
-                 config.options.consistency, source);
+      const std::string what = fmt::format("dim {}, {} optimiser, {} consistency", config.spec.dim,
+                                           config.optimizer.type, config.options.consistency);
+      log_->debug("{}: table {} ({}) registered by {}", label_, config.spec.name, what, source);
+      unannounced_.push_back({config.spec.name, what, source});
       return *tables_.emplace(key, std::move(state)).first->second;
     }
     TableState& existing = *it->second;
@@ -430,6 +495,7 @@ class PsServer::Impl {
     // recorded too (their repeats are harmless and served again), or the floor of the log
     // would stop below the first of them and every later pull and push stay tracked above it.
     if (h.op != Op::pull && h.op != Op::push) log_requests_.record(h.worker, h.session, h.seq);
+    if (h.op != Op::create_table) announce_registrations();
     switch (h.op) {
       case Op::create_table: {
         if (r.parts.size() != 3) throw CommError("create_table without its config frame");
@@ -764,6 +830,10 @@ class PsServer::Impl {
   std::string label_;
   mutable std::mutex mutex_;  // tables_ and their state: the request thread vs stats/checkpoints
   std::map<std::uint64_t, std::unique_ptr<TableState>> tables_;
+  struct Registration {
+    std::string name, what, source;
+  };
+  std::vector<Registration> unannounced_;  // request thread: tables registered but not logged yet
   RequestLog log_requests_;
   int dropped_replies_ = 0;
   std::atomic<bool> stop_{false};

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace aiacc::config {
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -44,6 +46,12 @@ std::string join_names(const std::vector<std::string>& names) {
     out += name;
   }
   return out;
+}
+
+std::string join_names(const std::vector<std::string>& names, std::size_t shown) {
+  if (names.size() <= shown) return join_names(names);
+  const auto end = names.begin() + static_cast<std::ptrdiff_t>(shown);
+  return join_names(std::vector<std::string>(names.begin(), end)) + fmt::format(" and {} more", names.size() - shown);
 }
 
 }  // namespace aiacc::config

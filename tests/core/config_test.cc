@@ -555,5 +555,12 @@ TEST(Suggest, EditDistance) {
   EXPECT_EQ(closest_name("zzzzzz", {"depth", "width"}), "");
 }
 
+TEST(Suggest, JoinNamesShowsAtMostTheFirstNamesAndCountsTheRest) {
+  EXPECT_EQ(join_names({"a", "b", "c"}), "a, b, c");
+  EXPECT_EQ(join_names({"a", "b", "c"}, 3), "a, b, c");
+  EXPECT_EQ(join_names({"a", "b", "c", "d", "e"}, 2), "a, b and 3 more");
+  EXPECT_EQ(join_names({}, 2), "");
+}
+
 }  // namespace
 }  // namespace aiacc::config
