@@ -47,11 +47,12 @@ RemoteEmbeddingStore::~RemoteEmbeddingStore() {
   if (!cache_) return;
   const embedding::HotRowCacheStats& c = cache_->stats();
   const std::int64_t served = c.hits + c.misses + c.refreshes;
-  log::get("ps")->info("table {}: hot-row cache of {} rows (staleness {}): {} of {} rows served "
-                       "from it ({:.1f}%), {} fetched new, {} refreshed, {} evicted",
-                       config_.spec.name, cache_->slots(), config_.options.cache_staleness, c.hits,
-                       served, served > 0 ? 100.0 * static_cast<double>(c.hits) / static_cast<double>(served) : 0.0,
-                       c.misses, c.refreshes, c.evictions);
+  // Per table at debug level: the trainer logs the caches' sum (one line, not one per table).
+  log::get("ps")->debug("table {}: hot-row cache of {} rows (staleness {}): {} of {} rows served "
+                        "from it ({:.1f}%), {} fetched new, {} refreshed, {} evicted",
+                        config_.spec.name, cache_->slots(), config_.options.cache_staleness, c.hits,
+                        served, served > 0 ? 100.0 * static_cast<double>(c.hits) / static_cast<double>(served) : 0.0,
+                        c.misses, c.refreshes, c.evictions);
 }
 
 void RemoteEmbeddingStore::set_read_only(bool on) {

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -475,6 +476,73 @@ std::vector<nlohmann::json> metrics_records(const std::filesystem::path& path, c
     if (record.value("kind", "") == kind) records.push_back(std::move(record));
   }
   return records;
+}
+
+// The lines of `text` that hold `part`.
+std::size_t lines_with(const std::string& text, const std::string& part) {
+  std::size_t count = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) count += line.find(part) != std::string::npos ? 1 : 0;
+  return count;
+}
+
+// A model's parameter-server tables are logged in a line per shard and kind of table, and the
+// workers' hot-row caches in one line for the job: each table had a line of its own on every
+// shard (registered, and again at the end) and on every worker (its cache), over a hundred for
+// a model of 26 fields. The caches' sum equals the per-table counts (still logged at debug
+// level) and reaches the summary record. A sync job keeps no cache, which would serve nothing:
+// one smaller than a batch's rows failed such a job with a config error.
+TEST(Cli, ParameterServerTablesAreLoggedAsOneLineForAll) {
+  const std::filesystem::path runs = "/tmp/aiacc_cli_pslog";
+  std::filesystem::remove_all(runs);
+  const std::string job = write_temp("aiacc_cli_pslog.yaml", small_wide_deep_job("pslog", "")) +
+                          " --set job.run_dir=" + runs.string() +
+                          " --set cluster.workers=2 --set cluster.servers=2"
+                          " --set 'cluster.placement=[{match: \"*\", place: ps}]'";
+  const std::string cached = " --set cluster.ps.consistency=async --set cluster.ps.cache_rows=4096"
+                             " --set cluster.ps.cache_staleness=2";
+  auto o = run(job + " --set job.name=info" + cached);
+  ASSERT_EQ(o.status, 0) << o.output;
+  // 8 tables (wide and deep, 4 fields) on each of 2 shards: one line per shard for the wide
+  // ones (dim 1), one for the deep ones (dim 4), and one per shard at the end.
+  EXPECT_EQ(lines_with(o.output, " registered by worker"), 4u) << o.output;
+  EXPECT_EQ(lines_with(o.output, "): 8 tables: "), 2u) << o.output;
+  EXPECT_EQ(lines_with(o.output, "hot-row cache of "), 0u) << o.output;
+  EXPECT_EQ(lines_with(o.output, "hot-row caches of parameter-server rows (8 tables x 2 workers, "
+                                 "cluster.ps.cache_rows 4096): "),
+            1u)
+      << o.output;
+
+  o = run(job + " --set job.name=debug --set 'log.levels={ps: debug}'" + cached);
+  ASSERT_EQ(o.status, 0) << o.output;
+  std::int64_t served = 0, requested = 0, tables = 0;
+  std::istringstream in(o.output);
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find("): ", line.find("hot-row cache of "));
+    if (line.find("hot-row cache of ") == std::string::npos || at == std::string::npos) continue;
+    long long s = 0, r = 0;
+    ASSERT_EQ(std::sscanf(line.c_str() + at + 3, "%lld of %lld rows served", &s, &r), 2) << line;
+    served += s;
+    requested += r;
+    ++tables;
+  }
+  EXPECT_EQ(tables, 16) << o.output;  // 8 tables on each of 2 workers
+  const auto summaries = metrics_records(runs / "debug" / "metrics.jsonl", "summary");
+  ASSERT_EQ(summaries.size(), 1u);
+  const nlohmann::json& cache = summaries[0].at("ps_cache");
+  EXPECT_EQ(cache.at("tables"), 8);
+  EXPECT_EQ(cache.at("served_rows").get<std::int64_t>(), served);
+  EXPECT_EQ(cache.at("requested_rows").get<std::int64_t>(), requested);
+  EXPECT_GT(served, 0);  // staleness 2 serves rows again
+  EXPECT_EQ(cache.at("requested_rows").get<std::int64_t>(),
+            served + cache.at("fetched_rows").get<std::int64_t>() + cache.at("refreshed_rows").get<std::int64_t>());
+
+  o = run(job + " --set job.name=sync --set cluster.ps.cache_rows=2");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.ps.cache_rows has no effect"));
+  EXPECT_THAT(o.output, Not(HasSubstr("hot-row caches of")));
+  EXPECT_FALSE(metrics_records(runs / "sync" / "metrics.jsonl", "summary").at(0).contains("ps_cache"));
+  std::filesystem::remove_all(runs);
 }
 
 // --eval records its result beside the evaluated checkpoint's run, not in the run folder the

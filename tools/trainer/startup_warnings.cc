@@ -35,8 +35,8 @@ void warn_unused_settings(const JobOptions& options) {
     }
     if (ps.cache_rows > 0 && ps.consistency == "sync") {
       warn_no_effect("", {"cluster.ps.cache_rows"},
-                     "consistency sync takes only this step's rows, so the cache serves none (async or bounded "
-                     "tables take a cache with cluster.ps.cache_staleness)");
+                     "consistency sync takes only this step's rows, so a cache would serve none and none is "
+                     "kept (async or bounded tables take a cache with cluster.ps.cache_staleness)");
     }
     // The workers' clients and the shards both take min(grace, timeout_s) (ProcessGroup):
     // a longer grace was cut short without a word.

@@ -48,6 +48,7 @@
 #include "tools/trainer/placement.h"
 #include "tools/trainer/placement_probe.h"
 #include "tools/trainer/process_group.h"
+#include "tools/trainer/ps_cache_report.h"
 #include "tools/trainer/replicated_embedding_store.h"
 #include "tools/trainer/run_folder.h"
 #include "tools/trainer/run_folder_lock.h"
@@ -905,7 +906,10 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
         config.options.num_workers = s.workers();
         config.options.min_count = o.cluster.ps.min_count;
         config.options.capacity_rows = o.cluster.ps.capacity_rows;
-        config.options.cache_rows = o.cluster.ps.cache_rows;
+        // A sync table's cache serves nothing (a step takes only that step's rows; the start-up
+        // warning says so): none is kept, so its copies cost nothing and its size check cannot
+        // fail a job over a setting with no effect.
+        config.options.cache_rows = o.cluster.ps.consistency == "sync" ? 0 : o.cluster.ps.cache_rows;
         config.options.cache_staleness = o.cluster.ps.cache_staleness;
         std::shared_ptr<ps::RemoteEmbeddingStore> remote;
         try {
@@ -1726,6 +1730,12 @@ TrainResult Trainer::run(const RunControl& control) {
     // own time: the share is clamped to [0, 1].
     result.allreduce_hidden_share = totals[1] > 0 ? std::clamp(1.0 - totals[2] / totals[1], 0.0, 1.0) : 0.0;
   }
+  const std::optional<PsCacheReport> cache_report =
+      ps_cache_report(s.remote, s.multi_worker() ? s.group.get() : nullptr, s.workers());
+  if (cache_report && s.leader()) {
+    s.log->info("hot-row caches of parameter-server rows ({} tables x {} workers, cluster.ps.cache_rows {}): {}",
+                cache_report->tables, cache_report->workers, o.cluster.ps.cache_rows, cache_report->describe());
+  }
   if (s.leader()) {
     nlohmann::json record = {{"kind", "summary"}, {"workers", s.workers()}, {"steps", step - start_step},
                              {"seconds", result.seconds}, {"samples_per_s", result.samples_per_second},
@@ -1734,6 +1744,7 @@ TrainResult Trainer::run(const RunControl& control) {
                              {"comm_wait_share", result.comm_wait_share},
                              {"allreduce_hidden_share", result.allreduce_hidden_share}};
     if (s.group) record["allreduce_hidden_behind"] = s.allreduce_hidden_behind();
+    if (cache_report) record["ps_cache"] = cache_report->to_json();
     std::string efficiency;
     if (o.train.baseline_samples_per_s > 0) {
       const double e = result.samples_per_second / (s.workers() * o.train.baseline_samples_per_s);
