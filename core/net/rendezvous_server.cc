@@ -55,6 +55,11 @@ std::string RendezvousServer::abort_message() const {
   return abort_message_;
 }
 
+RendezvousServer::Abort RendezvousServer::first_abort() const {
+  std::lock_guard lock(abort_mutex_);
+  return first_abort_;
+}
+
 void RendezvousServer::serve() {
   try {
     while (!stop_) {
@@ -80,7 +85,10 @@ void RendezvousServer::serve() {
       abort_delivered_ = state_->abort_delivered();
       if (!state_->abort_message().empty()) {
         std::lock_guard lock(abort_mutex_);
-        if (abort_message_.empty()) abort_message_ = state_->abort_message();
+        if (abort_message_.empty()) {
+          abort_message_ = state_->abort_message();
+          first_abort_ = {state_->aborted_by(), state_->abort_reason()};
+        }
       }
       // ROUTER drops (does not block on) a reply to a client that has gone: fine.
       zmq_send(socket_.handle(), id.data(), id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);

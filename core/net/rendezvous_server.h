@@ -46,6 +46,12 @@ class RendezvousServer {
   // The first rank's abort ("rendezvous: rank R failed: ..."), or "" without one: the job's
   // first failure, for a launcher whose ranks all fail once it is known. Thread-safe.
   std::string abort_message() const;
+  // The same abort as its rank (-1: none) and that rank's own message. Thread-safe.
+  struct Abort {
+    int rank = -1;
+    std::string reason;
+  };
+  Abort first_abort() const;
 
  private:
   void serve();
@@ -59,6 +65,7 @@ class RendezvousServer {
   std::atomic<bool> abort_delivered_{false};  // state_->abort_delivered(), for other threads
   mutable std::mutex abort_mutex_;
   std::string abort_message_;  // state_->abort_message(), under abort_mutex_
+  Abort first_abort_;          // the same abort, under abort_mutex_
   std::exception_ptr error_;  // written by the thread before failed_ is set
   std::thread thread_;
 };

@@ -345,9 +345,11 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
           result.stopped = false;
           result.failure = fmt::format("{} (pid {}) {}", rank_name(cluster, r), pid, describe_status(status));
           // The first process to exit may be one that only heard of another's failure at the
-          // store: name the failure that came first.
-          if (const std::string first = rendezvous.abort_message(); !first.empty()) {
-            result.failure += fmt::format(" (the first failure: {})", first);
+          // store: name the failure that came first, and whose it was.
+          if (const net::RendezvousServer::Abort first = rendezvous.first_abort(); first.rank == r) {
+            result.failure += ": " + first.reason;
+          } else if (first.rank >= 0) {
+            result.failure += fmt::format(" (the first failure, {}'s: {})", rank_name(cluster, first.rank), first.reason);
           }
           log->error("{}; stopping the other processes", result.failure);
           stop_all(failure_signal);

@@ -48,6 +48,7 @@ void RendezvousState::handle(const std::string& identity, WireReader& request,
     // broken at registration keeps that error, which every rank has been getting anyway.
     if (!abort_seen_ && fatal_.empty()) {
       fatal_ = fmt::format("rendezvous: rank {} failed: {}", rank, message);
+      abort_reason_ = message;
       aborted_by_ = rank;
       abort_kind_ = kind == static_cast<std::uint32_t>(AbortKind::kConfig) ? kind : 0;
       log::get("net")->error("{}", fatal_);

@@ -30,6 +30,9 @@ class RendezvousState {
   bool abort_delivered() const;
   // The first abort's message ("rendezvous: rank R failed: ..."), or "" without one.
   const std::string& abort_message() const { return aborted_by_ >= 0 ? fatal_ : no_abort_; }
+  // The rank of the first abort (-1: none) and its own message, without the prefix above.
+  int aborted_by() const { return aborted_by_; }
+  const std::string& abort_reason() const { return abort_reason_; }
 
   static constexpr std::chrono::milliseconds kWaitingWindow{250};
 
@@ -54,6 +57,7 @@ class RendezvousState {
   int rank_of(const std::string& identity) const;
 
   int aborted_by_ = -1;  // the rank whose abort set fatal_
+  std::string abort_reason_;  // that rank's message
   std::uint32_t abort_kind_ = 0;
   bool abort_seen_ = false;                   // an abort arrived (even after fatal_ was set)
   std::map<int, std::chrono::steady_clock::time_point> last_request_;  // by rank
