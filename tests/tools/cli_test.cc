@@ -552,6 +552,44 @@ TEST(Cli, ParameterServerTablesAreLoggedAsOneLineForAll) {
   std::filesystem::remove_all(runs);
 }
 
+// A table replicated on every worker that outgrows cluster.replica_max_mib is warned about once,
+// at the progress report where it passes the bound, with its size and rows (rows x (64 + 64
+// Adagrad floats) x 4 bytes): the bound applied only to auto placement's start-up estimate, and
+// a job without servers replicates every table whatever its size. The wide tables (2 floats a
+// row) and a bound the tables stay under give no warning.
+TEST(Cli, AReplicatedTablePastTheReplicaBoundIsWarnedAboutOnce) {
+  const std::string job = write_temp("aiacc_cli_grown.yaml",
+      "job: {name: grown, run_dir: /tmp/aiacc_cli_grown}\n"
+      "model: {type: wide_deep, wide_deep: {embedding_dim: 64, hidden: [8]}}\n"
+      "data:\n  batch_size: 64\n"
+      "  train: {type: synthetic_ctr, synthetic_ctr: {size: 8192, num_categorical: 2, num_integer: 1, vocabulary: 100000}}\n"
+      "  test: {type: synthetic_ctr, synthetic_ctr: {size: 128, num_categorical: 2, num_integer: 1, vocabulary: 100000}}\n"
+      "train: {epochs: 1, log_every_steps: 16}\n"
+      "cluster: {workers: 2, replica_max_mib: 1}\n");
+  std::filesystem::remove_all("/tmp/aiacc_cli_grown");
+  auto o = run(job);
+  ASSERT_EQ(o.status, 0) << o.output;
+  for (const std::string table : {"deep.C1", "deep.C2"}) {
+    const std::string start = "table '" + table + "' is replicated on every worker, and its replica has grown to ";
+    EXPECT_EQ(lines_with(o.output, start), 1u) << o.output;
+    const auto at = o.output.find(start);
+    ASSERT_NE(at, std::string::npos);
+    double mib = 0;
+    long long rows = 0;
+    ASSERT_EQ(std::sscanf(o.output.c_str() + at + start.size(), "%lf MiB (%lld rows)", &mib, &rows), 2) << o.output;
+    EXPECT_GT(rows, 2048);  // 1 MiB of 512-byte rows
+    EXPECT_NEAR(mib, static_cast<double>(rows) * 512 / (1 << 20), 0.006);
+    EXPECT_THAT(o.output, HasSubstr(" rows), above cluster.replica_max_mib 1 (the job has no parameter servers); "
+                                    "every worker holds all of it: give the job parameter servers"));
+  }
+  EXPECT_EQ(lines_with(o.output, "is replicated on every worker, and its replica has grown"), 2u) << o.output;
+  std::filesystem::remove_all("/tmp/aiacc_cli_grown");
+  o = run(job + " --set cluster.replica_max_mib=2");  // ~3000 rows: 1.5 MiB
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("its replica has grown")));
+  std::filesystem::remove_all("/tmp/aiacc_cli_grown");
+}
+
 // --eval records its result beside the evaluated checkpoint's run, not in the run folder the
 // config names (evaluating run a's checkpoint under a config whose job.name is b wrote into b,
 // creating it); a checkpoint kept outside a run's checkpoints folder is recorded in the

@@ -196,5 +196,33 @@ TEST(Placement, PsRulesNeedServersAndAutoWithoutThemPicksTheRing) {
   EXPECT_EQ(d.reason, "auto: no parameter servers");
 }
 
+// A replicated table that outgrows cluster.replica_max_mib is warned about (it was not: the
+// bound applied only to auto placement's estimate at start-up), saying how it got on the ring
+// and what to set: an auto-placed table its estimate, a rule's or a server-less job's the way
+// to the servers. Nothing while the replica fits.
+TEST(Placement, AReplicaPastTheBoundIsWarnedAboutWithHowItWasPlaced) {
+  ClusterOptions c = cluster(/*replica_max_mib=*/1);
+  PlacementDecision d;
+  d.name = "deep.C3";
+  d.sparse = true;
+  d.bytes = 300 << 10;
+  const double mib = 1 << 20;
+  EXPECT_EQ(grown_replica_warning(c, d, 16384, mib), "");
+  EXPECT_EQ(grown_replica_warning(c, d, 40000, 1.25 * mib),
+            "table 'deep.C3' is replicated on every worker, and its replica has grown to 1.25 MiB (40000 rows), "
+            "above cluster.replica_max_mib 1 (auto placement estimated ~0.29 MiB from the probe batches "
+            "(cluster.placement_probe_batches)); every worker holds all of it: place it on the parameter servers "
+            "(cluster.placement: [{match: \"deep.C3\", place: ps}]), or probe more batches");
+  d.by_rule = true;
+  EXPECT_THAT(grown_replica_warning(c, d, 40000, 1.25 * mib),
+              ::testing::HasSubstr("(a cluster.placement rule put it on the ring); every worker holds all of it: "
+                                   "place it on the parameter servers (its rule: place: ps)"));
+  d.by_rule = false;
+  c.servers = 0;
+  EXPECT_THAT(grown_replica_warning(c, d, 40000, 1.25 * mib),
+              ::testing::HasSubstr("(the job has no parameter servers); every worker holds all of it: give the job "
+                                   "parameter servers (cluster.servers)"));
+}
+
 }  // namespace
 }  // namespace aiacc::trainer

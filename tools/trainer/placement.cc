@@ -239,6 +239,31 @@ std::string idle_servers_warning(const ClusterOptions& cluster, const std::vecto
                                            : "");
 }
 
+std::string grown_replica_warning(const ClusterOptions& cluster, const PlacementDecision& decision, std::int64_t rows,
+                                  double bytes) {
+  const double bound = static_cast<double>(cluster.replica_max_mib) * (1 << 20);
+  if (bytes <= bound) return "";
+  std::string placed;
+  std::string advice;
+  if (decision.by_rule) {
+    placed = "a cluster.placement rule put it on the ring";
+    advice = cluster.servers > 0 ? "place it on the parameter servers (its rule: place: ps)"
+                                 : "place it on parameter servers (cluster.servers and a rule {match: ..., place: ps})";
+  } else if (cluster.servers == 0) {
+    placed = "the job has no parameter servers";
+    advice = "give the job parameter servers (cluster.servers), where auto placement shards a table this large";
+  } else {
+    placed = fmt::format("auto placement estimated ~{} from the probe batches ({})",
+                         decision.bytes >= 0 ? mib(static_cast<double>(decision.bytes)) : "an unbounded size",
+                         "cluster.placement_probe_batches");
+    advice = fmt::format("place it on the parameter servers (cluster.placement: [{{match: \"{}\", place: ps}}]), or "
+                         "probe more batches", decision.name);
+  }
+  return fmt::format("table '{}' is replicated on every worker, and its replica has grown to {} ({} rows), above "
+                     "cluster.replica_max_mib {} ({}); every worker holds all of it: {}",
+                     decision.name, mib(bytes), rows, cluster.replica_max_mib, placed, advice);
+}
+
 std::string format_placement(const std::vector<PlacementDecision>& decisions) {
   std::string out = fmt::format("{:<28} {:>16} {:>12}  {:<5} {}\n", "tensor", "shape", "bytes", "place", "reason");
   for (const auto& d : decisions) {

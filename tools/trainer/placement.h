@@ -89,6 +89,14 @@ bool needs_probe(const ClusterOptions& cluster, const std::vector<std::string>& 
 std::string idle_servers_warning(const ClusterOptions& cluster, const std::vector<PlacementDecision>& decisions,
                                  const std::string& model_type);
 
+// The warning for a table replicated on every worker (placed on the ring) whose replica holds
+// `rows` rows of `bytes` (rows x (dim + optimiser state) x 4), once that passes
+// cluster.replica_max_mib: auto placement judged its size from the probe batches, or a rule or
+// a job without servers put it there, and a vocabulary may outgrow either. Names the table,
+// the bound, what placement estimated, and what to set. "" while it fits.
+std::string grown_replica_warning(const ClusterOptions& cluster, const PlacementDecision& decision, std::int64_t rows,
+                                  double bytes);
+
 // The start-up table: tensor, shape, bytes, choice, reason.
 std::string format_placement(const std::vector<PlacementDecision>& decisions);
 

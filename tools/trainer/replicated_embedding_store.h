@@ -31,6 +31,8 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   // Returns the seconds spent in the all-gather (the communication; the rest is applying rows).
   static double synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables, ProcessGroup& group);
   std::int64_t num_rows() const override { return replica_.num_rows(); }
+  // The replica's raw row bytes (rows x (dim + optimiser state) x 4), as placement estimates them.
+  std::size_t replica_bytes() const { return replica_.row_bytes(); }
   std::vector<std::pair<std::string, Tensor>> save_rows() const override { return replica_.save_rows(); }
   void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override { replica_.load_rows(rows); }
 

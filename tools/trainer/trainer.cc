@@ -348,6 +348,7 @@ struct Trainer::State {
   std::map<std::string, ps::RemoteEmbeddingStore*> remote;  // ps-placed tables
   std::map<std::string, Placement> sparse_placement;
   std::vector<PlacementDecision> placement;
+  std::set<std::string> grown_replicas;  // replicated tables warned about for passing replica_max_mib
   double comm_wait_seconds = 0;  // training-thread time waiting on communication, this interval
   std::string non_finite_sparse;  // a table whose row gradients were not finite this step
   std::int64_t skipped_steps = 0;
@@ -409,6 +410,21 @@ struct Trainer::State {
       if (leader()) log_tuning_plan(*tuner);
     }
     return fuser;
+  }
+  // Replicas are bitwise equal on every worker, so the leader alone checks their size.
+  void warn_about_grown_replicas() {
+    for (const ReplicatedEmbeddingStore* table : replicated) {
+      const std::string& name = table->spec().name;
+      if (grown_replicas.count(name) != 0) continue;
+      const auto decision = std::find_if(placement.begin(), placement.end(),
+                                         [&](const PlacementDecision& d) { return d.name == name; });
+      if (decision == placement.end()) continue;
+      const std::string warning = grown_replica_warning(options.cluster, *decision, table->num_rows(),
+                                                        static_cast<double>(table->replica_bytes()));
+      if (warning.empty()) continue;
+      log->warn("{}", warning);
+      grown_replicas.insert(name);  // once per table
+    }
   }
   // What auto-tuning tries, as the tuner will try it.
   void log_tuning_plan(const ring::AutoTuner& plan) const {
@@ -1585,7 +1601,10 @@ TrainResult Trainer::run(const RunControl& control) {
         steady_start = Clock::now();
         paused_before_steady = eval_seconds + checkpoint_seconds;
       }
-      if (step % o.train.log_every_steps == 0 || step == s.total_steps) report_interval(epoch, lr, false);
+      if (step % o.train.log_every_steps == 0 || step == s.total_steps) {
+        report_interval(epoch, lr, false);
+        if (s.leader()) s.warn_about_grown_replicas();
+      }
       // The position after this step: the rest of this epoch, or the next epoch.
       const bool epoch_done = batch_index >= s.steps_per_epoch;
       const std::int64_t next_epoch = epoch_done ? epoch + 1 : epoch;
