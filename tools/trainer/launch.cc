@@ -349,7 +349,8 @@ LaunchResult run_job_once(const ClusterOptions& cluster, std::vector<char*>& arg
           if (const net::RendezvousServer::Abort first = rendezvous.first_abort(); first.rank == r) {
             result.failure += ": " + first.reason;
           } else if (first.rank >= 0) {
-            result.failure += fmt::format(" (the first failure, {}'s: {})", rank_name(cluster, first.rank), first.reason);
+            result.failure +=
+                fmt::format(" (the first failure, {}'s: {})", rank_name(cluster, first.rank), first.reason);
           }
           log->error("{}; stopping the other processes", result.failure);
           stop_all(failure_signal);

@@ -253,11 +253,11 @@ std::string grown_replica_warning(const ClusterOptions& cluster, const Placement
     placed = "the job has no parameter servers";
     advice = "give the job parameter servers (cluster.servers), where auto placement shards a table this large";
   } else {
-    placed = fmt::format("auto placement estimated ~{} from the probe batches ({})",
+    placed = fmt::format("auto placement estimated ~{} from {} probe batches",
                          decision.bytes >= 0 ? mib(static_cast<double>(decision.bytes)) : "an unbounded size",
-                         "cluster.placement_probe_batches");
+                         cluster.placement_probe_batches);
     advice = fmt::format("place it on the parameter servers (cluster.placement: [{{match: \"{}\", place: ps}}]), or "
-                         "probe more batches", decision.name);
+                         "probe more batches (cluster.placement_probe_batches)", decision.name);
   }
   return fmt::format("table '{}' is replicated on every worker, and its replica has grown to {} ({} rows), above "
                      "cluster.replica_max_mib {} ({}); every worker holds all of it: {}",
