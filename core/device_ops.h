@@ -116,6 +116,11 @@ class DeviceOps {
   // One wait for all of them (a step checks every gradient this way).
   virtual std::int64_t first_nonfinite(const Device& device,
                                        std::span<const std::pair<const float*, std::int64_t>> tensors) = 0;
+  // The sum of the squares of every value of `tensors` (pointer, count), accumulated in double
+  // in an order fixed by the counts alone, so workers holding the same gradients get the same
+  // bits (gradient clipping by global norm; optim::sum_of_squares on the CPU). One wait.
+  virtual double sum_of_squares(const Device& device,
+                                std::span<const std::pair<const float*, std::int64_t>> tensors) = 0;
   // Embedding bags (core/kernels/embedding_bag.h) over a batch's unique rows on the device, f32:
   // bag i's pooled row goes to out + i * out_stride (out_stride >= D, so F fields fill their
   // columns of one [N, out_stride] input in place). The backward writes grad_unique_rows [U, D]

@@ -584,6 +584,26 @@ class CudaOps final : public DeviceOps {
       launch_unscale_and_check(tensors[t].first, tensors[t].second, factor, flag, stream);
     });
   }
+  double sum_of_squares(const Device& device,
+                        std::span<const std::pair<const float*, std::int64_t>> tensors) override {
+    if (tensors.empty()) return 0.0;
+    DeviceGuard guard(device.index);
+    const cudaStream_t stream = current_stream();
+    std::vector<std::size_t> first(tensors.size() + 1, 0);
+    for (std::size_t t = 0; t < tensors.size(); ++t) first[t + 1] = first[t] + sum_squares_blocks(tensors[t].second);
+    memory::PooledBuffer partials(device_allocator(device.index), first.back() * sizeof(double), stream_id(stream));
+    double* partial = static_cast<double*>(partials.get());
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      launch_sum_squares(tensors[t].first, tensors[t].second, partial + first[t], stream);
+    }
+    std::vector<double> host(first.back());
+    AIACC_CUDA_CHECK(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                     stream));
+    AIACC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    double total = 0.0;
+    for (double p : host) total += p;
+    return total;
+  }
   std::int64_t first_nonfinite(const Device& device,
                                std::span<const std::pair<const float*, std::int64_t>> tensors) override {
     return first_flagged(device, tensors.size(), [&](std::size_t t, int* flag, cudaStream_t stream) {

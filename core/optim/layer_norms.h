@@ -1,5 +1,5 @@
-// Squared L2 norms for the layer-wise rules (LARS, LAMB), accumulated in double so a large
-// tensor's norm does not lose the small terms.
+// Squared L2 norms for the layer-wise rules (LARS, LAMB) and gradient clipping, accumulated in
+// double so a large tensor's norm does not lose the small terms.
 #pragma once
 
 #include <span>
@@ -18,7 +18,8 @@ struct SquaredNorms {
   }
 };
 
-// Sum of squares of `values`, in double.
+// Sum of squares of `values`, in double, in a fixed order: equal bits wherever the values are
+// equal (every worker holding the same averaged gradients takes the same clipping decision).
 double sum_of_squares(std::span<const float> values);
 
 }  // namespace aiacc::optim

@@ -26,6 +26,7 @@
 #include "core/kernels/losses.h"
 #include "core/kernels/pooling.h"
 #include <vector>
+#include "core/optim/grad_clip.h"
 #include "core/optim/loss_scaler.h"
 #include "core/tensor.h"
 #include "core/util/half.h"
@@ -336,6 +337,14 @@ class FakeOps : public DeviceOps {
       if (bad && first < 0) first = static_cast<std::int64_t>(t);
     }
     return first;
+  }
+  double sum_of_squares(const Device&, std::span<const std::pair<const float*, std::int64_t>> tensors) override {
+    ++log_.ops;
+    double total = 0.0;
+    for (const auto& [values, count] : tensors) {
+      total += optim::sum_of_squares({host(values), static_cast<std::size_t>(count)});
+    }
+    return total;
   }
   std::int64_t first_nonfinite(const Device&,
                                std::span<const std::pair<const float*, std::int64_t>> tensors) override {

@@ -54,7 +54,36 @@ __global__ void unscale_and_check_kernel(float* grads, std::int64_t n, float inv
   if (__any_sync(0xffffffffu, bad) && (threadIdx.x % 32) == 0) *found_nonfinite = 1;
 }
 
+// partial[blockIdx.x] = the sum of squares of this block's grid-stride share of values.
+__global__ void sum_squares_kernel(const float* values, std::int64_t n, double* partial) {
+  __shared__ double lanes[detail::kThreads];
+  double sum = 0.0;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{blockDim.x} * gridDim.x) {
+    const double v = values[i];
+    sum += v * v;
+  }
+  lanes[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) lanes[threadIdx.x] += lanes[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = lanes[0];
+}
+
+// Partials per tensor: enough blocks to fill a GPU for a big tensor, few to copy back.
+constexpr unsigned kMaxSumSquaresBlocks = 128;
+
 }  // namespace
+
+unsigned sum_squares_blocks(std::int64_t n) { return std::min(detail::blocks_for(n), kMaxSumSquaresBlocks); }
+
+void launch_sum_squares(const float* values, std::int64_t n, double* partial, cudaStream_t stream) {
+  const unsigned blocks = sum_squares_blocks(n);
+  sum_squares_kernel<<<blocks, detail::kThreads, 0, stream>>>(values, n, partial);
+  AIACC_CHECK_LAUNCH();
+}
 
 void launch_float_to_bf16(const float* in, BFloat16* out, std::int64_t n, cudaStream_t stream) {
   launch_convert(in, reinterpret_cast<__nv_bfloat16*>(out), n, ToBf16{}, stream);

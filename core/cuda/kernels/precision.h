@@ -29,4 +29,11 @@ void launch_unscale_and_check(float* grads, std::int64_t n, float inv_scale, int
 // The check alone: sets *found_nonfinite when a value is NaN or infinite (values unchanged).
 void launch_check_finite(const float* values, std::int64_t n, int* found_nonfinite, cudaStream_t stream);
 
+// Gradient clipping's sum of squares, in double: partial[b] for b < sum_squares_blocks(n) gets
+// block b's share (a grid-stride loop, then a tree in shared memory), without atomics, so the
+// bits depend on n alone; the caller sums the partials in order (optim::sum_of_squares is the
+// CPU reference, equal up to rounding).
+unsigned sum_squares_blocks(std::int64_t n);
+void launch_sum_squares(const float* values, std::int64_t n, double* partial, cudaStream_t stream);
+
 }  // namespace aiacc::cuda
