@@ -87,6 +87,25 @@ TEST(DeviceTraining, AnMlpJobOnTheDeviceEqualsTheCpuJob) {
   expect_device_run_equals_cpu_run("model: {type: mlp, mlp: {hidden: [24, 12]}}\n", "mlp");
 }
 
+// train.clip_grad_norm on the device (the norm summed there, the gradients scaled there): the
+// same clipped steps and parameters as on the CPU, bit for bit.
+TEST(DeviceTraining, AClippedJobOnTheDeviceEqualsTheCpuJob) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_clip";
+  std::filesystem::remove_all(base);
+  const std::string mlp = "model: {type: mlp, mlp: {hidden: [24, 12]}}\n";
+  const std::string sgd = "{type: sgd, lr: 0.05, momentum: 0.9}";
+  Trainer on_cpu(job_in(base / "cpu", mlp, "cpu", sgd, ", clip_grad_norm: 0.1"));
+  const TrainResult cpu = on_cpu.run();
+  Trainer on_device(job_in(base / "device", mlp, "cuda", sgd, ", clip_grad_norm: 0.1"));
+  const TrainResult device = on_device.run();
+  EXPECT_GT(cpu.clipped_steps, 0);
+  EXPECT_EQ(device.clipped_steps, cpu.clipped_steps);
+  EXPECT_EQ(device.last_grad_norm, cpu.last_grad_norm);
+  expect_bitwise(on_device.model_tensors(), on_cpu.model_tensors());
+  std::filesystem::remove_all(base);
+}
+
 TEST(DeviceTraining, AResNetJobOnTheDeviceEqualsTheCpuJob) {
   expect_device_run_equals_cpu_run("model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "resnet");
 }

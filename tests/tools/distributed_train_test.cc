@@ -235,6 +235,24 @@ TEST(DistributedTrain, TwoRingWorkersEqualOneWorkerWithTwiceTheBatch) {
   expect_same_state("mlp_1w", "mlp_2w", 1e-5);
 }
 
+// train.clip_grad_norm clips the gradients the workers averaged, by their global norm: two
+// workers then equal one worker with twice the batch, clipped steps included. Clipping each
+// worker's own gradients before the average would not.
+TEST(DistributedTrain, TwoWorkersClipTheAveragedGradientsAsOneWorkerWithTwiceTheBatch) {
+  const auto clipped = [](std::string job) {
+    const std::string at = "eval_each_epoch: false,";
+    job.replace(job.find(at), at.size(), at + " clip_grad_norm: 0.2,");
+    return job;
+  };
+  auto one = train("clip_1w", clipped(mlp_job("clip_1w", 64, kOneWorker)));
+  ASSERT_EQ(one.status, 0) << one.output;
+  auto two = train("clip_2w", clipped(mlp_job("clip_2w", 32, "  workers: 2\n")));
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_THAT(one.output, ::testing::ContainsRegex("grad norm [0-9.]+ \\(clipped [1-9][0-9]*/10\\)"));
+  EXPECT_THAT(two.output, ::testing::ContainsRegex("grad norm [0-9.]+ \\(clipped [1-9][0-9]*/10\\)"));
+  expect_same_state("clip_1w", "clip_2w", 1e-5);
+}
+
 // The share of step time spent waiting on communication stays within step time when every
 // other step saves a checkpoint: the workers other than the leader used to wait for its save in
 // their next collective and count it as communication (1.03-1.47 in every interval of this job).

@@ -99,6 +99,7 @@ struct TrainOptions {
   bool trace = false;
   double baseline_samples_per_s = 0;
   std::string non_finite = "stop";
+  double clip_grad_norm = 0;
   CheckpointOptions checkpoint;
 
   template <class V>
@@ -117,6 +118,11 @@ struct TrainOptions {
             "skip (the step's dense update is skipped on every worker and a warning names the tensor; "
             "sparse rows pushed during backward still apply, a NaN worker's own rows zeroed)",
             config::one_of({"stop", "skip"}));
+    v.field("clip_grad_norm", clip_grad_norm,
+            "before each dense optimiser step, scale the dense gradients (averaged over the workers) down to "
+            "this global L2 norm when their norm is above it, as torch.nn.utils.clip_grad_norm_ (0: off); "
+            "embedding rows are not clipped (their optimiser runs where they live)",
+            config::at_least(0.0));
     v.field("baseline_samples_per_s", baseline_samples_per_s,
             "throughput of this job on one worker, when known: the summary then reports scaling "
             "efficiency samples/s / (workers x baseline)", config::at_least(0.0));

@@ -49,6 +49,10 @@ struct TrainResult {
   // job.precision: fp16: the loss scale at the end and the steps skipped for overflow.
   double loss_scale = 1;
   std::int64_t overflow_steps = 0;
+  // train.clip_grad_norm: the steps of this run whose dense gradients were scaled down, and the
+  // global norm (before clipping) of the last step.
+  std::int64_t clipped_steps = 0;
+  double last_grad_norm = 0;
   // train.checkpoint.on_signal: the stop signal the job stopped on (its checkpoint taken), or 0.
   int stopped_by_signal = 0;
 };
