@@ -146,13 +146,19 @@ class PsServer::Impl {
     std::vector<const ServerTable*> tables;
     for (const auto& [key, state] : tables_) tables.push_back(&state->table);
     write_shard_checkpoint(path, options_.shard, options_.num_shards, tables);
+    log_checkpoint_written(path, tables);
+  }
+
+  // One line per checkpoint (each table's at debug level).
+  void log_checkpoint_written(const std::string& path, const std::vector<const ServerTable*>& tables) const {
     std::int64_t rows = 0;
     for (const ServerTable* t : tables) {
       const TableStats s = t->stats();
       log_->debug("{}: checkpoint {}: table {} {} rows", label_, path, s.name, s.rows);
       rows += s.rows;
     }
-    log_->info("{}: wrote checkpoint {}: {} tables, {} rows", label_, path, tables.size(), rows);
+    log_->info("{}: wrote checkpoint {}: {} table{}, {} rows", label_, path, tables.size(),
+               tables.size() == 1 ? "" : "s", rows);
   }
 
   void load_checkpoint(const std::string& path) {
@@ -317,7 +323,7 @@ class PsServer::Impl {
         log_->info("{}: table {} ({}) registered by {}", label_, names.front(), what, sources.front());
       } else {
         log_->info("{}: {} tables ({}) registered by {}: {}", label_, names.size(), what,
-                   config::join_names(sources), config::join_names(names, kNamedTables));
+                   config::join_names(sources, kNamedTables), config::join_names(names, kNamedTables));
       }
     }
   }
@@ -364,7 +370,9 @@ class PsServer::Impl {
       names.push_back(config.spec.name);
       rows += state->table.store().num_rows();
     }
-    if (names.size() == 1) {
+    if (names.empty()) {
+      log_->info("{}: {} holds no tables", label_, path);
+    } else if (names.size() == 1) {
       log_->info("{}: restored table {} from {}: {} rows", label_, names.front(), path, rows);
     } else {
       log_->info("{}: restored {} tables from {} ({} rows): {}", label_, names.size(), path, rows,
@@ -547,7 +555,7 @@ class PsServer::Impl {
           std::vector<const ServerTable*> tables;
           for (const auto& [key, state] : tables_) tables.push_back(&state->table);
           write_shard_checkpoint(path, options_.shard, options_.num_shards, tables);
-          log_->info("{}: wrote checkpoint {}", label_, path);
+          log_checkpoint_written(path, tables);
         } else {
           restore(read_shard_checkpoint(path), path);
         }

@@ -135,6 +135,7 @@ std::string exchange_wait_chain(net::RendezvousClient& store, int self, const Wa
   const auto start = net::Clock::now();
   const auto deadline = net::deadline_after(window_s);
   std::map<int, WaitReport> reports;  // empty construction does not allocate: cannot throw
+  int unanswered = -1;  // the rank whose report a lookup timed out on, ending the window
   try {
     reports.emplace(self, mine);
     try {
@@ -150,10 +151,11 @@ std::string exchange_wait_chain(net::RendezvousClient& store, int self, const Wa
         try {
           text = store.lookup_string(key_of(next), look_by);
         } catch (const TimeoutError&) {
-          // Past the window, a store that took this rank's report moments ago and answers
-          // late (a loaded host: the ranks all woke at once) has not failed: the rank not
-          // heard from by now is what the window says, as if the lookup had found nothing.
-          if (net::Clock::now() < deadline) throw;
+          // Only ever at the window's end (look_by is never before it). The store took this
+          // rank's report, so it was up then: on a loaded host (every rank woke at once) its
+          // answer comes late. The chain ends where it is, and the description says the last
+          // look went unanswered, for the case where the store's server has stopped since.
+          unanswered = next;
           break;
         }
         if (text) {
@@ -182,7 +184,13 @@ std::string exchange_wait_chain(net::RendezvousClient& store, int self, const Wa
                          "under an outer launcher, else the local launcher) may be stopped too ({})",
                          window_s, e.what());
     }
-    return describe_wait_chain(self, reports, net::seconds_since(start));
+    std::string described = describe_wait_chain(self, reports, net::seconds_since(start));
+    if (unanswered >= 0 && !described.empty()) {
+      described += fmt::format(" (the rendezvous store, which took this rank's report, did not answer the look for "
+                               "rank {}'s in time: a loaded host, or its server stopped since)",
+                               unanswered);
+    }
+    return described;
   } catch (const std::exception& e) {
     try {
       return fmt::format("wait chain: not found ({})", e.what());

@@ -50,6 +50,7 @@ std::string join_names(const std::vector<std::string>& names) {
 
 std::string join_names(const std::vector<std::string>& names, std::size_t shown) {
   if (names.size() <= shown) return join_names(names);
+  if (shown == 0) return fmt::format("{} names", names.size());
   const auto end = names.begin() + static_cast<std::ptrdiff_t>(shown);
   return join_names(std::vector<std::string>(names.begin(), end)) + fmt::format(" and {} more", names.size() - shown);
 }

@@ -14,8 +14,8 @@ std::string closest_name(const std::string& unknown, const std::vector<std::stri
 
 // "a, b, c"
 std::string join_names(const std::vector<std::string>& names);
-// The first `shown` names joined, then how many were left out: "a, b and 3 more". For log lines
-// that would otherwise grow with a model's table count.
+// The first `shown` names joined, then how many were left out: "a, b and 3 more" ("5 names"
+// with none shown). For log lines that would otherwise grow with a model's table count.
 std::string join_names(const std::vector<std::string>& names, std::size_t shown);
 
 }  // namespace aiacc::config

@@ -560,6 +560,7 @@ TEST(Suggest, JoinNamesShowsAtMostTheFirstNamesAndCountsTheRest) {
   EXPECT_EQ(join_names({"a", "b", "c"}, 3), "a, b, c");
   EXPECT_EQ(join_names({"a", "b", "c", "d", "e"}, 2), "a, b and 3 more");
   EXPECT_EQ(join_names({}, 2), "");
+  EXPECT_EQ(join_names({"a", "b"}, 0), "2 names");
 }
 
 }  // namespace

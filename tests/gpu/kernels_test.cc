@@ -107,6 +107,33 @@ TEST(GpuKernels, UnscaleMultipliesAndFlagsNonFiniteValues) {
   EXPECT_EQ(flag.to_host()[0], 1);
 }
 
+// Gradient clipping's sum of squares: each size's partials add up to a float64 reference within
+// rounding (magnitudes from 1e-3 to 1e3), a zero-length tensor to 0, and the same input gives
+// the same partial bits again (no atomics: every worker's norm is equal for equal gradients).
+TEST(GpuKernels, SumOfSquaresPartialsAddUpToTheFloat64Sum) {
+  for (std::int64_t n : {0, 1, 255, 256, 257, 128 * 256, 128 * 256 + 1, 1000003}) {
+    std::vector<float> values = random_floats(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)), 11);
+    values.resize(static_cast<std::size_t>(n));
+    long double reference = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      values[i] *= std::pow(10.0f, static_cast<float>(i % 7) - 3.0f);
+      reference += static_cast<long double>(values[i]) * values[i];
+    }
+    const unsigned blocks = sum_squares_blocks(n);
+    ASSERT_GE(blocks, 1u);
+    ASSERT_LE(blocks, 128u);
+    DeviceVector<float> device(values);
+    DeviceVector<double> partial(std::vector<double>(blocks, -1.0));
+    launch_sum_squares(device.get(), n, partial.get(), nullptr);
+    const std::vector<double> first = partial.to_host();
+    double total = 0;
+    for (double p : first) total += p;
+    EXPECT_NEAR(total, static_cast<double>(reference), 1e-12 * static_cast<double>(reference)) << n;
+    launch_sum_squares(device.get(), n, partial.get(), nullptr);
+    EXPECT_EQ(partial.to_host(), first) << n;
+  }
+}
+
 TEST(GpuKernels, AdamAndAdamWFollowTheCpuRule) {
   for (bool decoupled : {false, true}) {
     optim::AdamRule rule;

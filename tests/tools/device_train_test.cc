@@ -88,7 +88,8 @@ TEST(DeviceTraining, AnMlpJobOnTheDeviceEqualsTheCpuJob) {
 }
 
 // train.clip_grad_norm on the device (the norm summed there, the gradients scaled there): the
-// same clipped steps and parameters as on the CPU, bit for bit.
+// same clipped steps and parameters as on the CPU, bit for bit. The fake device sums with the
+// CPU's code, so this checks the dispatch; the CUDA kernel has its own GPU test.
 TEST(DeviceTraining, AClippedJobOnTheDeviceEqualsTheCpuJob) {
   testing::install_fake_device();
   const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_clip";

@@ -210,7 +210,7 @@ TEST(Placement, AReplicaPastTheBoundIsWarnedAboutWithHowItWasPlaced) {
   EXPECT_EQ(grown_replica_warning(c, d, 16384, mib), "");
   EXPECT_EQ(grown_replica_warning(c, d, 40000, 1.25 * mib),
             "table 'deep.C3' is replicated on every worker, and its replica has grown to 1.25 MiB (40000 rows), "
-            "above cluster.replica_max_mib 1 (auto placement estimated ~0.29 MiB from 4 probe batches); every "
+            "above cluster.replica_max_mib 1 (auto placement estimated ~0.29 MiB at start); every "
             "worker holds all of it: place it on the parameter servers (cluster.placement: [{match: \"deep.C3\", "
             "place: ps}]), or probe more batches (cluster.placement_probe_batches)");
   d.by_rule = true;

@@ -253,9 +253,8 @@ std::string grown_replica_warning(const ClusterOptions& cluster, const Placement
     placed = "the job has no parameter servers";
     advice = "give the job parameter servers (cluster.servers), where auto placement shards a table this large";
   } else {
-    placed = fmt::format("auto placement estimated ~{} from {} probe batches",
-                         decision.bytes >= 0 ? mib(static_cast<double>(decision.bytes)) : "an unbounded size",
-                         cluster.placement_probe_batches);
+    // (An unbounded estimate never lands here: it goes to the servers.)
+    placed = fmt::format("auto placement estimated ~{} at start", mib(static_cast<double>(decision.bytes)));
     advice = fmt::format("place it on the parameter servers (cluster.placement: [{{match: \"{}\", place: ps}}]), or "
                          "probe more batches (cluster.placement_probe_batches)", decision.name);
   }

@@ -21,19 +21,25 @@ double PsCacheReport::served_share() const { return share(total.hits, requested(
 std::string PsCacheReport::describe() const {
   return fmt::format("{:.1f}% of {} rows served from them, {} fetched new, {} refreshed, {} evicted{}",
                      100.0 * served_share(), requested(), total.misses, total.refreshes, total.evictions,
-                     tables > 1 ? fmt::format("; the least served {} ({:.1f}%)", least_served,
-                                              100.0 * least_served_share)
-                                : std::string());
+                     tables > 1 && !least_served.empty()
+                         ? fmt::format("; the least served {} ({:.1f}%)", least_served, 100.0 * least_served_share)
+                         : std::string());
 }
 
 nlohmann::json PsCacheReport::to_json() const {
-  return {{"tables", tables},
+  nlohmann::json out = {{"tables", tables},
+          {"workers", workers},
           {"requested_rows", requested()},
           {"served_rows", total.hits},
           {"fetched_rows", total.misses},
           {"refreshed_rows", total.refreshes},
           {"evicted_rows", total.evictions},
           {"served_share", served_share()}};
+  if (!least_served.empty()) {
+    out["least_served"] = least_served;
+    out["least_served_share"] = least_served_share;
+  }
+  return out;
 }
 
 std::optional<PsCacheReport> ps_cache_report(const std::map<std::string, ps::RemoteEmbeddingStore*>& tables,
@@ -61,8 +67,10 @@ std::optional<PsCacheReport> ps_cache_report(const std::map<std::string, ps::Rem
     report.total.misses += c.misses;
     report.total.refreshes += c.refreshes;
     report.total.evictions += c.evictions;
-    const double served = share(c.hits, c.hits + c.misses + c.refreshes);
-    if (t == 0 || served < report.least_served_share) {
+    const std::int64_t requested = c.hits + c.misses + c.refreshes;
+    const double served = share(c.hits, requested);
+    // A table no step asked for rows is not the least served, only an idle one.
+    if (requested > 0 && (report.least_served.empty() || served < report.least_served_share)) {
       report.least_served = names[t];
       report.least_served_share = served;
     }

@@ -3,6 +3,7 @@
 // worker (a model with hundreds of sharded tables printed hundreds).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,7 +24,7 @@ struct PsCacheReport {
   int tables = 0;
   int workers = 0;
   embedding::HotRowCacheStats total;  // every worker's, every table's
-  std::string least_served;           // the table whose cache served the smallest share
+  std::string least_served;           // the table whose cache served the smallest share ("": none asked)
   double least_served_share = 0.0;
 
   std::int64_t requested() const { return total.hits + total.misses + total.refreshes; }

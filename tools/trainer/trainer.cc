@@ -28,7 +28,6 @@
 #include "core/io/atomic_file.h"
 #include "core/io/safetensors.h"
 #include "core/log.h"
-#include "core/optim/grad_clip.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/optimizer.h"
@@ -48,6 +47,7 @@
 #include "tools/trainer/metrics.h"
 #include "tools/trainer/placement.h"
 #include "tools/trainer/placement_probe.h"
+#include "tools/trainer/grad_clipping.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/ps_cache_report.h"
 #include "tools/trainer/replicated_embedding_store.h"
@@ -411,36 +411,6 @@ struct Trainer::State {
       if (leader()) log_tuning_plan(*tuner);
     }
     return fuser;
-  }
-  // train.clip_grad_norm: scales every dense gradient by optim::clip_factor of their global
-  // norm, which it returns (before clipping). The gradients are the workers' average by now,
-  // the same bits on every worker, and so are the norm and the decision.
-  double clip_dense_gradients(double max_norm) {
-    double squares = 0.0;
-    if (device.is_cpu()) {
-      for (Parameter* p : dense_params) {
-        squares += optim::sum_of_squares({p->grad().data<float>(), static_cast<std::size_t>(p->grad().numel())});
-      }
-    } else {
-      std::vector<std::pair<const float*, std::int64_t>> grads;
-      for (Parameter* p : dense_params) grads.emplace_back(p->grad().data<float>(), p->grad().numel());
-      squares = device_ops(device).sum_of_squares(device, grads);
-    }
-    const double norm = std::sqrt(squares);
-    const double factor = optim::clip_factor(norm, max_norm);
-    if (factor < 1.0) {
-      if (device.is_cpu()) {
-        for (Parameter* p : dense_params) {
-          optim::scale_in_place({p->grad().data<float>(), static_cast<std::size_t>(p->grad().numel())},
-                                static_cast<float>(factor));
-        }
-      } else {
-        std::vector<std::pair<float*, std::int64_t>> grads;
-        for (Parameter* p : dense_params) grads.emplace_back(p->grad().data<float>(), p->grad().numel());
-        device_ops(device).multiply_and_check(device, grads, static_cast<float>(factor));
-      }
-    }
-    return norm;
   }
   // Replicas are bitwise equal on every worker, so the leader alone checks their size.
   void warn_about_grown_replicas() {
@@ -1438,17 +1408,7 @@ TrainResult Trainer::run(const RunControl& control) {
   // calls it at the same step). `partial`: the job stops before the interval is full; the record
   // says so and how many steps it covers, so no trained step goes unrecorded.
   std::int64_t last_reported = step;
-  // train.clip_grad_norm over the steps since the last report (the same on every worker).
-  struct ClipInterval {
-    double norm_sum = 0;
-    std::int64_t steps = 0;
-    std::int64_t clipped = 0;
-    void add(double norm, bool was_clipped) {
-      norm_sum += norm;
-      ++steps;
-      clipped += was_clipped ? 1 : 0;
-    }
-  } interval_clip;
+  ClipInterval interval_clip;  // train.clip_grad_norm since the last report (alike on every worker)
   auto report_interval = [&](std::int64_t epoch, double lr, bool partial) {
     const double elapsed = seconds_since(interval_start);
     const bool binary = task == Task::binary;
@@ -1475,10 +1435,7 @@ TrainResult Trainer::run(const RunControl& control) {
                   epoch + 1, epochs, step, s.total_steps, mean_loss, binary ? "auc" : "acc",
                   metric, lr, rate,
                   s.group ? fmt::format(" comm wait {:.0f}%", 100 * comm_share) : std::string(),
-                  interval_clip.steps > 0
-                      ? fmt::format(" grad norm {:.4g} (clipped {}/{})", interval_clip.norm_sum / interval_clip.steps,
-                                    interval_clip.clipped, interval_clip.steps)
-                      : std::string(),
+                  interval_clip.describe(),
                   partial ? fmt::format(" (the last {} steps: the job stops here)", step - last_reported)
                           : std::string());
       nlohmann::json record = {{"kind", "train"}, {"step", step}, {"epoch", epoch + 1},
@@ -1488,10 +1445,7 @@ TrainResult Trainer::run(const RunControl& control) {
         record["partial"] = true;
         record["interval_steps"] = step - last_reported;
       }
-      if (interval_clip.steps > 0) {
-        record["grad_norm"] = interval_clip.norm_sum / static_cast<double>(interval_clip.steps);
-        record["clipped_steps"] = interval_clip.clipped;
-      }
+      interval_clip.add_to(record);
       s.write_metrics(record);
     }
     if (result.first_train_loss == 0) result.first_train_loss = mean_loss;
@@ -1640,11 +1594,12 @@ TrainResult Trainer::run(const RunControl& control) {
         if (o.train.clip_grad_norm > 0) {
           phase = "clipping gradients";
           trace::Span span("compute", "clip gradients");
-          const double norm = s.clip_dense_gradients(o.train.clip_grad_norm);
-          const bool clipped = optim::clip_factor(norm, o.train.clip_grad_norm) < 1.0;
-          interval_clip.add(norm, clipped);
-          result.last_grad_norm = norm;
-          result.clipped_steps += clipped ? 1 : 0;
+          // The gradients are the workers' average by now, the same bits on every worker, and
+          // so are the norm and the decision.
+          const ClipOutcome clip = clip_gradients(s.dense_params, o.train.clip_grad_norm);
+          interval_clip.add(clip);
+          result.last_grad_norm = clip.norm;
+          result.clipped_steps += clip.clipped ? 1 : 0;
         }
         phase = "optimizer step";
         trace::Span span("compute", "optimizer");
