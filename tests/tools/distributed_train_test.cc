@@ -235,6 +235,33 @@ TEST(DistributedTrain, TwoRingWorkersEqualOneWorkerWithTwiceTheBatch) {
   expect_same_state("mlp_1w", "mlp_2w", 1e-5);
 }
 
+// A worker slowed by 5 ms a step (AIACC_TEST_SLOW_WORKER: a slower core or host as the others
+// see it) is named at the end as the slowest, in a warning, with its compute per step: the
+// summary record's compute_ms_per_step puts it about 5 ms above the other's, whose waits for
+// it count as communication, not compute. Sync training made every worker as slow as it
+// without a word on which one held the others back.
+TEST(DistributedTrain, TheSlowestWorkerIsNamedWithItsComputePerStep) {
+  constexpr double kSlowMs = 5.0;
+  auto r = train("pace_2w", mlp_job("pace_2w", 32, "  workers: 2\n"), "AIACC_TEST_SLOW_WORKER=1:5000");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("W .*compute per step \\(training time less communication wait\\): "
+                                                 "worker 1 [0-9.]+ ms, the slowest, [0-9]+% above worker 0's"));
+  std::ifstream metrics(scratch() / "pace_2w" / "metrics.jsonl");
+  int summaries = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.value("kind", "") != "summary") continue;
+    ++summaries;
+    const auto ms = record.at("compute_ms_per_step").get<std::vector<double>>();
+    ASSERT_EQ(ms.size(), 2u);
+    // A sleep lasts at least its time, and on a loaded machine longer (5.1-5.3 ms here). Had
+    // worker 0's waits for it counted as compute, the two would be about equal.
+    EXPECT_GT(ms[1] - ms[0], kSlowMs * 0.9) << line;
+    EXPECT_LT(ms[1] - ms[0], kSlowMs * 3) << line;
+  }
+  EXPECT_EQ(summaries, 1);
+}
+
 // train.clip_grad_norm clips the gradients the workers averaged, by their global norm: two
 // workers then equal one worker with twice the batch, clipped steps included. Clipping each
 // worker's own gradients before the average would not.

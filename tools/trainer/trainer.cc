@@ -54,6 +54,7 @@
 #include "tools/trainer/run_folder.h"
 #include "tools/trainer/run_folder_lock.h"
 #include "tools/trainer/startup_warnings.h"
+#include "tools/trainer/worker_pace.h"
 #include "tools/trainer/stop_signal.h"
 
 namespace aiacc::trainer {
@@ -1463,6 +1464,7 @@ TrainResult Trainer::run(const RunControl& control) {
   double paused_before_steady = 0;
 
   const std::optional<InjectedFault> kill_at = injected_fault(s.rank());
+  const long slow_micros = slow_worker_micros(s.rank());  // AIACC_TEST_SLOW_WORKER
   const char* nan_env = std::getenv("AIACC_TEST_NAN_AT");
   const std::int64_t nan_at = nan_env ? std::atoll(nan_env) : -1;
   bool stopped = false;
@@ -1537,6 +1539,7 @@ TrainResult Trainer::run(const RunControl& control) {
           }
         }
       }
+      if (slow_micros > 0) std::this_thread::sleep_for(std::chrono::microseconds(slow_micros));
       if (s.fuser) {
         phase = "all-reducing gradients";
         trace::Span span("wait", "wait for all-reduce");
@@ -1764,6 +1767,24 @@ TrainResult Trainer::run(const RunControl& control) {
     // own time: the share is clamped to [0, 1].
     result.allreduce_hidden_share = totals[1] > 0 ? std::clamp(1.0 - totals[2] / totals[1], 0.0, 1.0) : 0.0;
   }
+  std::optional<WorkerPace> pace;
+  if (s.multi_worker()) {
+    // One slot per worker, summed: every worker learns every worker's pace.
+    std::vector<double> ms(static_cast<std::size_t>(s.workers()), 0.0);
+    const auto steps_run = static_cast<double>(std::max<std::int64_t>(step - start_step, 1));
+    const double busy = std::max(0.0, result.seconds - (s.run_wait_seconds + s.comm_wait_seconds));
+    ms[static_cast<std::size_t>(s.rank())] = 1e3 * busy / steps_run;
+    s.group->sum(ms);
+    pace = worker_pace(std::move(ms));
+  }
+  if (pace && s.leader()) {
+    if (pace->spread() >= kStragglerSpread) {
+      s.log->warn("{}: every step waited for it (a slower core or host, or more work on it: its data or tables)",
+                  pace->describe());
+    } else {
+      s.log->info("{}", pace->describe());
+    }
+  }
   const std::optional<PsCacheReport> cache_report =
       ps_cache_report(s.remote, s.multi_worker() ? s.group.get() : nullptr, s.workers());
   if (cache_report && s.leader()) {
@@ -1779,6 +1800,7 @@ TrainResult Trainer::run(const RunControl& control) {
                              {"allreduce_hidden_share", result.allreduce_hidden_share}};
     if (s.group) record["allreduce_hidden_behind"] = s.allreduce_hidden_behind();
     if (cache_report) record["ps_cache"] = cache_report->to_json();
+    if (pace) record["compute_ms_per_step"] = pace->ms_per_step;
     std::string efficiency;
     if (o.train.baseline_samples_per_s > 0) {
       const double e = result.samples_per_second / (s.workers() * o.train.baseline_samples_per_s);
