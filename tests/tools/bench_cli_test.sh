@@ -181,7 +181,9 @@ if [[ $name == bench-independent-* ]]; then
 fi
 if ((status == 0)); then
   mkdir -p "$run_dir/$name"
-  echo "{\"kind\":\"summary\",\"samples_per_s\":$samples}" >"$run_dir/$name/metrics.jsonl"
+  pace=
+  [[ $name == bench-2w-* ]] && pace=',"compute_ms_per_step":[0.9,1.2]'
+  echo "{\"kind\":\"summary\",\"samples_per_s\":$samples$pace}" >"$run_dir/$name/metrics.jsonl"
   exit 0
 fi
 echo "2026-12-01 00:00:01.000 I [worker 0] [train] step 1"
@@ -209,6 +211,8 @@ rm -f "$fake/run_status"
 rm -rf "$work/tmp"/aiacc-bench-train-*
 train_fake 0 "" train "$work/job.yaml"
 grep -qF "scaling efficiency E" "$work/out" || fail "train: a good run printed no E: $(cat "$work/out" "$work/err")"
+grep -qF "compute per step by worker (training time less communication wait): 0.900 1.200 ms; worker 1 the slowest, 33% above worker 0" "$work/out" ||
+  fail "train: the workers' compute per step is missing: $(cat "$work/out")"
 grep -qF "removed with its folder when the bench succeeds" "$work/out" || fail "train: the log line does not say the log goes"
 compgen -G "$work/tmp/aiacc-bench-train-*" >/dev/null && fail "train: a good bench left its run folder"
 grep -qF "ceiling" "$work/out" && fail "train: the ceiling was reported without --ceiling: $(cat "$work/out")"

@@ -103,6 +103,7 @@ struct RunFigures {
   double comm_wait_share = 0;
   double allreduce_hidden_share = 0;
   std::string allreduce_hidden_behind;  // what the all-reduce ran behind when not waited for
+  std::vector<double> compute_ms_per_step;  // by worker: training time less communication wait
 };
 
 std::string quote(const std::string& text) {
@@ -190,6 +191,9 @@ RunFigures read_figures(const fs::path& metrics_path) {
   f.comm_wait_share = summary->value("comm_wait_share", 0.0);
   f.allreduce_hidden_share = summary->value("allreduce_hidden_share", 0.0);
   f.allreduce_hidden_behind = summary->value("allreduce_hidden_behind", std::string());
+  if (summary->contains("compute_ms_per_step")) {
+    f.compute_ms_per_step = summary->at("compute_ms_per_step").get<std::vector<double>>();
+  }
   return f;
 }
 
@@ -461,6 +465,15 @@ int run_pairs(const Args& a) {
                            100 * many.comm_wait_share, 100 * many.allreduce_hidden_share);
   std::cout << fmt::format("scaling efficiency E = {:.1f} / ({} x {:.1f}) = {:.3f}\n", many.samples_per_s,
                            a.workers, one.samples_per_s, efficiency);
+  if (many.compute_ms_per_step.size() > 1) {
+    // Every synchronous step waits for the slowest worker: a slow core shows here first.
+    const auto& ms = many.compute_ms_per_step;
+    const auto [fast, slow] = std::minmax_element(ms.begin(), ms.end());
+    std::cout << fmt::format("compute per step by worker (training time less communication wait): {:.3f} ms; "
+                             "worker {} the slowest, {:.0f}% above worker {}\n",
+                             fmt::join(ms, " "), slow - ms.begin(), *fast > 0 ? 100 * (*slow / *fast - 1) : 0.0,
+                             fast - ms.begin());
+  }
   std::vector<double> ceilings;
   for (const auto& p : pairs) ceilings.push_back(p.ceiling);
   std::sort(ceilings.begin(), ceilings.end());
@@ -490,7 +503,8 @@ int run_pairs(const Args& a) {
                        {"scaling_efficiency", efficiency}, {"scaling_efficiency_per_pair", per_pair},
                        {"comm_wait_share", many.comm_wait_share},
                        {"allreduce_hidden_share", many.allreduce_hidden_share},
-                       {"allreduce_hidden_behind", many.allreduce_hidden_behind}};
+                       {"allreduce_hidden_behind", many.allreduce_hidden_behind},
+                       {"compute_ms_per_step_n", many.compute_ms_per_step}};
     if (a.ceiling) {
       out["ceiling"] = median_ceiling;
       out["scaling_efficiency_over_ceiling"] = efficiency / median.ceiling;
