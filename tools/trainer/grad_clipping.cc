@@ -23,7 +23,6 @@ ClipOutcome clip_gradients(const std::vector<Parameter*>& params, double max_nor
   double squares = 0.0;
   std::optional<Device> device;
   std::vector<std::pair<float*, std::int64_t>> on_device;
-  std::vector<std::pair<const float*, std::int64_t>> on_device_read;
   for (Parameter* p : params) {
     const Device where = p->grad().device();
     if (where.is_cpu()) {
@@ -36,9 +35,11 @@ ClipOutcome clip_gradients(const std::vector<Parameter*>& params, double max_nor
     }
     device = where;
     on_device.emplace_back(p->grad().data<float>(), p->grad().numel());
-    on_device_read.emplace_back(p->grad().data<float>(), p->grad().numel());
   }
-  if (device) squares += device_ops(*device).sum_of_squares(*device, on_device_read);
+  if (device) {
+    const std::vector<std::pair<const float*, std::int64_t>> read(on_device.begin(), on_device.end());
+    squares += device_ops(*device).sum_of_squares(*device, read);
+  }
   ClipOutcome outcome;
   outcome.norm = std::sqrt(squares);
   const double factor = optim::clip_factor(outcome.norm, max_norm);

@@ -43,19 +43,19 @@
 #include "ring/device_gradient_fuser.h"
 #include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
+#include "tools/trainer/grad_clipping.h"
 #include "tools/trainer/launch.h"
 #include "tools/trainer/metrics.h"
 #include "tools/trainer/placement.h"
 #include "tools/trainer/placement_probe.h"
-#include "tools/trainer/grad_clipping.h"
 #include "tools/trainer/process_group.h"
 #include "tools/trainer/ps_cache_report.h"
 #include "tools/trainer/replicated_embedding_store.h"
 #include "tools/trainer/run_folder.h"
 #include "tools/trainer/run_folder_lock.h"
 #include "tools/trainer/startup_warnings.h"
-#include "tools/trainer/worker_pace.h"
 #include "tools/trainer/stop_signal.h"
+#include "tools/trainer/worker_pace.h"
 
 namespace aiacc::trainer {
 
