@@ -54,6 +54,7 @@
 #include "core/error.h"
 #include "core/util/cpus.h"
 #include "tools/bench/bench_args.h"
+#include "tools/trainer/worker_pace.h"
 
 namespace aiacc::bench {
 
@@ -465,14 +466,11 @@ int run_pairs(const Args& a) {
                            100 * many.comm_wait_share, 100 * many.allreduce_hidden_share);
   std::cout << fmt::format("scaling efficiency E = {:.1f} / ({} x {:.1f}) = {:.3f}\n", many.samples_per_s,
                            a.workers, one.samples_per_s, efficiency);
-  if (many.compute_ms_per_step.size() > 1) {
-    // Every synchronous step waits for the slowest worker: a slow core shows here first.
-    const auto& ms = many.compute_ms_per_step;
-    const auto [fast, slow] = std::minmax_element(ms.begin(), ms.end());
+  // Every synchronous step waits for the slowest worker: a slow core shows here first.
+  if (const auto pace = trainer::worker_pace(many.compute_ms_per_step)) {
     std::cout << fmt::format("compute per step by worker (training time less communication wait): {:.3f} ms; "
                              "worker {} the slowest, {:.0f}% above worker {}\n",
-                             fmt::join(ms, " "), slow - ms.begin(), *fast > 0 ? 100 * (*slow / *fast - 1) : 0.0,
-                             fast - ms.begin());
+                             fmt::join(pace->ms_per_step, " "), pace->slowest, 100 * pace->spread(), pace->fastest);
   }
   std::vector<double> ceilings;
   for (const auto& p : pairs) ceilings.push_back(p.ceiling);
