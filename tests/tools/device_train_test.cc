@@ -107,6 +107,27 @@ TEST(DeviceTraining, AClippedJobOnTheDeviceEqualsTheCpuJob) {
   std::filesystem::remove_all(base);
 }
 
+// train.gradient_accumulation_steps on the device: the micro-batches' gradients summed and
+// averaged there (DeviceOps add and multiply), bit for bit the CPU's job.
+TEST(DeviceTraining, AnAccumulatingJobOnTheDeviceEqualsTheCpuJob) {
+  testing::install_fake_device();
+  const auto base = std::filesystem::temp_directory_path() / "aiacc_device_train_accumulate";
+  std::filesystem::remove_all(base);
+  const std::string mlp = "model: {type: mlp, mlp: {hidden: [24, 12]}}\n";
+  const std::string sgd = "{type: sgd, lr: 0.05, momentum: 0.9}";
+  Trainer on_cpu(job_in(base / "cpu", mlp, "cpu", sgd, ", gradient_accumulation_steps: 3"));
+  on_cpu.run();
+  Trainer on_device(job_in(base / "device", mlp, "cuda", sgd, ", gradient_accumulation_steps: 3"));
+  on_device.run();
+  expect_bitwise(on_device.model_tensors(), on_cpu.model_tensors());
+  // Without accumulation the job trains elsewhere (the comparison can fail).
+  Trainer single(job_in(base / "single", mlp, "cpu", sgd, ""));
+  single.run();
+  const Tensor a = on_cpu.model_tensors().front().second, b = single.model_tensors().front().second;
+  EXPECT_NE(0, std::memcmp(a.raw_data(), b.raw_data(), a.num_bytes()));
+  std::filesystem::remove_all(base);
+}
+
 TEST(DeviceTraining, AResNetJobOnTheDeviceEqualsTheCpuJob) {
   expect_device_run_equals_cpu_run("model: {type: resnet, resnet: {depth: 8, width: 4}}\n", "resnet");
 }

@@ -542,6 +542,24 @@ TEST(DistributedTrain, WideDeepOnTwoShardsEqualsOneWorkerWithTwiceTheBatch) {
   expect_same_state("wd_1w", "wd_ps", 1e-5);
 }
 
+// train.gradient_accumulation_steps: 2 workers x 2 micro-batches of 16 equal 1 worker with a
+// batch of 64. Rows of the tables on the server (wide.*) and of the replicated ones (deep.*) are
+// summed over a worker's micro-batches and pushed or exchanged once a step; the dense gradients
+// are all-reduced during the last micro-batch's backward.
+TEST(DistributedTrain, TwoWorkersAccumulatingTwoMicroBatchesEqualOneWorkerWithFourTimesTheBatch) {
+  auto one = train("wd_acc_1w", wide_deep_job("wd_acc_1w", 64, kOneWorker, "sgd"));
+  ASSERT_EQ(one.status, 0) << one.output;
+  auto two = train("wd_acc_2w",
+                   wide_deep_job("wd_acc_2w", 16,
+                                 "  workers: 2\n  servers: 1\n"
+                                 "  placement: [{match: 'wide.*', place: ps}, {match: 'deep.*', place: ring}]\n",
+                                 "sgd"),
+                   "", "", "--set train.gradient_accumulation_steps=2");
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_THAT(two.output, HasSubstr("each step averages 2 micro-batches of 16 per worker: a global batch of 64"));
+  expect_same_state("wd_acc_1w", "wd_acc_2w", 1e-5);
+}
+
 TEST(DistributedTrain, ForcedAutoAndMixedPlacementsTrainAlike) {
   auto ring = train("wd_ring", wide_deep_job("wd_ring", 32, "  workers: 2\n  servers: 0\n"));
   ASSERT_EQ(ring.status, 0) << ring.output;
@@ -1185,6 +1203,22 @@ TEST(DistributedTrain, TwoWorkersOnDevicesEqualTwoWorkersOnTheCpu) {
   EXPECT_THAT(staged.output, HasSubstr("fake CUDA plugin: device 2"));
   EXPECT_THAT(staged.output, Not(HasSubstr("all-reduced on the devices")));
   expect_same_state("mlp_2w_cpu", "mlp_2w_host", 0.0);
+  // Gradient accumulation: the micro-batches summed on the device, then all-reduced by the
+  // device collective, or copied once a step to the host twins for the host ring.
+  const std::string accumulate = " --set train.gradient_accumulation_steps=2";
+  auto acc_cpu = train("mlp_2w_acc_cpu", mlp_job("mlp_2w_acc_cpu", 16, "  workers: 2\n"), "", "", accumulate);
+  ASSERT_EQ(acc_cpu.status, 0) << acc_cpu.output;
+  auto acc_device = train("mlp_2w_acc_dev", mlp_job("mlp_2w_acc_dev", 16, "  workers: 2\n"), plugin, "",
+                          "--set job.device=cuda" + accumulate);
+  ASSERT_EQ(acc_device.status, 0) << acc_device.output;
+  EXPECT_THAT(acc_device.output, HasSubstr("all-reduced on the devices"));
+  expect_same_state("mlp_2w_acc_cpu", "mlp_2w_acc_dev", 0.0);
+  auto acc_staged = train("mlp_2w_acc_host", mlp_job("mlp_2w_acc_host", 16, "  workers: 2\n"), plugin, "",
+                          "--set job.device=cuda:2" + accumulate);
+  ASSERT_EQ(acc_staged.status, 0) << acc_staged.output;
+  expect_same_state("mlp_2w_acc_cpu", "mlp_2w_acc_host", 0.0);
+  // ... and within rounding of the same global batch without accumulation.
+  expect_same_state("mlp_2w_cpu", "mlp_2w_acc_cpu", 1e-5);
 
   const std::string cluster = "  workers: 2\n  servers: 2\n";
   auto wd_cpu = train("wd_2w_cpu", wide_deep_job("wd_2w_cpu", 32, cluster));

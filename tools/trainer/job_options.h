@@ -100,6 +100,7 @@ struct TrainOptions {
   double baseline_samples_per_s = 0;
   std::string non_finite = "stop";
   double clip_grad_norm = 0;
+  std::int64_t gradient_accumulation_steps = 1;
   CheckpointOptions checkpoint;
 
   template <class V>
@@ -123,6 +124,11 @@ struct TrainOptions {
             "this global L2 norm when their norm is above it, as torch.nn.utils.clip_grad_norm_ (0: off); "
             "embedding rows are not clipped (their optimiser runs where they live)",
             config::at_least(0.0));
+    v.field("gradient_accumulation_steps", gradient_accumulation_steps,
+            "micro-batches of data.batch_size per step: their gradients are averaged into one optimiser step "
+            "(a global batch of workers x batch_size x this), and only the last one's backward all-reduces the "
+            "dense gradients and pushes the row gradients; steps, schedules and checkpoints count optimiser steps",
+            config::in_range<std::int64_t>(1, 4096));
     v.field("baseline_samples_per_s", baseline_samples_per_s,
             "throughput of this job on one worker, when known: the summary then reports scaling "
             "efficiency samples/s / (workers x baseline)", config::at_least(0.0));

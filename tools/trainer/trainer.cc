@@ -43,6 +43,7 @@
 #include "ring/device_gradient_fuser.h"
 #include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
+#include "tools/trainer/grad_accumulation.h"
 #include "tools/trainer/grad_clipping.h"
 #include "tools/trainer/launch.h"
 #include "tools/trainer/metrics.h"
@@ -213,6 +214,19 @@ void move_batch(Batch& batch, Device device, const models::Model& model) {
 // drop_last) and in all (0: no full batch, see no_full_batch_error). ConfigError for drop_last
 // false with several workers: their shards could differ by a batch, and so their step counts,
 // and the extra step's collectives would wait for peers that never join them.
+// " x 4 micro-batches a step" with gradient accumulation, else "".
+std::string micro_batches_text(const JobOptions& options) {
+  const std::int64_t k = options.train.gradient_accumulation_steps;
+  return k > 1 ? fmt::format(" x {} micro-batches a step", k) : std::string();
+}
+
+// A sparse table's row gradients held back over a step's micro-batches.
+struct PendingRows {
+  explicit PendingRows(std::int64_t dim) : rows(dim) {}
+  SparseRowAccumulator rows;
+  bool skipped = false;  // not finite in one of them: the step pushes none of the table's rows
+};
+
 struct StepPlan {
   std::int64_t per_epoch = 0, total = 0;
 };
@@ -224,13 +238,22 @@ StepPlan plan_steps(const JobOptions& options, data::Dataset& train, int rank, i
                                   workers));
   }
   StepPlan plan;
-  plan.per_epoch = data::Loader(train, loader_options(options, true), rank, workers).batches_per_epoch();
+  // A step takes gradient_accumulation_steps batches: an epoch's batches left over after its
+  // last whole step are not trained on, as drop_last drops an incomplete batch.
+  plan.per_epoch = data::Loader(train, loader_options(options, true), rank, workers).batches_per_epoch() /
+                   options.train.gradient_accumulation_steps;
   plan.total = options.train.epochs * plan.per_epoch;
   if (options.train.max_steps > 0) plan.total = std::min(plan.total, options.train.max_steps);
   return plan;
 }
 
 std::string no_full_batch_error(const JobOptions& options, std::int64_t examples, int workers) {
+  const std::int64_t micro_batches = options.train.gradient_accumulation_steps;
+  if (micro_batches > 1) {
+    return fmt::format("data.batch_size {} x train.gradient_accumulation_steps {} leaves no full step in {} training "
+                       "examples for each of {} workers",
+                       options.data.batch_size, micro_batches, examples, workers);
+  }
   return fmt::format("data.batch_size {} leaves no full batch in {} training examples for each of {} workers",
                      options.data.batch_size, examples, workers);
 }
@@ -319,6 +342,8 @@ nlohmann::json run_start_record(const JobOptions& options, std::int64_t step, st
   nlohmann::json record = {{"kind", "run_start"}, {"step", step}, {"total_steps", total_steps},
                            {"resumed_from", resumed_from.empty() ? nlohmann::json() : nlohmann::json(resumed_from)},
                            {"workers", options.cluster.workers}, {"servers", options.cluster.servers},
+                           {"global_batch", options.data.batch_size * options.cluster.workers *
+                                                options.train.gradient_accumulation_steps},
                            {"time", time}};
   // The local launcher numbers its attempts (cluster.max_restarts) in the ranks' environment.
   if (const int restart = restart_attempt(); restart > 0) record["restart"] = restart;
@@ -352,6 +377,11 @@ struct Trainer::State {
   std::vector<PlacementDecision> placement;
   std::set<std::string> grown_replicas;  // replicated tables warned about for passing replica_max_mib
   double comm_wait_seconds = 0;  // training-thread time waiting on communication, this interval
+  // train.gradient_accumulation_steps: a step's micro-batches, the one in progress, and (more
+  // than one) the dense gradients' running sums, whose hooks run before the all-reduce's.
+  int micro_batches = 1;
+  int micro_batch = 0;
+  std::unique_ptr<DenseGradAccumulator> dense_accumulator;
   std::string non_finite_sparse;  // a table whose row gradients were not finite this step
   std::int64_t skipped_steps = 0;
   // job.precision: fp16: the dynamic loss scale (steps whose scaled gradients overflowed are
@@ -398,7 +428,9 @@ struct Trainer::State {
       for (Parameter*& p : ready_order) {
         auto twin = std::make_unique<Parameter>(p->name(), Tensor::zeros(p->value().shape(), DType::f32));
         Parameter* host = twin.get();
-        p->add_grad_ready_hook([host](Parameter& on_device) {
+        p->add_grad_ready_hook([this, host](Parameter& on_device) {
+          // Only the step's last micro-batch is all-reduced (gradient accumulation).
+          if (micro_batch + 1 < micro_batches) return;
           host->grad().copy_from(on_device.grad());
           host->grad_ready();
         });
@@ -484,6 +516,14 @@ struct Trainer::State {
                                                        ring_options.bucket_bytes, ring::ReduceOp::kAverage);
   }
 
+  // An epoch's batches that make whole steps.
+  std::int64_t epoch_batches() const { return steps_per_epoch * micro_batches; }
+  // What a step's global batch is made of, as the config names it.
+  std::string global_batch_terms() const {
+    return fmt::format("cluster.workers {} x data.batch_size {}{}", workers(), options.data.batch_size,
+                       micro_batches > 1 ? fmt::format(" x train.gradient_accumulation_steps {}", micro_batches)
+                                         : std::string());
+  }
   int rank() const { return group ? group->worker() : 0; }
   int workers() const { return group ? group->workers() : 1; }
   bool leader() const { return rank() == 0; }
@@ -831,9 +871,9 @@ struct Trainer::State {
                             const std::string& where) const {
     if (!checkpoint.state.contains("examples")) return batch;
     const std::int64_t examples = checkpoint.state.at("examples").get<std::int64_t>();
-    const std::int64_t per_step = options.data.batch_size * workers();
+    const std::int64_t per_step = options.data.batch_size * workers() * micro_batches;
     // At or past the end of this job's epoch (which drops a different last batch): complete.
-    if (examples >= steps_per_epoch * per_step) return steps_per_epoch;
+    if (examples >= steps_per_epoch * per_step) return epoch_batches();
     if (examples > 0 && checkpoint.state.contains("data_order") &&
         !same_order(checkpoint.state.at("data_order"), data_order())) {
       // The position counts examples of the saved epoch's order; another order makes the rest
@@ -847,10 +887,10 @@ struct Trainer::State {
     if (examples % per_step != 0) {
       throw ConfigError(fmt::format(
           "{}: the checkpoint stopped {} examples into epoch {}, which is not a whole number of steps of "
-          "cluster.workers {} x data.batch_size {}; resume with a global batch that divides it",
-          where, examples, epoch + 1, workers(), options.data.batch_size));
+          "{}; resume with a global batch that divides it",
+          where, examples, epoch + 1, global_batch_terms()));
     }
-    return examples / per_step;
+    return examples / per_step * micro_batches;
   }
 };
 
@@ -859,6 +899,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   State& s = *state_;
   s.options = options;
   s.group = std::move(group);
+  s.micro_batches = static_cast<int>(options.train.gradient_accumulation_steps);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
   apply_float_mode(options);  // before the loader and fusion threads start: they inherit it
   if (s.rank() == 0) warn_unused_settings(options);
@@ -999,7 +1040,9 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     // Tables on the shards push without waiting; the step waits for all of them after backward.
     auto remote = s.remote.find(p->name());
     ps::RemoteEmbeddingStore* remote_store = remote == s.remote.end() ? nullptr : remote->second;
-    p->add_grad_ready_hook([&s, store, remote_store](Parameter& param) {
+    // Gradient accumulation: the rows of the step's micro-batches, pushed once, on the last.
+    auto pending = std::make_shared<PendingRows>(store->spec().dim);
+    p->add_grad_ready_hook([&s, store, remote_store, pending](Parameter& param) {
       SparseGrad& grad = param.sparse_grad();
       bool skip_rows = false;
       if (!all_finite(grad.rows)) {
@@ -1014,16 +1057,29 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
         if (s.non_finite_sparse.empty()) s.non_finite_sparse = param.name();
         skip_rows = true;
       }
-      const std::span<const std::int64_t> ids = skip_rows ? std::span<const std::int64_t>() : std::span(grad.ids);
+      std::span<const std::int64_t> ids = skip_rows ? std::span<const std::int64_t>() : std::span(grad.ids);
+      const float* rows = grad.rows.data<float>();
+      if (s.micro_batches > 1) {
+        // A table whose rows were not finite in any micro-batch pushes none this step.
+        pending->skipped = pending->skipped || skip_rows;
+        if (!skip_rows) pending->rows.add(ids, rows);
+        if (s.micro_batch + 1 < s.micro_batches) return;
+        pending->rows.scale(1.0f / static_cast<float>(s.micro_batches));
+        ids = pending->skipped ? std::span<const std::int64_t>() : pending->rows.ids();
+        rows = pending->rows.rows();
+      }
       if (remote_store != nullptr) {
         const auto start = Clock::now();
-        remote_store->push_async(ids, grad.rows.data<float>(), s.sparse_lr);
+        remote_store->push_async(ids, rows, s.sparse_lr);
         s.comm_wait_seconds += seconds_since(start);
       } else {
         // A worker's own table (local, or a replica exchanged after backward): applying the rows
         // is the sparse optimiser's work, not communication, with one worker or many.
-        store->push(ids, grad.rows.data<float>(), s.sparse_lr);
+        store->push(ids, rows, s.sparse_lr);
       }
+      // Every store copies or applies the rows it is given.
+      pending->rows.clear();
+      pending->skipped = false;
     });
     s.sparse_params.push_back(p);
   }
@@ -1034,6 +1090,8 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     for (Parameter* p : s.sparse_params) sparse_names.insert(p->name());
     check_placement_rules(cluster, names, sparse_names);  // a rule that applies to nothing is a typo
   }
+  // Before the all-reduce (below) subscribes: the accumulator's hooks must run first.
+  if (s.micro_batches > 1) s.dense_accumulator = std::make_unique<DenseGradAccumulator>(s.dense_params, s.micro_batches);
   s.optimizer = std::make_unique<optim::Optimizer>(options.optimizer, s.dense_params);
 
   if (s.group) {
@@ -1108,10 +1166,10 @@ void Trainer::describe(std::ostream& out) const {
     describe_distributed(out);
     return;
   }
-  out << fmt::format("data: {} training and {} test examples, batch {} -> {} steps per epoch, "
+  out << fmt::format("data: {} training and {} test examples, batch {}{} -> {} steps per epoch, "
                      "{} steps in all\n",
                      s.train_data->size(), s.test_data->size(), s.options.data.batch_size,
-                     s.steps_per_epoch, s.total_steps);
+                     micro_batches_text(s.options), s.steps_per_epoch, s.total_steps);
   out << fmt::format("model: {}, example shape {}\n", s.options.model.type,
                      s.train_data->spec().example_shape.str());
   if (s.group) {
@@ -1148,10 +1206,10 @@ void Trainer::describe_distributed(std::ostream& out) const {
   if (total == 0) throw ConfigError(no_full_batch_error(o, s.train_data->size(), cluster.workers));
   (void)make_schedule(o.optimizer, total, "optimizer");
   (void)make_schedule(o.sparse_optimizer, total, "sparse_optimizer");
-  out << fmt::format("data: {} training and {} test examples, batch {} per worker x {} workers -> {} steps per "
+  out << fmt::format("data: {} training and {} test examples, batch {} per worker{} x {} workers -> {} steps per "
                      "epoch, {} steps in all\n",
-                     s.train_data->size(), s.test_data->size(), o.data.batch_size, cluster.workers,
-                     steps_per_epoch, total);
+                     s.train_data->size(), s.test_data->size(), o.data.batch_size, micro_batches_text(o),
+                     cluster.workers, steps_per_epoch, total);
   out << fmt::format("model: {}, example shape {}\n", o.model.type, s.train_data->spec().example_shape.str());
   out << fmt::format("cluster: {} workers, {} parameter-server shards (launcher: {})\n", cluster.workers,
                      cluster.servers, cluster.launcher);
@@ -1304,13 +1362,13 @@ TrainResult Trainer::run(const RunControl& control) {
       // is where this job's own steps would be (the schedule, max_steps and the epochs' end
       // follow it). Fewer steps than the checkpoint's would number the coming checkpoints
       // below the ones in the folder, which resume: auto would then take for newer.
-      step = first_epoch * s.steps_per_epoch + first_batch;
+      step = first_epoch * s.steps_per_epoch + first_batch / s.micro_batches;
       if (step < latest->step) {
         throw ConfigError(fmt::format(
-            "{}: step {} of the checkpoint's job is step {} of this one (cluster.workers {} x data.batch_size {} "
-            "is a larger global batch); its checkpoints would be numbered below the ones already in {}: "
-            "resume with a global batch no larger than the checkpoint's",
-            where, latest->step, step, s.workers(), o.data.batch_size, s.run_path.string()));
+            "{}: step {} of the checkpoint's job is step {} of this one ({} is a larger global batch); its "
+            "checkpoints would be numbered below the ones already in {}: resume with a global batch no larger "
+            "than the checkpoint's",
+            where, latest->step, step, s.global_batch_terms(), s.run_path.string()));
       }
       if (step != latest->step) s.log->info("step {} of the checkpoint's job is step {} of this one", latest->step, step);
       result.resumed_from_step = step;
@@ -1335,6 +1393,7 @@ TrainResult Trainer::run(const RunControl& control) {
   data::Loader loader(s.train_data, loader_options(o, true), s.rank(), s.workers());
   const Task task = s.train_data->spec().task;
   MetricMeter interval(task);
+  MetricMeter step_meter(task);  // the step's micro-batches, merged into interval when the step is taken
   const auto start = Clock::now();
   auto interval_start = start;
   double eval_seconds = 0;
@@ -1343,6 +1402,15 @@ TrainResult Trainer::run(const RunControl& control) {
   const std::int64_t epochs = (s.total_steps + s.steps_per_epoch - 1) / s.steps_per_epoch;
   s.log->info("training {} for {} steps ({} epochs of {}), run folder {}", o.model.type,
               s.total_steps, epochs, s.steps_per_epoch, s.run_path.string());
+  if (s.micro_batches > 1 && s.leader()) {
+    const std::int64_t left_over = loader.batches_per_epoch() - s.epoch_batches();
+    s.log->info("gradient accumulation: each step averages {} micro-batches of {} per worker: a global batch of "
+                "{} ({}){}", s.micro_batches, o.data.batch_size,
+                o.data.batch_size * s.workers() * s.micro_batches, s.global_batch_terms(),
+                left_over > 0 ? fmt::format("; the last {} batch(es) of each epoch make no whole step and are "
+                                            "not trained on", left_over)
+                              : std::string());
+  }
   if (step >= s.total_steps) {
     // A finished job run again, or a checkpoint past this config's end: say why nothing trains.
     s.log->warn("the checkpoint is at step {}, {} this job's {} steps (train.epochs {}, train.max_steps {}): "
@@ -1478,67 +1546,99 @@ TrainResult Trainer::run(const RunControl& control) {
     std::int64_t batch_index = epoch == first_epoch ? first_batch : 0;
     loader.start_epoch(epoch, batch_index);
     std::optional<Batch> prefetched;  // the next batch, read early to prefetch its rows
-    while (step < s.total_steps) {
+    // The epoch's batches that make whole steps (train.gradient_accumulation_steps per step).
+    const std::int64_t epoch_batches = s.epoch_batches();
+    // Reads the next batch early and starts pulling its parameter-server rows.
+    auto prefetch_next_batch = [&] {
+      phase = "prefetching the next batch's rows";
+      trace::Span prefetch_span("data", "prefetch next batch");
+      prefetched = loader.next();
+      if (!prefetched) return;
+      for (auto& [name, ids] : s.model->embedding_ids(*prefetched)) {
+        if (auto table = s.remote.find(name); table != s.remote.end()) table->second->prefetch(ids);
+      }
+    };
+    while (step < s.total_steps && batch_index < epoch_batches) {
       after_step = false;
       trace::Span step_span("step", fmt::format("step {}", step + 1));
-      std::optional<Batch> batch;
-      if (prefetched) {
-        batch = std::move(prefetched);
-        prefetched.reset();
-      } else {
-        phase = "reading the next batch";
-        trace::Span span("data", "next batch");
-        batch = loader.next();
-      }
-      if (!batch) break;
-      if (nan_at == step + 1 && batch->inputs.dtype() == DType::f32) {
-        // Fault injection for tests (AIACC_TEST_NAN_AT=STEP): a batch of NaN features.
-        std::fill(batch->inputs.data<float>(), batch->inputs.data<float>() + batch->inputs.numel(), NAN);
-      }
-      const Tensor labels = batch->labels;  // on the host, for the metrics
-      move_batch(*batch, s.device, *s.model);
       const double lr = s.schedule->lr_at(step);
       s.sparse_lr = s.sparse_schedule->lr_at(step);
-      double loss = 0;
-      {
-        phase = forward_phase.c_str();
-        trace::Span span("compute", "forward");
-        loss = s.model->forward(*batch, /*training=*/true);
-      }
-      // With fp16 loss scaling a non-finite loss (an activation beyond fp16's range) is an
-      // overflow like any other: its step is skipped below and the scale backs off.
-      if (!std::isfinite(loss) && o.train.non_finite == "stop" && !s.loss_scaler) {
-        throw Error(fmt::format("the training loss became {} at step {} (epoch {}); lower "
-                                "optimizer.lr or check the data, or set train.non_finite: skip",
-                                loss, step + 1, epoch + 1));
-      }
-      if (s.fuser) s.fuser->begin_step();
-      if (s.loss_scaler) s.model->set_loss_scale(s.loss_scaler->scale());
-      {
-        phase = backward_phase.c_str();
-        trace::Span span("compute", "backward");
-        s.model->backward();
-      }
-      if (!s.remote.empty()) {
-        phase = "pushing row gradients to the parameter servers";
-        trace::Span span("wait", "row pushes");
-        const auto push_start = Clock::now();
-        for (auto& [name, table] : s.remote) table->wait_push();
-        s.comm_wait_seconds += seconds_since(push_start);
-        // Prefetch: read the next batch of this epoch now and start pulling its rows, which
-        // then arrive while the dense gradients are all-reduced and the optimiser runs. (Only
-        // after every push of this step was applied: a pull must see them.)
-        if (batch_index + 1 < s.steps_per_epoch && step + 1 < s.total_steps) {
-          phase = "prefetching the next batch's rows";
-          trace::Span prefetch_span("data", "prefetch next batch");
-          prefetched = loader.next();
-          if (prefetched) {
-            for (auto& [name, ids] : s.model->embedding_ids(*prefetched)) {
-              if (auto table = s.remote.find(name); table != s.remote.end()) table->second->prefetch(ids);
-            }
-          }
+      double loss = 0;  // the last micro-batch's (what errors and warnings quote)
+      step_meter.reset();
+      bool epoch_ended = false;
+      for (int micro = 0; micro < s.micro_batches; ++micro) {
+        s.micro_batch = micro;
+        const bool last_micro = micro + 1 == s.micro_batches;
+        std::optional<Batch> batch;
+        if (prefetched) {
+          batch = std::move(prefetched);
+          prefetched.reset();
+        } else {
+          phase = "reading the next batch";
+          trace::Span span("data", "next batch");
+          batch = loader.next();
+        }
+        if (!batch && micro == 0) {
+          epoch_ended = true;
+          break;
+        }
+        if (!batch) {
+          throw InternalError(fmt::format("the training data ran out at micro-batch {} of step {} (batch {} of {} "
+                                          "this epoch)", micro + 1, step + 1, batch_index + 1, epoch_batches));
+        }
+        if (nan_at == step + 1 && micro == 0 && batch->inputs.dtype() == DType::f32) {
+          // Fault injection for tests (AIACC_TEST_NAN_AT=STEP): a batch of NaN features.
+          std::fill(batch->inputs.data<float>(), batch->inputs.data<float>() + batch->inputs.numel(), NAN);
+        }
+        const Tensor labels = batch->labels;  // on the host, for the metrics
+        move_batch(*batch, s.device, *s.model);
+        {
+          phase = forward_phase.c_str();
+          trace::Span span("compute", "forward");
+          loss = s.model->forward(*batch, /*training=*/true);
+        }
+        // With fp16 loss scaling a non-finite loss (an activation beyond fp16's range) is an
+        // overflow like any other: its step is skipped below and the scale backs off.
+        if (!std::isfinite(loss) && o.train.non_finite == "stop" && !s.loss_scaler) {
+          throw Error(fmt::format("the training loss became {} at step {}{} (epoch {}); lower "
+                                  "optimizer.lr or check the data, or set train.non_finite: skip",
+                                  loss, step + 1,
+                                  s.micro_batches > 1 ? fmt::format(", micro-batch {} of {}", micro + 1, s.micro_batches)
+                                                      : std::string(),
+                                  epoch + 1));
+        }
+        // Only the last micro-batch's backward all-reduces (the fuser ignores gradients outside
+        // a step) and pushes rows (the sparse hooks hold the others' back).
+        if (last_micro && s.fuser) s.fuser->begin_step();
+        if (s.dense_accumulator) s.dense_accumulator->begin_micro_batch(micro);
+        if (s.loss_scaler) s.model->set_loss_scale(s.loss_scaler->scale());
+        {
+          phase = backward_phase.c_str();
+          trace::Span span("compute", "backward");
+          s.model->backward();
+        }
+        step_meter.add(loss, s.model->outputs().to(Device::cpu()), labels);
+        ++batch_index;
+        if (!last_micro) {
+          // The next micro-batch's rows: nothing is pushed before the step's last backward, so
+          // they are what its pull would get.
+          if (!s.remote.empty()) prefetch_next_batch();
+          continue;
+        }
+        if (s.dense_accumulator) s.dense_accumulator->finish_step();
+        if (!s.remote.empty()) {
+          phase = "pushing row gradients to the parameter servers";
+          trace::Span span("wait", "row pushes");
+          const auto push_start = Clock::now();
+          for (auto& [name, table] : s.remote) table->wait_push();
+          s.comm_wait_seconds += seconds_since(push_start);
+          // Prefetch: read the next batch of this epoch now and start pulling its rows, which
+          // then arrive while the dense gradients are all-reduced and the optimiser runs. (Only
+          // after every push of this step was applied: a pull must see them.)
+          if (batch_index < epoch_batches && step + 1 < s.total_steps) prefetch_next_batch();
         }
       }
+      if (epoch_ended) break;
       if (slow_micros > 0) std::this_thread::sleep_for(std::chrono::microseconds(slow_micros));
       if (s.fuser) {
         phase = "all-reducing gradients";
@@ -1608,9 +1708,8 @@ TrainResult Trainer::run(const RunControl& control) {
         trace::Span span("compute", "optimizer");
         s.optimizer->step(lr);
       }
-      if (bad_tensor.empty() && !overflowed) interval.add(loss, s.model->outputs().to(Device::cpu()), labels);
+      if (bad_tensor.empty() && !overflowed) interval.merge(step_meter);
       ++step;
-      ++batch_index;
       after_step = true;
       phase = "summing the progress metrics";
       if (step == start_step + 1) {
@@ -1624,7 +1723,7 @@ TrainResult Trainer::run(const RunControl& control) {
         if (s.leader()) s.warn_about_grown_replicas();
       }
       // The position after this step: the rest of this epoch, or the next epoch.
-      const bool epoch_done = batch_index >= s.steps_per_epoch;
+      const bool epoch_done = batch_index >= epoch_batches;
       const std::int64_t next_epoch = epoch_done ? epoch + 1 : epoch;
       const std::int64_t next_batch = epoch_done ? 0 : batch_index;
       const auto& every = o.train.checkpoint.every_steps;
@@ -1725,7 +1824,8 @@ TrainResult Trainer::run(const RunControl& control) {
                 result.overflow_steps);
   }
   measure_throughput(result, step - start_step, start, steady_start,
-                     {eval_seconds + checkpoint_seconds, paused_before_steady}, o.data.batch_size * s.workers());
+                     {eval_seconds + checkpoint_seconds, paused_before_steady},
+                     o.data.batch_size * s.workers() * s.micro_batches);
   if (s.leader() && s.tuner != nullptr && !s.tuner->done()) {
     s.log->warn("auto-tuning did not finish: this run had {} steps of the {} it takes; the last setting tried "
                 "was kept (cluster.ring.auto_tune)", step - start_step, s.tuner->steps());
