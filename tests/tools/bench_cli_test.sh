@@ -55,8 +55,8 @@ expect_usage() {
 [[ -x $net_bench ]] || fail "no aiacc-bench-net at $net_bench"
 
 # Usage texts.
-expect_usage "$bench" "allreduce ps train" --help
-expect_usage "$bench" "allreduce ps train" -h
+expect_usage "$bench" "allreduce ps train accumulate" --help
+expect_usage "$bench" "allreduce ps train accumulate" -h
 expect 2 "usage: aiacc-bench" # no subcommand
 expect 2 "unknown subcommand 'bogus'" bogus
 expect_usage "$bench" "--ranks --streams --max-bytes --timeout-s --mpi --json" allreduce --help
@@ -139,11 +139,17 @@ cp "$bench" "$fake/aiacc-bench"
 cat >"$fake/aiacc-train" <<'FAKE'
 #!/usr/bin/env bash
 here=$(dirname "$0")
-dry=0 run_dir= name=
+dry=0 run_dir= name= batch= micro=
 while (($#)); do
   case $1 in
     --dry-run) dry=1 ;;
-    --set) shift; case $1 in job.run_dir=*) run_dir=${1#*=} ;; job.name=*) name=${1#*=} ;; esac ;;
+    --set) shift
+      case $1 in
+        job.run_dir=*) run_dir=${1#*=} ;;
+        job.name=*) name=${1#*=} ;;
+        data.batch_size=*) batch=${1#*=} ;;
+        train.gradient_accumulation_steps=*) micro=${1#*=} ;;
+      esac ;;
   esac
   shift
 done
@@ -161,6 +167,13 @@ repeat=${name##*-}
 [[ $name == bench-independent-* ]] && { repeat=${name#bench-independent-}; repeat=${repeat%-*}; }
 samples=100
 [[ $name == bench-2w-* ]] && samples=$((160 - 20 * repeat))
+# aiacc-bench accumulate: the whole batch's run holds 40 MB more (its peak memory), the
+# micro-batched one is 1.2 x as fast; each says how it was asked to split the batch.
+if [[ $name == bench-whole-* || $name == bench-split-* ]]; then
+  echo "$name batch $batch micro $micro" >>"$here/splits"
+  [[ $name == bench-split-* ]] && samples=120
+  [[ $name == bench-whole-* ]] && held=$(head -c 40000000 /dev/zero | tr '\0' a)
+fi
 if [[ -e $here/one_fails && $name == bench-independent-* ]]; then
   # One independent job fails at once and the other would run on for a minute.
   [[ $name == *-1 ]] && { echo "aiacc-train: error: injected failure" >&2; exit 1; }
@@ -238,6 +251,29 @@ grep -qF '"ceiling_per_pair": [
  ]' "$work/ceiling.json" || fail "train --ceiling: the JSON lacks the ceilings: $(cat "$work/ceiling.json")"
 grep -qF '"scaling_efficiency_over_ceiling": 0.6' "$work/ceiling.json" ||
   fail "train --ceiling: the JSON lacks E over the ceiling: $(cat "$work/ceiling.json")"
+
+# aiacc-bench accumulate: one batch of B x K against K micro-batches of B, each run told so;
+# samples/s and the largest process's peak memory of each, and their ratios.
+expect_usage "$bench" "--batch --micro-batches --workers --steps --set --json" accumulate --help
+expect 2 "--micro-batches not given" accumulate config.yaml --batch 4
+expect 2 "--micro-batches takes 2 to 1024, got 1" accumulate config.yaml --batch 4 --micro-batches 1
+expect 2 "unknown argument '--ceiling'" accumulate config.yaml --batch 4 --micro-batches 2 --ceiling
+expect 2 "data.batch_size is set by aiacc-bench accumulate for every run (use --batch)" \
+  accumulate config.yaml --batch 4 --micro-batches 2 --set data.batch_size=3
+train_fake 0 "" accumulate "$work/job.yaml" --batch 128 --micro-batches 4 --json "$work/accumulate.json"
+grep -qF "1 batch of 512" "$work/out" && grep -qF "4 micro-batches of 128" "$work/out" ||
+  fail "accumulate: the runs are not named by their batches: $(cat "$work/out" "$work/err")"
+grep -qF "micro-batched / whole: samples/s 1.200" "$work/out" || fail "accumulate: no throughput ratio: $(cat "$work/out")"
+[[ $(sort "$fake/splits" | tr '\n' ' ') == "bench-split-1 batch 128 micro 4 bench-whole-1 batch 512 micro 1 " ]] ||
+  fail "accumulate: the runs' settings: $(cat "$fake/splits")"
+python3 - "$work/accumulate.json" <<'PY' || fail "accumulate: peak memory: $(cat "$work/accumulate.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+# The whole run held 40 MB more: its peak is measured, and the ratio is the split's over it.
+assert r["peak_rss_mib_whole"] > r["peak_rss_mib_micro_batched"] + 30, r
+assert abs(r["peak_memory_ratio"] - r["peak_rss_mib_micro_batched"] / r["peak_rss_mib_whole"]) < 1e-9, r
+PY
+compgen -G "$work/tmp/aiacc-bench-accumulate-*" >/dev/null && fail "accumulate: a good bench left its run folder"
 # One job failing stops the others at once: the bench reports it without waiting out the one
 # that would run for a minute.
 touch "$fake/one_fails"

@@ -72,10 +72,11 @@ using namespace aiacc;
 // Streams per peer: as many as the trainer's cluster.ring.streams allows.
 constexpr int kMaxStreams = 64;
 
-constexpr std::string_view kUsage = R"(usage: aiacc-bench allreduce|ps|train [options]
+constexpr std::string_view kUsage = R"(usage: aiacc-bench allreduce|ps|train|accumulate [options]
   allreduce   allreduce time and bandwidth by message size, against OpenMPI
   ps          parameter-server throughput and memory per row, against iperf3
   train       scaling efficiency of a job config, 1 worker against N
+  accumulate  gradient accumulation: K micro-batches against one batch K times larger
 aiacc-bench SUBCOMMAND --help lists the subcommand's options.
 )";
 
@@ -686,6 +687,7 @@ int main(int argc, char** argv) {
     const std::string command = argc >= 2 ? argv[1] : "";
     if (command == "ps") return aiacc::bench::run_ps_bench(argc, argv);
     if (command == "train") return aiacc::bench::run_train_bench(argc, argv);
+    if (command == "accumulate") return aiacc::bench::run_accumulate_bench(argc, argv);
     if (aiacc::bench::is_help_flag(command)) {
       std::cout << kUsage;
       return 0;

@@ -25,10 +25,18 @@
 // silently change what is measured or where the bench reads the run's metrics. CONFIG with
 // those settings is first checked by aiacc-train --dry-run, so that a misspelt key ends the
 // bench at once, with aiacc-train's message, rather than in a log after a run started.
+//
+// aiacc-bench accumulate (kAccumulateUsage): what gradient accumulation costs and saves. Runs
+// the job with one batch of --batch x K examples per worker and step, and with K micro-batches
+// of --batch (train.gradient_accumulation_steps K): the same global batch, the same examples.
+// Prints each run's samples/s and the peak resident memory of its largest process (wait4's
+// ru_maxrss: a worker's, or the launcher's, whichever is larger), and the split run's over the
+// whole run's, with --repeat pairs alternating as above.
 #include "tools/bench/train_bench.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,8 +94,32 @@ is removed when the bench succeeds and kept when a run fails; a failed run's err
 printed, and the bench exits 2 when aiacc-train refused the configuration, else 1.
 )";
 
+constexpr std::string_view kAccumulateUsage = R"(usage: aiacc-bench accumulate CONFIG --batch B --micro-batches K [options]
+Runs the job in CONFIG with aiacc-train twice, the same global batch each time: one batch of
+B x K examples per worker and step, and K micro-batches of B (train.gradient_accumulation_steps
+K). Prints each run's samples/s (after its first step) and the peak resident memory of its
+largest process, and the micro-batched run's figures over the whole batch's.
+  --batch B          micro-batch size per worker (data.batch_size of the split run), 1 to 1000000
+  --micro-batches K  micro-batches a step, 2 to 1024
+  --workers N        workers of both runs, one core each, 1 to 1024 (default 1)
+  --steps N          steps of each run, 20 to 100000000 (default 50)
+  --threads T        compute threads per worker, 1 to 1024 (default 1)
+  --repeat R         pairs of runs, alternating which goes first; the median pair (by the
+                     throughput ratio) is reported, 1 to 100 (default 1)
+  --set KEY=VALUE    override a key of CONFIG (repeatable); the keys the bench sets itself
+                     (data.batch_size, train.gradient_accumulation_steps, cluster.workers, ...)
+                     are refused
+  --json FILE        also write the results as JSON (checked first, written at the end)
+  -h, --help         this text
+CONFIG and the --set values are checked first (aiacc-train --dry-run, both runs' settings); logs
+go to /tmp/aiacc-bench-accumulate-PID, removed when the bench succeeds.
+)";
+
 struct Args {
   bool help = false;
+  std::string command = "train";  // or "accumulate"
+  int batch = 0;                  // accumulate: --batch
+  int micro_batches = 0;          // accumulate: --micro-batches
   std::string config;
   int steps = 200;
   int workers = 2;
@@ -105,6 +137,14 @@ struct RunFigures {
   double allreduce_hidden_share = 0;
   std::string allreduce_hidden_behind;  // what the all-reduce ran behind when not waited for
   std::vector<double> compute_ms_per_step;  // by worker: training time less communication wait
+  double peak_rss_mib = 0;  // the largest process's peak resident memory (wait4's ru_maxrss)
+};
+
+// How a run of aiacc-bench accumulate splits its global batch: the whole batch at once
+// (micro_batches 1), or in micro-batches; none for aiacc-bench train.
+struct Split {
+  int batch = 0;  // data.batch_size
+  int micro_batches = 0;
 };
 
 std::string quote(const std::string& text) {
@@ -128,9 +168,18 @@ struct Setting {
 };
 
 // The keys the bench sets for a run of `workers` workers named `name` in `run_dir`.
-std::vector<Setting> bench_settings(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
+std::vector<Setting> bench_settings(const Args& a, int workers, const fs::path& run_dir, const std::string& name,
+                                    const Split& split = {}) {
   constexpr std::string_view kMeasured = "the bench sets it for what it measures";
-  return {{"cluster.workers", std::to_string(workers), "use --workers; the other run has 1"},
+  std::vector<Setting> settings;
+  if (a.command == "accumulate") {
+    settings = {{"data.batch_size", std::to_string(split.batch), "use --batch"},
+                {"train.gradient_accumulation_steps", std::to_string(split.micro_batches),
+                 "use --micro-batches; the other run has 1"}};
+  }
+  std::vector<Setting> shared{
+          {"cluster.workers", std::to_string(workers),
+           a.command == "accumulate" ? "use --workers" : "use --workers; the other run has 1"},
           {"job.threads", std::to_string(a.threads), "use --threads"},
           {"train.max_steps", std::to_string(a.steps), "use --steps"},
           {"train.epochs", "1000", "the runs last --steps steps"},
@@ -142,6 +191,8 @@ std::vector<Setting> bench_settings(const Args& a, int workers, const fs::path& 
           {"cluster.pin_cores", "true", "each run has one core per worker"},
           {"job.run_dir", run_dir.string(), "the bench reads each run's metrics from its own run folder"},
           {"job.name", name, "the bench reads each run's metrics from its own run folder"}};
+  settings.insert(settings.end(), shared.begin(), shared.end());
+  return settings;
 }
 
 // Refuses a --set the bench cannot pass on: not KEY=VALUE, or a key of bench_settings (or a
@@ -156,14 +207,15 @@ void check_override(const Args& a, const std::string& assignment) {
   for (const Setting& setting : bench_settings(a, a.workers, {}, {})) {
     if (!config::is_key_or_section_holding(key, setting.key)) continue;
     if (key == setting.key) {
-      throw ConfigError(fmt::format("--set {}: {} is set by aiacc-bench train for every run ({})", assignment,
-                                    setting.key, setting.why));
+      throw ConfigError(fmt::format("--set {}: {} is set by aiacc-bench {} for every run ({})", assignment,
+                                    setting.key, a.command, setting.why));
     }
     inside.push_back(setting.key);
   }
   if (!inside.empty()) {
-    throw ConfigError(fmt::format("--set {}: the section {} holds {}, which aiacc-bench train sets for every run; "
-                                  "set the section's other keys one by one", assignment, key, fmt::join(inside, ", ")));
+    throw ConfigError(fmt::format("--set {}: the section {} holds {}, which aiacc-bench {} sets for every run; "
+                                  "set the section's other keys one by one", assignment, key, fmt::join(inside, ", "),
+                                  a.command));
   }
 }
 
@@ -199,10 +251,13 @@ RunFigures read_figures(const fs::path& metrics_path) {
 }
 
 // The aiacc-train command line of the job on `workers` workers as run `name` in `run_dir`.
-std::string train_command(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
+std::string train_command(const Args& a, int workers, const fs::path& run_dir, const std::string& name,
+                          const Split& split = {}) {
   std::string command = quote((program_dir() / "aiacc-train").string()) + " " + quote(a.config);
   std::vector<std::string> sets;
-  for (const Setting& setting : bench_settings(a, workers, run_dir, name)) sets.push_back(setting.key + "=" + setting.value);
+  for (const Setting& setting : bench_settings(a, workers, run_dir, name, split)) {
+    sets.push_back(setting.key + "=" + setting.value);
+  }
   sets.insert(sets.end(), a.overrides.begin(), a.overrides.end());
   for (const auto& s : sets) command += " --set " + quote(s);
   return command;
@@ -246,9 +301,9 @@ void throw_failure(int status, const std::string& what, const std::string& sourc
 
 // Checks CONFIG with the bench's settings for `workers` workers and the --set values, through
 // aiacc-train --dry-run (nothing is run or written; data sets are loaded, as a run would).
-void check_config(const Args& a, int workers, const fs::path& run_dir) {
+void check_config(const Args& a, int workers, const fs::path& run_dir, const Split& split = {}) {
   // Its log records (stderr) are what tells a failure; the resolved config and plan are not.
-  const std::string command = train_command(a, workers, run_dir, "bench-check") + " --dry-run 2>&1 >/dev/null";
+  const std::string command = train_command(a, workers, run_dir, "bench-check", split) + " --dry-run 2>&1 >/dev/null";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) throw IoError(fmt::format("cannot start aiacc-train --dry-run: {}", std::strerror(errno)));
   std::string output;
@@ -279,21 +334,38 @@ std::string bench_cpus(int workers) {
 }
 
 // Runs the job on `workers` workers as run `name` (a folder of its own in `run_dir`).
-RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const std::string& name) {
+RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const std::string& name,
+                   const Split& split = {}) {
   // One core per worker for both runs: the 1-worker run gets core 0 only (its loader and
   // communication threads share that core, as each worker's do in the N-worker run).
-  const std::string command = fmt::format("taskset -c {} {}", bench_cpus(workers), train_command(a, workers, run_dir, name));
+  const std::string command = fmt::format("exec taskset -c {} {}", bench_cpus(workers),
+                                          train_command(a, workers, run_dir, name, split));
   const fs::path log = run_dir / (name + ".log");
   std::cout << "running " << workers << " worker(s): log " << log.string()
             << " (removed with its folder when the bench succeeds)" << std::endl;
-  const int status = std::system((command + " > " + quote(log.string()) + " 2>&1").c_str());
+  const std::string shell = command + " > " + quote(log.string()) + " 2>&1";
+  // wait4, not std::system: the run's rusage holds the peak memory of its largest process (the
+  // program, or a worker it started and reaped).
+  const pid_t pid = ::fork();
+  if (pid < 0) throw IoError(fmt::format("cannot start the {}-worker run: fork: {}", workers, std::strerror(errno)));
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", shell.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage usage{};
+  while (::wait4(pid, &status, 0, &usage) < 0) {
+    if (errno != EINTR) throw IoError(fmt::format("cannot wait for the {}-worker run: {}", workers, std::strerror(errno)));
+  }
   if (status != 0) {
     std::ifstream in(log);
     const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     throw_failure(status, fmt::format("the {}-worker run failed", workers), fmt::format("its log {} (kept)", log.string()),
                   output);
   }
-  return read_figures(run_dir / name / "metrics.jsonl");
+  RunFigures figures = read_figures(run_dir / name / "metrics.jsonl");
+  figures.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+  return figures;
 }
 
 // Runs --workers independent 1-worker jobs at once, job i pinned to worker i's CPU (the CPUs the
@@ -383,8 +455,28 @@ double run_independent(const Args& a, const fs::path& run_dir, const std::string
   return total;
 }
 
+// The indices of `values` from the smallest value to the largest.
+std::vector<std::size_t> ascending_order(const std::vector<double>& values) {
+  std::vector<std::size_t> order(values.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return values[x] < values[y]; });
+  return order;
+}
+
+// The index of the median of `values` (the lower middle one for an even count): the pair of
+// runs a bench reports.
+std::size_t median_index(const std::vector<double>& values) {
+  return ascending_order(values)[(values.size() - 1) / 2];
+}
+
 Args parse(int argc, char** argv) {
   Args a;
+  a.command = argv[1];
+  const bool accumulate = a.command == "accumulate";
+  if (accumulate) {
+    a.steps = 50;
+    a.workers = 1;
+  }
   for (int i = 2; i < argc; ++i) {
     const std::string key = argv[i];
     if (is_help_flag(key)) {
@@ -396,16 +488,26 @@ Args parse(int argc, char** argv) {
       return argv[++i];
     };
     if (key == "--steps") a.steps = static_cast<int>(integer_flag(key, value(), 20, 100000000));
-    else if (key == "--workers") a.workers = static_cast<int>(integer_flag(key, value(), 2, 1024));
+    else if (key == "--workers") a.workers = static_cast<int>(integer_flag(key, value(), accumulate ? 1 : 2, 1024));
+    else if (key == "--batch" && accumulate) a.batch = static_cast<int>(integer_flag(key, value(), 1, 1000000));
+    else if (key == "--micro-batches" && accumulate) a.micro_batches = static_cast<int>(integer_flag(key, value(), 2, 1024));
     else if (key == "--threads") a.threads = static_cast<int>(integer_flag(key, value(), 1, 1024));
     else if (key == "--repeat") a.repeat = static_cast<int>(integer_flag(key, value(), 1, 100));
-    else if (key == "--ceiling") a.ceiling = true;
+    else if (key == "--ceiling" && !accumulate) a.ceiling = true;
     else if (key == "--set") a.overrides.push_back(value());
     else if (key == "--json") a.json = value();
     else if (!key.empty() && key[0] != '-' && a.config.empty()) a.config = key;
-    else throw ConfigError(fmt::format("unknown argument '{}' (see aiacc-bench train --help)", key));
+    else throw ConfigError(fmt::format("unknown argument '{}' (see aiacc-bench {} --help)", key, a.command));
   }
-  if (a.config.empty()) throw ConfigError("no CONFIG given (see aiacc-bench train --help)");
+  if (a.config.empty()) throw ConfigError(fmt::format("no CONFIG given (see aiacc-bench {} --help)", a.command));
+  if (accumulate && (a.batch == 0 || a.micro_batches == 0)) {
+    throw ConfigError(fmt::format("{} not given (see aiacc-bench accumulate --help)",
+                                  a.batch == 0 ? "--batch" : "--micro-batches"));
+  }
+  if (accumulate && static_cast<std::int64_t>(a.batch) * a.micro_batches > 1000000) {
+    throw ConfigError(fmt::format("--batch {} x --micro-batches {} is a batch of more than 1000000 examples", a.batch,
+                                  a.micro_batches));
+  }
   for (const auto& assignment : a.overrides) check_override(a, assignment);
   if (!a.json.empty()) check_output_path("--json", a.json);
   // The config itself (a missing file, a folder, a bad key) is checked by aiacc-train's dry run
@@ -445,11 +547,10 @@ int run_pairs(const Args& a) {
     pairs.push_back(p);
   }
   // The pair with the median E (the lower middle one for an even count) is the one reported.
-  std::vector<std::size_t> order(pairs.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t x, std::size_t y) { return pairs[x].efficiency < pairs[y].efficiency; });
-  const Pair& median = pairs[order[(order.size() - 1) / 2]];
+  std::vector<double> efficiencies;
+  for (const auto& p : pairs) efficiencies.push_back(p.efficiency);
+  const std::vector<std::size_t> order = ascending_order(efficiencies);
+  const Pair& median = pairs[median_index(efficiencies)];
   const RunFigures& one = median.one;
   const RunFigures& many = median.many;
   const double efficiency = median.efficiency;
@@ -515,23 +616,92 @@ int run_pairs(const Args& a) {
   return 0;
 }
 
-}  // namespace
+int run_accumulate(const Args& a) {
+  const fs::path run_dir = fs::temp_directory_path() / fmt::format("aiacc-bench-accumulate-{}", ::getpid());
+  const Split whole{a.batch * a.micro_batches, 1};
+  const Split split{a.batch, a.micro_batches};
+  check_config(a, a.workers, run_dir, whole);
+  check_config(a, a.workers, run_dir, split);
+  fs::create_directories(run_dir);
+  struct Pair {
+    RunFigures whole, split;
+    double throughput = 0;  // split over whole
+  };
+  std::vector<Pair> pairs;
+  for (int r = 0; r < a.repeat; ++r) {
+    const auto run_whole = [&] { return run_job(a, a.workers, run_dir, fmt::format("bench-whole-{}", r + 1), whole); };
+    const auto run_split = [&] { return run_job(a, a.workers, run_dir, fmt::format("bench-split-{}", r + 1), split); };
+    Pair p;
+    if (r % 2 == 0) {
+      p.whole = run_whole();
+      p.split = run_split();
+    } else {
+      p.split = run_split();
+      p.whole = run_whole();
+    }
+    p.throughput = p.split.samples_per_s / p.whole.samples_per_s;
+    pairs.push_back(p);
+  }
+  std::vector<double> ratios;
+  for (const auto& p : pairs) ratios.push_back(p.throughput);
+  const Pair& median = pairs[median_index(ratios)];
+  const double memory = median.split.peak_rss_mib / median.whole.peak_rss_mib;
+  std::cout << fmt::format("\n{}: {} steps, {} worker(s), {} compute thread(s) each; a global batch of {} a step\n",
+                           a.config, a.steps, a.workers, a.threads,
+                           static_cast<std::int64_t>(a.batch) * a.micro_batches * a.workers);
+  if (pairs.size() > 1) {
+    std::cout << fmt::format("{} pairs of runs, micro-batched over whole samples/s per pair:", pairs.size());
+    for (const auto& p : pairs) std::cout << fmt::format(" {:.3f}", p.throughput);
+    std::cout << "\nthe pair with the median ratio:\n";
+  }
+  std::cout << fmt::format("{:<34} {:>12} {:>22}\n", "per worker and step", "samples/s", "peak memory (largest)");
+  std::cout << fmt::format("{:<34} {:>12.1f} {:>18.1f} MiB\n", fmt::format("1 batch of {}", whole.batch),
+                           median.whole.samples_per_s, median.whole.peak_rss_mib);
+  std::cout << fmt::format("{:<34} {:>12.1f} {:>18.1f} MiB\n",
+                           fmt::format("{} micro-batches of {}", split.micro_batches, split.batch),
+                           median.split.samples_per_s, median.split.peak_rss_mib);
+  std::cout << fmt::format("micro-batched / whole: samples/s {:.3f}, peak memory {:.3f}\n", median.throughput, memory);
+  if (!a.json.empty()) {
+    nlohmann::json per_pair = nlohmann::json::array();
+    for (const auto& p : pairs) per_pair.push_back(p.throughput);
+    const nlohmann::json out{{"benchmark", "accumulate"}, {"config", a.config}, {"steps", a.steps},
+                             {"workers", a.workers}, {"threads_per_worker", a.threads},
+                             {"batch", a.batch}, {"micro_batches", a.micro_batches},
+                             {"samples_per_s_whole", median.whole.samples_per_s},
+                             {"samples_per_s_micro_batched", median.split.samples_per_s},
+                             {"peak_rss_mib_whole", median.whole.peak_rss_mib},
+                             {"peak_rss_mib_micro_batched", median.split.peak_rss_mib},
+                             {"throughput_ratio", median.throughput}, {"throughput_ratio_per_pair", per_pair},
+                             {"peak_memory_ratio", memory}};
+    write_output(a.json, out.dump(1) + "\n");
+  }
+  fs::remove_all(run_dir);
+  return 0;
+}
 
-int run_train_bench(int argc, char** argv) {
+// Both subcommands: argv[1] says which.
+int run_bench(int argc, char** argv) {
+  const std::string command = argv[1];
   try {
     const Args a = parse(argc, argv);
     if (a.help) {
-      std::cout << kUsage;
+      std::cout << (command == "accumulate" ? kAccumulateUsage : kUsage);
       return 0;
     }
-    return run_pairs(a);
+    return command == "accumulate" ? run_accumulate(a) : run_pairs(a);
   } catch (const ConfigError& e) {
-    std::cerr << "aiacc-bench train: " << e.what() << "\n";
+    std::cerr << "aiacc-bench " << command << ": " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "aiacc-bench train: " << e.what() << "\n";
+    std::cerr << "aiacc-bench " << command << ": " << e.what() << "\n";
     return 1;
   }
 }
+
+}  // namespace
+
+int run_train_bench(int argc, char** argv) { return run_bench(argc, argv); }
+
+int run_accumulate_bench(int argc, char** argv) { return run_bench(argc, argv); }
 
 }  // namespace aiacc::bench
