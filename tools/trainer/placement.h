@@ -31,7 +31,8 @@ struct TableProbe {
   std::int64_t rows_in_one_batch = 0;   // rows exactly one probe batch touched
   std::int64_t rows_in_two_batches = 0; // rows exactly two probe batches touched
   std::int64_t probe_batches = 0;
-  std::int64_t total_steps = 0;       // the job's steps (to extrapolate growth)
+  std::int64_t total_steps = 0;       // probe-sized batches per worker in the job: its steps x
+                                      // gradient_accumulation_steps (to extrapolate growth)
   std::int64_t epoch_batches = 0;     // probe-sized batches in one epoch; 0: unknown
   std::int64_t max_rows = 0;          // the model's bound on the table's rows; 0: none
 };

@@ -69,7 +69,7 @@ std::map<std::string, TableProbe> probe_tables(const models::ModelOptions& model
                                                const models::ModelContext& context,
                                                const optim::OptimizerOptions& sparse_optimizer,
                                                const ClusterOptions& cluster, data::Loader& loader,
-                                               std::int64_t total_steps) {
+                                               std::int64_t worker_batches) {
   std::map<std::string, std::shared_ptr<ProbeStore>> counting;
   models::ModelContext probe_context = context;
   probe_context.embedding_stores = [&](const EmbeddingTableSpec& spec) -> std::shared_ptr<EmbeddingStore> {
@@ -90,7 +90,7 @@ std::map<std::string, TableProbe> probe_tables(const models::ModelOptions& model
     }
   }
   std::map<std::string, TableProbe> probes;
-  for (const auto& [name, store] : counting) probes[name] = store->probe(total_steps, loader.batches_per_epoch());
+  for (const auto& [name, store] : counting) probes[name] = store->probe(worker_batches, loader.batches_per_epoch());
   return probes;
 }
 

@@ -38,10 +38,12 @@ class ProbeCounter {
 // when some table's rule is auto, runs cluster.placement_probe_batches batches of epoch 0 from
 // `loader` through it in eval mode. Returns a probe per table (all tables, measured or not),
 // with the loader's batches per epoch and the table's EmbeddingTableSpec::max_rows.
+// `worker_batches`: the batches each worker reads in the job (its steps x
+// train.gradient_accumulation_steps), which TableProbe::total_steps holds.
 std::map<std::string, TableProbe> probe_tables(const models::ModelOptions& model,
                                                const models::ModelContext& context,
                                                const optim::OptimizerOptions& sparse_optimizer,
                                                const ClusterOptions& cluster, data::Loader& loader,
-                                               std::int64_t total_steps);
+                                               std::int64_t worker_batches);
 
 }  // namespace aiacc::trainer

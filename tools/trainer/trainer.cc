@@ -936,8 +936,10 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   std::map<std::string, TableProbe> probes;
   if (s.group && cluster.servers > 0) {
     data::Loader shared_batches(s.train_data, loader_options(options, true), /*rank=*/0, /*world_size=*/1);
+    // A replica's growth is judged over the batches each worker reads: with gradient
+    // accumulation, K a step. (Its per-step costs scale alike on the ring and the servers.)
     probes = probe_tables(options.model, context, options.sparse_optimizer, cluster, shared_batches,
-                          s.total_steps);
+                          s.total_steps * s.micro_batches);
   }
 
   // Each table's store: local with one process; else as placed (replicated or sharded).
