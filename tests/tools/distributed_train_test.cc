@@ -652,17 +652,30 @@ TEST(DistributedTrain, TestMetricsWithARowCacheAreThoseOfTheCheckpoint) {
 // An evaluation reads the shards' rows without creating rows for ids only the test split holds
 // and without counting its reads towards admission: a job that evaluates after every epoch
 // trains exactly like one that does not (its reads used to create rows and admit ids early).
-TEST(DistributedTrain, EvaluatingBetweenEpochsLeavesTheTrainingAsItWas) {
+TEST(DistributedTrain, EvaluatingBetweenEpochsAndEveryNStepsLeavesTheTrainingAsItWas) {
   const std::string cluster =
       "  workers: 1\n  servers: 1\n  placement: [{match: 'deep.*', place: ps}]\n  ps: {min_count: 2}\n";
   const std::string sets = " --set train.max_steps=0 --set train.epochs=2 --set data.train.synthetic_ctr.size=640";
   auto quiet = train("wd_no_eval", wide_deep_job("wd_no_eval", 32, cluster), "", "", sets);
   ASSERT_EQ(quiet.status, 0) << quiet.output;
+  // Every 10 steps too (train.eval_every_steps): within the epochs, with the next batch's rows
+  // being prefetched from the server, and at their ends, where the epoch's own evaluation runs
+  // once.
   auto evaluating = train("wd_eval", wide_deep_job("wd_eval", 32, cluster), "", "",
-                          sets + " --set train.eval_each_epoch=true");
+                          sets + " --set train.eval_each_epoch=true --set train.eval_every_steps=10");
   ASSERT_EQ(evaluating.status, 0) << evaluating.output;
-  EXPECT_THAT(evaluating.output, HasSubstr("test loss"));
+  EXPECT_THAT(evaluating.output, HasSubstr("epoch 1/2 test loss"));
+  EXPECT_THAT(evaluating.output, HasSubstr("step 10/40 test loss"));
   expect_same_state("wd_no_eval", "wd_eval", 0.0, 40);
+  std::vector<std::string> evals;
+  std::ifstream metrics(scratch() / "wd_eval" / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.value("kind", "") != "eval") continue;
+    evals.push_back(fmt::format("{}{}", record.at("step").get<int>(), record.value("within_epoch", false) ? "w" : "e"));
+    EXPECT_EQ(record.at("examples").get<int>(), 500);
+  }
+  EXPECT_EQ(evals, (std::vector<std::string>{"10w", "20e", "30w", "40e"}));
 }
 
 TEST(DistributedTrain, KilledWorkerStopsTheJobAndResumeMatchesAnUninterruptedRun) {

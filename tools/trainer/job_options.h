@@ -96,6 +96,7 @@ struct TrainOptions {
   std::int64_t max_steps = 0;
   std::int64_t log_every_steps = 50;
   bool eval_each_epoch = true;
+  std::int64_t eval_every_steps = 0;
   bool trace = false;
   double baseline_samples_per_s = 0;
   std::string non_finite = "stop";
@@ -111,6 +112,10 @@ struct TrainOptions {
     v.field("log_every_steps", log_every_steps, "progress line interval in steps",
             config::at_least<std::int64_t>(1));
     v.field("eval_each_epoch", eval_each_epoch, "evaluate on the test split after every epoch");
+    v.field("eval_every_steps", eval_every_steps,
+            "also evaluate on the test split every N steps, after that step's checkpoint (0: off); an \"eval\" "
+            "record with \"within_epoch\": true each, not counted as training time",
+            config::at_least<std::int64_t>(0));
     v.field("trace", trace,
             "record a Chrome/Perfetto trace of every worker (compute, each bucket's all-reduce, "
             "each parameter-server request) to <run_dir>/<name>/trace.json");

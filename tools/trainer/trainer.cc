@@ -1528,6 +1528,43 @@ TrainResult Trainer::run(const RunControl& control) {
     interval_start = Clock::now();
     last_reported = step;
   };
+  // An evaluation on the test split, its progress line and "eval" record (collective: every
+  // worker calls it at the same step). Not training time: the interval's start moves past it.
+  std::int64_t last_evaluated = -1;
+  auto evaluate_now = [&](std::int64_t epoch, bool epoch_end) {
+    const auto eval_start = Clock::now();
+    EvalResult eval;
+    {
+      phase = "evaluation";
+      trace::Span span("eval", "evaluate");
+      eval = evaluate();
+    }
+    last_evaluated = step;
+    const bool binary = task == Task::binary;
+    const std::string when = epoch_end ? fmt::format("epoch {}/{}", epoch + 1, epochs)
+                                       : fmt::format("step {}/{}", step, s.total_steps);
+    if (!s.leader()) {
+      // Only worker 0 reports.
+    } else if (binary) {
+      s.log->info("{} test loss {:.4f} auc {:.4f} log loss {:.4f} accuracy {:.4f} ({} examples)", when, eval.loss,
+                  eval.auc, eval.log_loss, eval.accuracy, eval.examples);
+    } else {
+      s.log->info("{} test loss {:.4f} accuracy {:.4f} ({} examples)", when, eval.loss, eval.accuracy, eval.examples);
+    }
+    nlohmann::json record = {{"kind", "eval"}, {"step", step}, {"epoch", epoch + 1},
+                             {"loss", eval.loss}, {"accuracy", eval.accuracy},
+                             {"examples", eval.examples}};
+    if (!epoch_end) record["within_epoch"] = true;
+    if (binary) {
+      record["auc"] = eval.auc;
+      record["log_loss"] = eval.log_loss;
+      if (auto best = s.test_data->reference_auc()) record["reference_auc"] = *best;
+    }
+    if (s.leader()) s.write_metrics(record);
+    result.last_eval = eval;
+    interval_start += Clock::now() - eval_start;
+    eval_seconds += seconds_since(eval_start);
+  };
   // Throughput after the run's first step (its start-up is not the job's speed): when it ended,
   // and the evaluation and checkpoint time paused before then.
   std::optional<Clock::time_point> steady_start;
@@ -1730,6 +1767,12 @@ TrainResult Trainer::run(const RunControl& control) {
       const std::int64_t next_batch = epoch_done ? 0 : batch_index;
       const auto& every = o.train.checkpoint.every_steps;
       if (every > 0 && step % every == 0) save(next_epoch, next_batch);
+      // train.eval_every_steps, unless the epoch's own evaluation follows at once (its end, or
+      // the job's last step).
+      const bool epoch_evaluation_next = o.train.eval_each_epoch && (epoch_done || step == s.total_steps);
+      if (o.train.eval_every_steps > 0 && step % o.train.eval_every_steps == 0 && !epoch_evaluation_next) {
+        evaluate_now(epoch, false);
+      }
       // Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP kills worker RANK right after
       // STEP (and its checkpoint), as a crash would; RANK:STEP:stop freezes it (SIGSTOP), as a
       // hung host or a cut link would: alive to the kernel, silent to its peers.
@@ -1776,38 +1819,7 @@ TrainResult Trainer::run(const RunControl& control) {
         save(next_epoch, next_batch);
       }
     }
-    if (o.train.eval_each_epoch && !stopped) {
-      const auto eval_start = Clock::now();
-      EvalResult eval;
-      {
-        phase = "evaluation";
-        trace::Span span("eval", "evaluate");
-        eval = evaluate();
-      }
-      const bool binary = task == Task::binary;
-      if (!s.leader()) {
-        // Only worker 0 reports.
-      } else if (binary) {
-        s.log->info("epoch {}/{} test loss {:.4f} auc {:.4f} log loss {:.4f} accuracy {:.4f} ({} examples)",
-                    epoch + 1, epochs, eval.loss, eval.auc, eval.log_loss, eval.accuracy, eval.examples);
-      } else {
-        s.log->info("epoch {}/{} test loss {:.4f} accuracy {:.4f} ({} examples)", epoch + 1,
-                    epochs, eval.loss, eval.accuracy, eval.examples);
-      }
-      nlohmann::json record = {{"kind", "eval"}, {"step", step}, {"epoch", epoch + 1},
-                               {"loss", eval.loss}, {"accuracy", eval.accuracy},
-                               {"examples", eval.examples}};
-      if (binary) {
-        record["auc"] = eval.auc;
-        record["log_loss"] = eval.log_loss;
-        if (auto best = s.test_data->reference_auc()) record["reference_auc"] = *best;
-      }
-      if (s.leader()) s.write_metrics(record);
-      result.last_eval = eval;
-      // Evaluation time is not training time: shift the interval's start past it.
-      interval_start += Clock::now() - eval_start;
-      eval_seconds += seconds_since(eval_start);
-    }
+    if (o.train.eval_each_epoch && !stopped && last_evaluated != step) evaluate_now(epoch, true);
   }
   } catch (const TimeoutError& e) {
     // The peer this rank waited for may itself wait for the silent rank: the others say whom.
