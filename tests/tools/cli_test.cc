@@ -970,7 +970,7 @@ TEST(Cli, AReconnectGraceAboveThePsTimeoutIsWarnedAbout) {
   EXPECT_THAT(o.output, Not(HasSubstr("which caps it")));
 }
 
-// A min_count no id can reach within the job (a worker pulls an id at most once a step) left
+// A min_count no id can reach within the job (a worker pulls an id at most once a micro-batch) left
 // every parameter-server table at its initial values without a word: warned about once, by the
 // job's workers and steps, and only where tables are on the servers.
 TEST(Cli, AnAdmissionCountNoIdCanReachIsWarnedAboutOnce) {
@@ -996,6 +996,18 @@ TEST(Cli, AnAdmissionCountNoIdCanReachIsWarnedAboutOnce) {
   EXPECT_THAT(o.output, HasSubstr("the parameter servers never create a row of deep."));
   EXPECT_THAT(o.output, Not(HasSubstr("never create a row of wide."))) << "auto placement's choice is the workers'";
   o = run(job + " --dry-run --set cluster.ps.min_count=16 --set cluster.ps.consistency=async");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, Not(HasSubstr("cluster.ps.min_count")));
+  // Two micro-batches a step (gradient accumulation): 2 steps, each pulling an id in both of its
+  // micro-batches and pushing it once: sync 2 x (2 x 2 + 1) = 10 requests.
+  const std::string accumulating = " --dry-run --set train.gradient_accumulation_steps=2 --set cluster.ps.min_count=";
+  o = run(job + accumulating + "11");
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("cluster.ps.min_count: 11 exceeds the 10 requests an id can get in this job (2 "
+                                  "steps x (2 workers x 2 pulls + 1 push), each worker pulling an id at most once in "
+                                  "each of a step's 2 micro-batches and pushing it at most once a step, a sync step's "
+                                  "pushes applied as one)"));
+  o = run(job + accumulating + "10");
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_THAT(o.output, Not(HasSubstr("cluster.ps.min_count")));
   // Every table on the ring: the servers admit nothing, so min_count is not in effect.

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/parameter.h"
+#include "tests/testing/scoped_env.h"
 #include "tools/trainer/grad_accumulation.h"
 #include "tools/trainer/job_options.h"
 #include "tools/trainer/trainer.h"
@@ -48,14 +49,16 @@ std::string with_batch(std::string block, int batch) {
   return block;
 }
 
+const char* kCosine = "{type: sgd, lr: 0.05, momentum: 0.9, schedule: {type: cosine, warmup_steps: 2}}";
+
 JobOptions job(const fs::path& dir, const std::string& model_and_data, int batch, int micro_batches,
-               const std::string& train_extra = "") {
+               const std::string& train_extra = "", int max_steps = 12, const std::string& optimizer = kCosine) {
   fs::create_directories(dir);
   const auto path = dir / "job.yaml";
   std::ofstream(path) << "job: {name: accumulate, run_dir: " << dir.string() << ", threads: 1, seed: 7}\n"
                       << with_batch(model_and_data, batch)
-                      << "optimizer: {type: sgd, lr: 0.05, momentum: 0.9, schedule: {type: cosine, warmup_steps: 2}}\n"
-                      << "train: {epochs: 3, max_steps: 12, log_every_steps: 4, eval_each_epoch: false,\n"
+                      << "optimizer: " << optimizer << "\n"
+                      << "train: {epochs: 3, max_steps: " << max_steps << ", log_every_steps: 4, eval_each_epoch: false,\n"
                       << "        gradient_accumulation_steps: " << micro_batches << train_extra << ",\n"
                       << "        checkpoint: {every_steps: 6, at_end: false, resume: auto}}\n";
   return load_job(path.string(), {});
@@ -87,20 +90,42 @@ void expect_close(const Floats& a, const Floats& b, double rel) {
   }
 }
 
+// Each table's rows by id: "<table>" -> id -> values.
+using RowsById = std::map<std::string, std::map<std::int64_t, std::vector<float>>>;
+
+RowsById rows_by_id(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : named) by_name[name] = &t;
+  RowsById out;
+  for (const auto& [name, ids] : by_name) {
+    if (!name.ends_with(".ids")) continue;
+    const std::string table = name.substr(0, name.size() - 4);
+    const Tensor& values = *by_name.at(table + ".values");
+    const std::int64_t dim = values.dim(1);
+    for (std::int64_t r = 0; r < ids->numel(); ++r) {
+      out[table][ids->data<std::int64_t>()[r]].assign(values.data<float>() + r * dim,
+                                                       values.data<float>() + (r + 1) * dim);
+    }
+  }
+  return out;
+}
+
 struct Trained {
+  RowsById rows_by_id;
   Floats model, rows;
   TrainResult result;
   std::vector<double> losses;  // the train records' losses
 };
 
 Trained train(const fs::path& dir, const std::string& model_and_data, int batch, int micro_batches,
-              const std::string& train_extra = "") {
+              const std::string& train_extra = "", int max_steps = 12, const std::string& optimizer = kCosine) {
   fs::remove_all(dir);
-  Trainer trainer(job(dir, model_and_data, batch, micro_batches, train_extra));
+  Trainer trainer(job(dir, model_and_data, batch, micro_batches, train_extra, max_steps, optimizer));
   Trained t;
   t.result = trainer.run();
   t.model = floats_of(trainer.model_tensors());
   t.rows = floats_of(trainer.embedding_rows());
+  t.rows_by_id = rows_by_id(trainer.embedding_rows());
   std::ifstream metrics(dir / "accumulate" / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
     const auto record = nlohmann::json::parse(line);
@@ -131,7 +156,7 @@ TEST(GradAccumulationTraining, FourMicroBatchesOfAnMlpEqualOneBatchFourTimesLarg
   fs::remove_all(kBase);
 }
 
-TEST(GradAccumulationTraining, WideDeepRowsAreSummedOverMicroBatchesAndPushedOnce) {
+TEST(GradAccumulationTraining, WideDeepRowsAreAveragedOverTheMicroBatches) {
   const Trained whole = train(kBase / "wd_64", kWideDeep, 64, 1);
   const Trained split = train(kBase / "wd_32x2", kWideDeep, 32, 2);
   expect_close(whole.model, split.model, 1e-5);
@@ -180,23 +205,78 @@ TEST(GradAccumulationTraining, AResumedJobContinuesAtTheStepsMicroBatch) {
   fs::remove_all(kBase);
 }
 
-TEST(GradAccumulationTraining, AStepThatNoDataFillsNamesTheKey) {
+TEST(GradAccumulationTraining, StepsNoDataFillsAndShortLastBatchesAreRefusedNamingTheKeys) {
   try {
     Trainer trainer(job(kBase / "too_big", kMlp, 500, 3));
     ADD_FAILURE() << "3 micro-batches of 500 from 1000 examples";
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("train.gradient_accumulation_steps 3 leaves no full step"));
   }
+  // A short last batch would weigh as much as a full one in its step's mean.
+  try {
+    Trainer trainer(job(kBase / "keep_last", std::string(kMlp) + "  drop_last: false\n", 16, 3));
+    ADD_FAILURE() << "drop_last: false with micro-batches";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("data.drop_last: false with train.gradient_accumulation_steps 3"));
+  }
   fs::remove_all(kBase);
 }
 
-// The dense accumulator's hooks, before a hook that reads the gradient as the all-reduce would.
-TEST(DenseGradAccumulator, TheLastMicroBatchsHookLeavesTheMeanForTheHooksAfterIt) {
+// train.non_finite: skip with micro-batches: NaN features in the first micro-batch of step 3 skip
+// the step's dense update, and every table whose rows were not finite in it pushes none (the
+// second micro-batch's finite rows included): 3 steps end where 2 do but for the tables whose
+// rows stayed finite.
+TEST(GradAccumulationTraining, ANonFiniteMicroBatchSkipsTheStepAndHoldsBackItsTablesRows) {
+  const char* sgd = "{type: sgd, lr: 0.05, momentum: 0.9}";
+  const Trained two = train(kBase / "two", kWideDeep, 16, 2, ", non_finite: skip", 2, sgd);
+  Trained three;
+  {
+    testing::ScopedEnv nan("AIACC_TEST_NAN_AT", "3");
+    three = train(kBase / "three", kWideDeep, 16, 2, ", non_finite: skip", 3, sgd);
+  }
+  EXPECT_EQ(three.result.steps, 3);
+  expect_close(two.model, three.model, 0.0);
+  // The wide tables' row gradients are the NaN logits' in the first micro-batch: every row two
+  // steps trained is as they left them (step 3's pulls created rows for its new ids, at their
+  // initial values), the second micro-batch's finite rows held back too. The deep tables' rows
+  // come through ReLUs that the NaN switched off, finite: as without accumulation, those are
+  // pushed (README: a skipped step's finite rows still apply).
+  ASSERT_FALSE(two.rows_by_id.empty());
+  int deep_moved = 0;
+  for (const auto& [table, rows] : two.rows_by_id) {
+    for (const auto& [id, values] : rows) {
+      if (table.starts_with("wide.")) {
+        EXPECT_EQ(three.rows_by_id.at(table).at(id), values) << table << " " << id;
+      } else {
+        deep_moved += three.rows_by_id.at(table).at(id) != values ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(deep_moved, 0);
+  // Without the NaN the third step moves them (the comparison can fail).
+  const Trained clean = train(kBase / "clean", kWideDeep, 16, 2, ", non_finite: skip", 3, sgd);
+  double moved = 0;
+  for (const auto& [name, w] : two.model) {
+    for (std::size_t i = 0; i < w.size(); ++i) moved = std::max(moved, std::fabs(w[i] - clean.model.at(name)[i]));
+  }
+  EXPECT_GT(moved, 1e-6);
+  fs::remove_all(kBase);
+}
+
+// The dense accumulator's hooks, before a hook that reads the gradient as the all-reduce would:
+// on the last micro-batch it sees the step's sum (the mean is taken after the reduction, by
+// scale_gradients).
+TEST(DenseGradAccumulator, TheLastMicroBatchsHookLeavesTheSumForTheHooksAfterIt) {
   Parameter used("used", Tensor::zeros(Shape{3}));
   Parameter idle_last("idle_last", Tensor::zeros(Shape{2}));
   DenseGradAccumulator accumulator({&used, &idle_last}, 3);
-  std::vector<float> seen;
+  std::vector<float> seen, seen_idle;
+  int idle_calls = 0;
   used.add_grad_ready_hook([&](Parameter& p) { seen.assign(p.grad().data<float>(), p.grad().data<float>() + 3); });
+  idle_last.add_grad_ready_hook([&](Parameter& p) {
+    ++idle_calls;
+    seen_idle.assign(p.grad().data<float>(), p.grad().data<float>() + 2);
+  });
   const float grads[3][3] = {{1, 2, 3}, {10, 20, 30}, {100, 200, 300}};
   for (int m = 0; m < 3; ++m) {
     accumulator.begin_micro_batch(m);
@@ -209,15 +289,21 @@ TEST(DenseGradAccumulator, TheLastMicroBatchsHookLeavesTheMeanForTheHooksAfterIt
     }
   }
   // The later hook fired each micro-batch (the fuser ignores those outside its step); on the
-  // last it saw the mean.
-  ASSERT_EQ(seen.size(), 3u);
-  EXPECT_FLOAT_EQ(seen[0], 111.0f / 3);
-  EXPECT_FLOAT_EQ(seen[1], 222.0f / 3);
-  EXPECT_FLOAT_EQ(seen[2], 333.0f / 3);
-  // Unused by the last micro-batch: the mean over all three, that one counting as zero.
+  // last it saw the sum.
+  EXPECT_EQ(seen, (std::vector<float>{111, 222, 333}));
+  // Unused by the last micro-batch: finish_step() gives it the sum of the others and fires the
+  // hooks after the accumulator's (the all-reduce's) for it.
+  ASSERT_EQ(idle_calls, 2);
   accumulator.finish_step();
-  EXPECT_FLOAT_EQ(idle_last.grad().data<float>()[0], 9.0f / 3);
-  EXPECT_FLOAT_EQ(idle_last.grad().data<float>()[1], -12.0f / 3);
+  EXPECT_EQ(idle_calls, 3);
+  EXPECT_EQ(seen_idle, (std::vector<float>{9, -12}));
+  // The mean, and the first gradient that was not finite.
+  std::vector<Parameter*> both{&used, &idle_last};
+  EXPECT_EQ(scale_gradients(both, 1.0f / 3), -1);
+  EXPECT_FLOAT_EQ(used.grad().data<float>()[2], 111.0f);
+  EXPECT_FLOAT_EQ(idle_last.grad().data<float>()[0], 3.0f);
+  idle_last.grad().data<float>()[1] = NAN;
+  EXPECT_EQ(scale_gradients(both, 1.0f), 1);
   // A new step starts a new sum.
   accumulator.begin_micro_batch(0);
   std::fill(used.grad().data<float>(), used.grad().data<float>() + 3, 3.0f);
@@ -226,10 +312,10 @@ TEST(DenseGradAccumulator, TheLastMicroBatchsHookLeavesTheMeanForTheHooksAfterIt
   used.grad_ready();
   accumulator.begin_micro_batch(2);
   used.grad_ready();
-  EXPECT_FLOAT_EQ(used.grad().data<float>()[0], 3.0f);
+  EXPECT_FLOAT_EQ(used.grad().data<float>()[0], 9.0f);
 }
 
-TEST(SparseRowAccumulator, RowsOfAnIdAreSummedInFirstSeenOrder) {
+TEST(SparseRowAccumulator, RowsOfAnIdAreAveragedInFirstSeenOrder) {
   SparseRowAccumulator rows(2);
   const std::int64_t a[] = {5, 9};
   const float ga[] = {1, 2, 3, 4};
@@ -237,17 +323,23 @@ TEST(SparseRowAccumulator, RowsOfAnIdAreSummedInFirstSeenOrder) {
   const float gb[] = {10, 20, 30, 40};
   rows.add(a, ga);
   rows.add(b, gb);
-  rows.scale(0.5f);
-  ASSERT_EQ(rows.ids().size(), 3u);
-  EXPECT_EQ(rows.ids()[0], 5);
-  EXPECT_EQ(rows.ids()[1], 9);
-  EXPECT_EQ(rows.ids()[2], 7);
-  const std::vector<float> expected{15.5f, 21.0f, 1.5f, 2.0f, 5.0f, 10.0f};
-  EXPECT_EQ(std::vector<float>(rows.rows(), rows.rows() + 6), expected);
-  rows.clear();
-  EXPECT_TRUE(rows.ids().empty());
+  const SparseRowAccumulator::StepRows step = rows.finish(2);
+  ASSERT_EQ(step.ids.size(), 3u);
+  EXPECT_EQ(std::vector<std::int64_t>(step.ids.begin(), step.ids.end()), (std::vector<std::int64_t>{5, 9, 7}));
+  EXPECT_EQ(std::vector<float>(step.rows, step.rows + 6), (std::vector<float>{15.5f, 21.0f, 1.5f, 2.0f, 5.0f, 10.0f}));
+  // The next add() starts the next step.
   rows.add(b, gb);
-  EXPECT_EQ(rows.ids()[0], 7);
+  const SparseRowAccumulator::StepRows next = rows.finish(1);
+  ASSERT_EQ(next.ids.size(), 2u);
+  EXPECT_EQ(next.ids[0], 7);
+  EXPECT_EQ(next.rows[2], 30.0f);
+  // A micro-batch whose rows were not finite: the step hands over none, whatever else came.
+  rows.add(a, ga);
+  rows.skip();
+  rows.add(b, gb);
+  EXPECT_TRUE(rows.finish(3).ids.empty());
+  rows.add(a, ga);
+  EXPECT_EQ(rows.finish(1).ids.size(), 2u);
 }
 
 }  // namespace

@@ -115,9 +115,14 @@ CONFIG and the --set values are checked first (aiacc-train --dry-run, both runs'
 go to /tmp/aiacc-bench-accumulate-PID, removed when the bench succeeds.
 )";
 
+// The two subcommands this file serves.
+enum class Bench { train, accumulate };
+
+const char* bench_name(Bench bench) { return bench == Bench::train ? "train" : "accumulate"; }
+
 struct Args {
   bool help = false;
-  std::string command = "train";  // or "accumulate"
+  Bench bench = Bench::train;
   int batch = 0;                  // accumulate: --batch
   int micro_batches = 0;          // accumulate: --micro-batches
   std::string config;
@@ -172,14 +177,14 @@ std::vector<Setting> bench_settings(const Args& a, int workers, const fs::path& 
                                     const Split& split = {}) {
   constexpr std::string_view kMeasured = "the bench sets it for what it measures";
   std::vector<Setting> settings;
-  if (a.command == "accumulate") {
+  if (a.bench == Bench::accumulate) {
     settings = {{"data.batch_size", std::to_string(split.batch), "use --batch"},
                 {"train.gradient_accumulation_steps", std::to_string(split.micro_batches),
                  "use --micro-batches; the other run has 1"}};
   }
   std::vector<Setting> shared{
           {"cluster.workers", std::to_string(workers),
-           a.command == "accumulate" ? "use --workers" : "use --workers; the other run has 1"},
+           a.bench == Bench::accumulate ? "use --workers" : "use --workers; the other run has 1"},
           {"job.threads", std::to_string(a.threads), "use --threads"},
           {"train.max_steps", std::to_string(a.steps), "use --steps"},
           {"train.epochs", "1000", "the runs last --steps steps"},
@@ -208,14 +213,14 @@ void check_override(const Args& a, const std::string& assignment) {
     if (!config::is_key_or_section_holding(key, setting.key)) continue;
     if (key == setting.key) {
       throw ConfigError(fmt::format("--set {}: {} is set by aiacc-bench {} for every run ({})", assignment,
-                                    setting.key, a.command, setting.why));
+                                    setting.key, bench_name(a.bench), setting.why));
     }
     inside.push_back(setting.key);
   }
   if (!inside.empty()) {
     throw ConfigError(fmt::format("--set {}: the section {} holds {}, which aiacc-bench {} sets for every run; "
                                   "set the section's other keys one by one", assignment, key, fmt::join(inside, ", "),
-                                  a.command));
+                                  bench_name(a.bench)));
   }
 }
 
@@ -341,7 +346,11 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const st
   const std::string command = fmt::format("exec taskset -c {} {}", bench_cpus(workers),
                                           train_command(a, workers, run_dir, name, split));
   const fs::path log = run_dir / (name + ".log");
-  std::cout << "running " << workers << " worker(s): log " << log.string()
+  const std::string batches =
+      split.micro_batches == 0   ? std::string()
+      : split.micro_batches == 1 ? fmt::format(", 1 batch of {} a step", split.batch)
+                                 : fmt::format(", {} micro-batches of {} a step", split.micro_batches, split.batch);
+  std::cout << "running " << workers << " worker(s)" << batches << ": log " << log.string()
             << " (removed with its folder when the bench succeeds)" << std::endl;
   const std::string shell = command + " > " + quote(log.string()) + " 2>&1";
   // wait4, not std::system: the run's rusage holds the peak memory of its largest process (the
@@ -469,10 +478,10 @@ std::size_t median_index(const std::vector<double>& values) {
   return ascending_order(values)[(values.size() - 1) / 2];
 }
 
-Args parse(int argc, char** argv) {
+Args parse(int argc, char** argv, Bench bench) {
   Args a;
-  a.command = argv[1];
-  const bool accumulate = a.command == "accumulate";
+  a.bench = bench;
+  const bool accumulate = bench == Bench::accumulate;
   if (accumulate) {
     a.steps = 50;
     a.workers = 1;
@@ -497,9 +506,9 @@ Args parse(int argc, char** argv) {
     else if (key == "--set") a.overrides.push_back(value());
     else if (key == "--json") a.json = value();
     else if (!key.empty() && key[0] != '-' && a.config.empty()) a.config = key;
-    else throw ConfigError(fmt::format("unknown argument '{}' (see aiacc-bench {} --help)", key, a.command));
+    else throw ConfigError(fmt::format("unknown argument '{}' (see aiacc-bench {} --help)", key, bench_name(bench)));
   }
-  if (a.config.empty()) throw ConfigError(fmt::format("no CONFIG given (see aiacc-bench {} --help)", a.command));
+  if (a.config.empty()) throw ConfigError(fmt::format("no CONFIG given (see aiacc-bench {} --help)", bench_name(bench)));
   if (accumulate && (a.batch == 0 || a.micro_batches == 0)) {
     throw ConfigError(fmt::format("{} not given (see aiacc-bench accumulate --help)",
                                   a.batch == 0 ? "--batch" : "--micro-batches"));
@@ -679,29 +688,27 @@ int run_accumulate(const Args& a) {
   return 0;
 }
 
-// Both subcommands: argv[1] says which.
-int run_bench(int argc, char** argv) {
-  const std::string command = argv[1];
+int run_bench(int argc, char** argv, Bench bench) {
   try {
-    const Args a = parse(argc, argv);
+    const Args a = parse(argc, argv, bench);
     if (a.help) {
-      std::cout << (command == "accumulate" ? kAccumulateUsage : kUsage);
+      std::cout << (bench == Bench::accumulate ? kAccumulateUsage : kUsage);
       return 0;
     }
-    return command == "accumulate" ? run_accumulate(a) : run_pairs(a);
+    return bench == Bench::accumulate ? run_accumulate(a) : run_pairs(a);
   } catch (const ConfigError& e) {
-    std::cerr << "aiacc-bench " << command << ": " << e.what() << "\n";
+    std::cerr << "aiacc-bench " << bench_name(bench) << ": " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "aiacc-bench " << command << ": " << e.what() << "\n";
+    std::cerr << "aiacc-bench " << bench_name(bench) << ": " << e.what() << "\n";
     return 1;
   }
 }
 
 }  // namespace
 
-int run_train_bench(int argc, char** argv) { return run_bench(argc, argv); }
+int run_train_bench(int argc, char** argv) { return run_bench(argc, argv, Bench::train); }
 
-int run_accumulate_bench(int argc, char** argv) { return run_bench(argc, argv); }
+int run_accumulate_bench(int argc, char** argv) { return run_bench(argc, argv, Bench::accumulate); }
 
 }  // namespace aiacc::bench

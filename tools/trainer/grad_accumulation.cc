@@ -1,5 +1,10 @@
 #include "tools/trainer/grad_accumulation.h"
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "core/device_ops.h"
@@ -8,52 +13,24 @@
 namespace aiacc::trainer {
 namespace {
 
-// sum += grad, where the two live.
-void add_into(Tensor& sum, const Tensor& grad) {
-  const std::int64_t n = grad.numel();
-  if (grad.device().is_cpu()) {
-    float* s = sum.data<float>();
-    const float* g = grad.data<float>();
-    for (std::int64_t i = 0; i < n; ++i) s[i] += g[i];
+// sum += grad (into == sum) or grad += sum (into == grad), where the two live. Never waits for
+// a device: a hook that waited would stall backward.
+void add_into(Tensor& into, const Tensor& other) {
+  const std::int64_t n = into.numel();
+  if (into.device().is_cpu()) {
+    float* y = into.data<float>();
+    const float* x = other.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) y[i] += x[i];
     return;
   }
-  device_ops(grad.device()).add(grad.device(), DType::f32, n, sum.data<float>(), grad.data<float>(), sum.data<float>());
-}
-
-void scale_in_place(Tensor& grad, float factor) {
-  const std::int64_t n = grad.numel();
-  if (grad.device().is_cpu()) {
-    float* g = grad.data<float>();
-    for (std::int64_t i = 0; i < n; ++i) g[i] *= factor;
-    return;
-  }
-  // Its non-finite check is the loss scaler's business, later, over the reduced gradients.
-  const std::pair<float*, std::int64_t> values{grad.data<float>(), n};
-  (void)device_ops(grad.device()).multiply_and_check(grad.device(), {&values, 1}, factor);
-}
-
-// grad = (sum + grad) * factor, or grad = sum * factor without this micro-batch's gradient.
-void mean_into(Tensor& grad, const Tensor& sum, bool with_grad, float factor) {
-  const std::int64_t n = grad.numel();
-  if (grad.device().is_cpu()) {
-    float* g = grad.data<float>();
-    const float* s = sum.data<float>();
-    for (std::int64_t i = 0; i < n; ++i) g[i] = ((with_grad ? g[i] : 0.0f) + s[i]) * factor;
-    return;
-  }
-  DeviceOps& ops = device_ops(grad.device());
-  if (with_grad) {
-    ops.add(grad.device(), DType::f32, n, sum.data<float>(), grad.data<float>(), grad.data<float>());
-  } else {
-    grad.copy_from(sum);
-  }
-  scale_in_place(grad, factor);
+  device_ops(into.device()).add(into.device(), DType::f32, n, into.data<float>(), other.data<float>(),
+                                into.data<float>());
 }
 
 }  // namespace
 
 DenseGradAccumulator::DenseGradAccumulator(const std::vector<Parameter*>& params, int micro_batches)
-    : micro_batches_(micro_batches), inverse_(1.0f / static_cast<float>(micro_batches)) {
+    : micro_batches_(micro_batches) {
   if (micro_batches < 1) throw InternalError(fmt::format("gradient accumulation over {} micro-batches", micro_batches));
   for (Parameter* p : params) {
     if (p->grad().dtype() != DType::f32) {
@@ -80,16 +57,11 @@ void DenseGradAccumulator::begin_micro_batch(int index) {
 }
 
 void DenseGradAccumulator::on_ready(Slot& slot) {
-  if (micro_batches_ == 1) return;
+  if (micro_batches_ == 1 || finishing_) return;
   Tensor& grad = slot.param->grad();
   slot.fired = true;
   if (index_ + 1 == micro_batches_) {
-    // The mean over the step's K micro-batches (those that gave no gradient count as zero).
-    if (slot.summed) {
-      mean_into(grad, slot.sum, /*with_grad=*/true, inverse_);
-    } else {
-      scale_in_place(grad, inverse_);
-    }
+    if (slot.summed) add_into(grad, slot.sum);  // the step's sum, for the hooks after this one
     return;
   }
   if (slot.sum.shape() != grad.shape() || slot.sum.device() != grad.device()) {
@@ -106,12 +78,66 @@ void DenseGradAccumulator::on_ready(Slot& slot) {
 
 void DenseGradAccumulator::finish_step() {
   if (micro_batches_ == 1) return;
-  for (auto& slot : slots_) {
-    if (!slot->fired && slot->summed) mean_into(slot->param->grad(), slot->sum, /*with_grad=*/false, inverse_);
+  finishing_ = true;
+  try {
+    for (auto& slot : slots_) {
+      if (slot->fired || !slot->summed) continue;
+      slot->param->grad().copy_from(slot->sum);
+      slot->param->grad_ready();  // the all-reduce (or a device's host copy) takes it from here
+    }
+  } catch (...) {
+    finishing_ = false;
+    throw;
   }
+  finishing_ = false;
+}
+
+std::int64_t scale_gradients(const std::vector<Parameter*>& params, float factor) {
+  std::int64_t first_bad = -1;
+  std::optional<Device> device;
+  std::vector<std::pair<float*, std::int64_t>> on_device;
+  std::vector<std::int64_t> device_index;  // on_device[i] is params[device_index[i]]
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Tensor& grad = params[i]->grad();
+    if (!grad.device().is_cpu()) {
+      if (device && *device != grad.device()) {
+        throw InternalError(fmt::format("scaling gradients: '{}' has its gradient on {}, others on {}",
+                                        params[i]->name(), grad.device().str(), device->str()));
+      }
+      device = grad.device();
+      on_device.emplace_back(grad.data<float>(), grad.numel());
+      device_index.push_back(static_cast<std::int64_t>(i));
+      continue;
+    }
+    float* g = grad.data<float>();
+    bool finite = true;
+    for (std::int64_t j = 0; j < grad.numel(); ++j) {
+      finite = finite && std::isfinite(g[j]);
+      g[j] *= factor;
+    }
+    if (!finite && first_bad < 0) first_bad = static_cast<std::int64_t>(i);
+  }
+  if (device) {
+    const std::int64_t bad = device_ops(*device).multiply_and_check(*device, on_device, factor);
+    if (bad >= 0) {
+      const std::int64_t index = device_index[static_cast<std::size_t>(bad)];
+      first_bad = first_bad < 0 ? index : std::min(first_bad, index);
+    }
+  }
+  return first_bad;
+}
+
+void SparseRowAccumulator::start_step_if_finished() {
+  if (!finished_) return;
+  ids_.clear();
+  rows_.clear();
+  row_of_.clear();
+  skipped_ = false;
+  finished_ = false;
 }
 
 void SparseRowAccumulator::add(std::span<const std::int64_t> ids, const float* rows) {
+  start_step_if_finished();
   const auto dim = static_cast<std::size_t>(dim_);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const float* row = rows + i * dim;
@@ -126,14 +152,18 @@ void SparseRowAccumulator::add(std::span<const std::int64_t> ids, const float* r
   }
 }
 
-void SparseRowAccumulator::scale(float factor) {
-  for (float& v : rows_) v *= factor;
+void SparseRowAccumulator::skip() {
+  start_step_if_finished();
+  skipped_ = true;
 }
 
-void SparseRowAccumulator::clear() {
-  ids_.clear();
-  rows_.clear();
-  row_of_.clear();
+SparseRowAccumulator::StepRows SparseRowAccumulator::finish(int micro_batches) {
+  start_step_if_finished();
+  finished_ = true;
+  if (skipped_) return {};
+  const float factor = 1.0f / static_cast<float>(micro_batches);
+  for (float& v : rows_) v *= factor;
+  return {ids_, rows_.data()};
 }
 
 }  // namespace aiacc::trainer

@@ -2,8 +2,9 @@
 // forward and backward over K micro-batches of data.batch_size each and takes one optimiser
 // step on the mean of their gradients, as one batch K times larger would (exactly so for models
 // without batch statistics; batch norm normalises each micro-batch alone, as in PyTorch). Only
-// the last micro-batch's backward all-reduces the dense gradients and pushes the row
-// gradients: a step communicates as much as with one micro-batch, whatever K.
+// the last micro-batch's backward all-reduces the dense gradients, and the row gradients are
+// pushed (or exchanged between replicas) once a step; parameter-server rows are still pulled for
+// every micro-batch.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,11 @@
 namespace aiacc::trainer {
 
 // The dense side. Its hooks must come first on each parameter (constructed before the ring's
-// fuser or a device's host twins subscribe): a micro-batch's gradient joins a running sum as
-// it becomes ready, and on the last micro-batch the hook leaves the mean in the gradient before
-// the hooks after it read it, so the all-reduce still overlaps that backward.
+// fuser or a device's host copies subscribe): a micro-batch's gradient joins a running sum as
+// it becomes ready, and on the last micro-batch the hook leaves the step's sum in the gradient
+// before the hooks after it read it, so the all-reduce still overlaps that backward. The sum
+// becomes the mean after the reduction (scale_gradients), in one pass over all gradients: on a
+// GPU, scaling each gradient in its hook would wait for the device once per parameter.
 class DenseGradAccumulator {
  public:
   DenseGradAccumulator(const std::vector<Parameter*>& params, int micro_batches);
@@ -30,10 +33,10 @@ class DenseGradAccumulator {
   int micro_batches() const { return micro_batches_; }
   // Before micro-batch `index`'s backward (0 <= index < micro_batches()).
   void begin_micro_batch(int index);
-  // After the last micro-batch's backward, before anything reduces the gradients: a parameter
-  // whose hook did not fire in it (unused by that micro-batch) gets the mean over the step of
-  // the micro-batches that did give it a gradient; one that none gave one keeps what the model
-  // left, as without accumulation.
+  // After the last micro-batch's backward, before the gradients are reduced: a parameter whose
+  // hook did not fire in it (unused by that micro-batch) but did in an earlier one gets the
+  // step's sum, and its later hooks (the all-reduce's) fire now. One that no micro-batch gave a
+  // gradient keeps what the model left, as without accumulation.
   void finish_step();
 
  private:
@@ -48,8 +51,13 @@ class DenseGradAccumulator {
   std::vector<std::unique_ptr<Slot>> slots_;  // each hook holds its slot's address
   int micro_batches_ = 1;
   int index_ = 0;
-  float inverse_ = 1.0f;
+  bool finishing_ = false;  // finish_step() fires hooks: this class's own then does nothing
 };
+
+// Multiplies the gradients of `params` by `factor`: host ones on the CPU, device ones in one
+// DeviceOps call (one wait). Returns the index in `params` of the first whose gradient held a
+// NaN or an infinity before, or -1.
+std::int64_t scale_gradients(const std::vector<Parameter*>& params, float factor);
 
 // The sparse side: one table's row gradients over a step's micro-batches, the rows of an id
 // summed (ids in first-seen order), handed to the store once, on the last micro-batch.
@@ -57,19 +65,28 @@ class SparseRowAccumulator {
  public:
   explicit SparseRowAccumulator(std::int64_t dim) : dim_(dim) {}
 
-  // One micro-batch's rows: `ids` unique (a SparseGrad's), rows [ids.size(), dim].
+  struct StepRows {
+    std::span<const std::int64_t> ids;
+    const float* rows = nullptr;  // [ids.size(), dim]
+  };
+  // One micro-batch's rows: `ids` unique (a SparseGrad's), rows [ids.size(), dim]. The first
+  // call after finish() starts the next step.
   void add(std::span<const std::int64_t> ids, const float* rows);
-  // Multiplies every summed row by `factor` (1/K: the mean over the micro-batches).
-  void scale(float factor);
-  std::span<const std::int64_t> ids() const { return ids_; }
-  const float* rows() const { return rows_.data(); }
-  void clear();
+  // A micro-batch whose rows were not finite: the step pushes none of the table's rows.
+  void skip();
+  // The step's rows: each id once, with the mean of its rows over `micro_batches` (those that
+  // did not touch it counting as zero); none after a skip(). Valid until the next add() or skip().
+  StepRows finish(int micro_batches);
 
  private:
+  void start_step_if_finished();
+
   std::int64_t dim_;
   std::vector<std::int64_t> ids_;
   std::vector<float> rows_;
   std::unordered_map<std::int64_t, std::size_t> row_of_;
+  bool skipped_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace aiacc::trainer

@@ -113,8 +113,9 @@ struct TrainOptions {
             config::at_least<std::int64_t>(1));
     v.field("eval_each_epoch", eval_each_epoch, "evaluate on the test split after every epoch");
     v.field("eval_every_steps", eval_every_steps,
-            "also evaluate on the test split every N steps, after that step's checkpoint (0: off); an \"eval\" "
-            "record with \"within_epoch\": true each, not counted as training time",
+            "also evaluate on the test split every N steps (0: off), after that step's every_steps checkpoint; an "
+            "\"eval\" record each (\"within_epoch\": true unless the step ends an epoch), not training time; where "
+            "eval_each_epoch evaluates at that step anyway, once",
             config::at_least<std::int64_t>(0));
     v.field("trace", trace,
             "record a Chrome/Perfetto trace of every worker (compute, each bucket's all-reduce, "
@@ -131,8 +132,9 @@ struct TrainOptions {
             config::at_least(0.0));
     v.field("gradient_accumulation_steps", gradient_accumulation_steps,
             "micro-batches of data.batch_size per step: their gradients are averaged into one optimiser step "
-            "(a global batch of workers x batch_size x this), and only the last one's backward all-reduces the "
-            "dense gradients and pushes the row gradients; steps, schedules and checkpoints count optimiser steps",
+            "(a global batch of workers x batch_size x this); only the last one's backward all-reduces the dense "
+            "gradients, and row gradients are pushed once a step (parameter-server rows are pulled for each); "
+            "steps, schedules and checkpoints count optimiser steps",
             config::in_range<std::int64_t>(1, 4096));
     v.field("baseline_samples_per_s", baseline_samples_per_s,
             "throughput of this job on one worker, when known: the summary then reports scaling "

@@ -81,21 +81,27 @@ void warn_defeated_settings(const JobOptions& options, models::Model& model, con
                    "the job has one worker (cluster.workers 1): its batch statistics are already the whole batch's");
   }
   // A shard admits an id on its min_count-th request, pulls and pushes alike (ps::ServerTable). A
-  // worker pulls an id at most once a step (its prefetch being that pull) and pushes it at most
-  // once; a sync shard applies the step's pushes of every worker as one. Past that no id is
-  // ever admitted.
+  // worker pulls an id at most once a micro-batch (its prefetch being that pull; K =
+  // train.gradient_accumulation_steps a step) and pushes it at most once a step; a sync shard
+  // applies the step's pushes of every worker as one. Past that no id is ever admitted.
   const bool sync = options.cluster.ps.consistency == "sync";
   const std::int64_t min_count = options.cluster.ps.min_count;
-  const std::int64_t requests = sync ? steps * (workers + 1) : steps * workers * 2;
+  const std::int64_t pulls = options.train.gradient_accumulation_steps;
+  const std::int64_t requests = sync ? steps * (workers * pulls + 1) : steps * workers * (pulls + 1);
   if (!ps_tables.empty() && steps > 0 && min_count > requests) {
+    const std::string per_step =
+        pulls > 1 ? fmt::format("each worker pulling an id at most once in each of a step's {} micro-batches and "
+                                "pushing it at most once a step", pulls)
+                  : std::string("each worker pulling and pushing an id at most once a step");
     log::get("trainer")->warn(
-        "cluster.ps.min_count: {} exceeds the {} requests an id can get in this job ({} steps x ({}), each worker "
-        "pulling and pushing an id at most once a step{}): the parameter servers never create a row of {} (rows "
-        "restored from a checkpoint aside), so every pull returns the initial values and the tables never learn; "
-        "lower cluster.ps.min_count",
+        "cluster.ps.min_count: {} exceeds the {} requests an id can get in this job ({} steps x ({}), {}{}): the "
+        "parameter servers never create a row of {} (rows restored from a checkpoint aside), so every pull returns "
+        "the initial values and the tables never learn; lower cluster.ps.min_count",
         min_count, requests, steps,
-        sync ? fmt::format("{} workers' pulls + 1 push", workers) : fmt::format("{} workers x 2", workers),
-        sync ? ", a sync step's pushes applied as one" : "", fmt::join(ps_tables, ", "));
+        sync ? (pulls > 1 ? fmt::format("{} workers x {} pulls + 1 push", workers, pulls)
+                          : fmt::format("{} workers' pulls + 1 push", workers))
+             : fmt::format("{} workers x {}", workers, pulls + 1),
+        per_step, sync ? ", a sync step's pushes applied as one" : "", fmt::join(ps_tables, ", "));
   }
 }
 

@@ -210,23 +210,18 @@ void move_batch(Batch& batch, Device device, const models::Model& model) {
   batch.labels = batch.labels.to(device);
 }
 
-// The training steps of `workers` workers: per epoch (rank 0's shard, as every worker's with
-// drop_last) and in all (0: no full batch, see no_full_batch_error). ConfigError for drop_last
-// false with several workers: their shards could differ by a batch, and so their step counts,
-// and the extra step's collectives would wait for peers that never join them.
 // " x 4 micro-batches a step" with gradient accumulation, else "".
 std::string micro_batches_text(const JobOptions& options) {
   const std::int64_t k = options.train.gradient_accumulation_steps;
   return k > 1 ? fmt::format(" x {} micro-batches a step", k) : std::string();
 }
 
-// A sparse table's row gradients held back over a step's micro-batches.
-struct PendingRows {
-  explicit PendingRows(std::int64_t dim) : rows(dim) {}
-  SparseRowAccumulator rows;
-  bool skipped = false;  // not finite in one of them: the step pushes none of the table's rows
-};
-
+// The training steps of `workers` workers: per epoch (rank 0's shard, as every worker's with
+// drop_last) and in all (0: no full batch, see no_full_batch_error). ConfigError for drop_last
+// false with several workers: their shards could differ by a batch, and so their step counts,
+// and the extra step's collectives would wait for peers that never join them; and with
+// gradient accumulation, where the short last batch would weigh as much as a full one in its
+// step's mean.
 struct StepPlan {
   std::int64_t per_epoch = 0, total = 0;
 };
@@ -236,6 +231,12 @@ StepPlan plan_steps(const JobOptions& options, data::Dataset& train, int rank, i
                                   "steps, so training drops the incomplete last batch (set it true; evaluation reads "
                                   "every example regardless)",
                                   workers));
+  }
+  if (!options.data.drop_last && options.train.gradient_accumulation_steps > 1) {
+    throw ConfigError(fmt::format("data.drop_last: false with train.gradient_accumulation_steps {}: a step averages "
+                                  "its micro-batches alike, so the epoch's short last batch would weigh as much as a "
+                                  "full one (set it true; evaluation reads every example regardless)",
+                                  options.train.gradient_accumulation_steps));
   }
   StepPlan plan;
   // A step takes gradient_accumulation_steps batches: an epoch's batches left over after its
@@ -869,7 +870,16 @@ struct Trainer::State {
   // and B where it falls on one of its steps (checkpoints without it: the saved batch).
   std::int64_t resume_batch(const Checkpoint& checkpoint, std::int64_t epoch, std::int64_t batch,
                             const std::string& where) const {
-    if (!checkpoint.state.contains("examples")) return batch;
+    if (!checkpoint.state.contains("examples")) {
+      // A checkpoint from before positions were kept in examples: its batch is this job's only
+      // where it starts one of this job's steps.
+      if (batch % micro_batches != 0) {
+        throw ConfigError(fmt::format("{}: the checkpoint stopped at batch {} of epoch {}, which does not start a step "
+                                      "of train.gradient_accumulation_steps {}; resume with a count that divides it",
+                                      where, batch, epoch + 1, micro_batches));
+      }
+      return batch;
+    }
     const std::int64_t examples = checkpoint.state.at("examples").get<std::int64_t>();
     const std::int64_t per_step = options.data.batch_size * workers() * micro_batches;
     // At or past the end of this job's epoch (which drops a different last batch): complete.
@@ -1043,7 +1053,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
     auto remote = s.remote.find(p->name());
     ps::RemoteEmbeddingStore* remote_store = remote == s.remote.end() ? nullptr : remote->second;
     // Gradient accumulation: the rows of the step's micro-batches, pushed once, on the last.
-    auto pending = std::make_shared<PendingRows>(store->spec().dim);
+    auto pending = std::make_shared<SparseRowAccumulator>(store->spec().dim);
     p->add_grad_ready_hook([&s, store, remote_store, pending](Parameter& param) {
       SparseGrad& grad = param.sparse_grad();
       bool skip_rows = false;
@@ -1062,13 +1072,16 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
       std::span<const std::int64_t> ids = skip_rows ? std::span<const std::int64_t>() : std::span(grad.ids);
       const float* rows = grad.rows.data<float>();
       if (s.micro_batches > 1) {
-        // A table whose rows were not finite in any micro-batch pushes none this step.
-        pending->skipped = pending->skipped || skip_rows;
-        if (!skip_rows) pending->rows.add(ids, rows);
+        // A table whose rows were not finite in one of the micro-batches pushes none this step.
+        if (skip_rows) {
+          pending->skip();
+        } else {
+          pending->add(ids, rows);
+        }
         if (s.micro_batch + 1 < s.micro_batches) return;
-        pending->rows.scale(1.0f / static_cast<float>(s.micro_batches));
-        ids = pending->skipped ? std::span<const std::int64_t>() : pending->rows.ids();
-        rows = pending->rows.rows();
+        const SparseRowAccumulator::StepRows step_rows = pending->finish(s.micro_batches);
+        ids = step_rows.ids;
+        rows = step_rows.rows;
       }
       if (remote_store != nullptr) {
         const auto start = Clock::now();
@@ -1079,9 +1092,6 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
         // is the sparse optimiser's work, not communication, with one worker or many.
         store->push(ids, rows, s.sparse_lr);
       }
-      // Every store copies or applies the rows it is given.
-      pending->rows.clear();
-      pending->skipped = false;
     });
     s.sparse_params.push_back(p);
   }
@@ -1375,8 +1385,8 @@ TrainResult Trainer::run(const RunControl& control) {
       if (step != latest->step) s.log->info("step {} of the checkpoint's job is step {} of this one", latest->step, step);
       result.resumed_from_step = step;
       resumed_from = where;
-      s.log->info("resumed from {} (step {}, epoch {}, batch {})", where, step, first_epoch + 1,
-                  first_batch);
+      s.log->info("resumed from {} (step {}, epoch {}, batch {}{})", where, step, first_epoch + 1, first_batch,
+                  s.micro_batches > 1 ? fmt::format(": {} micro-batches a step", s.micro_batches) : std::string());
     } else if (const int restart = restart_attempt(); restart > 0 && s.leader()) {
       // The launcher restarts "from the newest checkpoint": say so when there is none.
       const auto& saving = o.train.checkpoint;
@@ -1602,7 +1612,7 @@ TrainResult Trainer::run(const RunControl& control) {
       trace::Span step_span("step", fmt::format("step {}", step + 1));
       const double lr = s.schedule->lr_at(step);
       s.sparse_lr = s.sparse_schedule->lr_at(step);
-      double loss = 0;  // the last micro-batch's (what errors and warnings quote)
+      double loss = 0;  // the micro-batch's
       step_meter.reset();
       bool epoch_ended = false;
       for (int micro = 0; micro < s.micro_batches; ++micro) {
@@ -1707,12 +1717,15 @@ TrainResult Trainer::run(const RunControl& control) {
       std::string bad_tensor = s.non_finite_sparse;
       s.non_finite_sparse.clear();
       bool overflowed = false;
+      // Gradient accumulation leaves the step's sum over its micro-batches: their mean is taken
+      // here, in the pass that unscales or checks them anyway.
+      const float mean_factor = 1.0f / static_cast<float>(s.micro_batches);
       if (s.loss_scaler) {
         // Unscale every gradient and look for overflow in one pass.
         std::vector<std::pair<float*, std::int64_t>> grads;
         for (Parameter* p : s.dense_params) grads.emplace_back(p->grad().data<float>(), p->grad().numel());
-        const std::int64_t bad = device_ops(s.device).multiply_and_check(s.device, grads,
-                                                                          s.loss_scaler->inverse_scale());
+        const std::int64_t bad = device_ops(s.device).multiply_and_check(
+            s.device, grads, s.loss_scaler->inverse_scale() * mean_factor);
         const float scale_before = s.loss_scaler->scale();
         if (!s.loss_scaler->update(bad >= 0)) {
           overflowed = true;
@@ -1720,6 +1733,9 @@ TrainResult Trainer::run(const RunControl& control) {
                       step + 1, s.dense_params[static_cast<std::size_t>(bad)]->name(), scale_before,
                       s.loss_scaler->scale());
         }
+      } else if (s.micro_batches > 1) {
+        const std::int64_t bad = scale_gradients(s.dense_params, mean_factor);
+        if (bad >= 0 && bad_tensor.empty()) bad_tensor = s.dense_params[static_cast<std::size_t>(bad)]->name();
       } else if (bad_tensor.empty()) {
         bad_tensor = first_nonfinite_grad(s.dense_params, s.device);
       }
@@ -1731,7 +1747,7 @@ TrainResult Trainer::run(const RunControl& control) {
       if (!bad_tensor.empty()) {
         ++s.skipped_steps;
         s.log->warn("step {} skipped: the gradient of '{}' is not finite (loss {}); {} steps skipped so far",
-                    step + 1, bad_tensor, loss, s.skipped_steps);
+                    step + 1, bad_tensor, step_meter.mean_loss(), s.skipped_steps);
       } else if (!overflowed) {
         if (o.train.clip_grad_norm > 0) {
           phase = "clipping gradients";
@@ -1771,7 +1787,7 @@ TrainResult Trainer::run(const RunControl& control) {
       // the job's last step).
       const bool epoch_evaluation_next = o.train.eval_each_epoch && (epoch_done || step == s.total_steps);
       if (o.train.eval_every_steps > 0 && step % o.train.eval_every_steps == 0 && !epoch_evaluation_next) {
-        evaluate_now(epoch, false);
+        evaluate_now(epoch, epoch_done);
       }
       // Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP kills worker RANK right after
       // STEP (and its checkpoint), as a crash would; RANK:STEP:stop freezes it (SIGSTOP), as a
