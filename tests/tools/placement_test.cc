@@ -30,7 +30,7 @@ constexpr int kProbeBatches = 4;
 
 // A probe as placement_probe.cc fills it, from `batches` batches of kBatch ids drawn by `draw`.
 TableProbe probe_of(const std::function<std::int64_t()>& draw, std::int64_t dim, std::int64_t state_floats,
-                    std::int64_t total_steps, int batches = kProbeBatches) {
+                    std::int64_t worker_batches, int batches = kProbeBatches) {
   ProbeCounter counter;
   for (int b = 0; b < batches; ++b) {
     std::vector<std::int64_t> ids(kBatch);
@@ -41,7 +41,7 @@ TableProbe probe_of(const std::function<std::int64_t()>& draw, std::int64_t dim,
   TableProbe probe;
   probe.dim = dim;
   probe.state_floats = state_floats;
-  probe.total_steps = total_steps;
+  probe.worker_batches = worker_batches;
   counter.fill(probe);
   return probe;
 }
@@ -156,7 +156,7 @@ TEST(Placement, TheProbeReportsTheModelsBoundAndTheEpoch) {
     data::Loader loader(*dataset, data::loader_options(data, true, 1), 0, 1);
     optim::OptimizerOptions adagrad;
     adagrad.type = "adagrad";
-    const auto probes = probe_tables(model, context, adagrad, cluster(1), loader, /*total_steps=*/20000);
+    const auto probes = probe_tables(model, context, adagrad, cluster(1), loader, /*worker_batches=*/20000);
     ASSERT_TRUE(probes.count("deep.C1")) << "tables: " << probes.size();
     const TableProbe& c1 = probes.at("deep.C1");
     EXPECT_EQ(c1.max_rows, buckets);

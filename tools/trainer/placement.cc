@@ -141,7 +141,7 @@ double unseen_rows_found(double batches, double probe_batches, double q1, double
 
 double estimate_replica_rows(const TableProbe& probe, int workers) {
   const double seen = static_cast<double>(probe.rows_seen);
-  double batches = static_cast<double>(probe.total_steps) * std::max(workers, 1);
+  double batches = static_cast<double>(probe.worker_batches) * std::max(workers, 1);
   if (probe.epoch_batches > 0) batches = std::min(batches, static_cast<double>(probe.epoch_batches));
   const double remaining = std::max(0.0, batches - static_cast<double>(probe.probe_batches));
   double rows = seen + static_cast<double>(probe.new_rows_last_batch) * remaining;

@@ -31,14 +31,14 @@ struct TableProbe {
   std::int64_t rows_in_one_batch = 0;   // rows exactly one probe batch touched
   std::int64_t rows_in_two_batches = 0; // rows exactly two probe batches touched
   std::int64_t probe_batches = 0;
-  std::int64_t total_steps = 0;       // probe-sized batches per worker in the job: its steps x
+  std::int64_t worker_batches = 0;    // probe-sized batches per worker in the job: its steps x
                                       // gradient_accumulation_steps (to extrapolate growth)
   std::int64_t epoch_batches = 0;     // probe-sized batches in one epoch; 0: unknown
   std::int64_t max_rows = 0;          // the model's bound on the table's rows; 0: none
 };
 
 // The rows a replica of the table holds at the end of the run, judged from the probe. A replica
-// gets the rows of all workers' batches (cluster.workers x total_steps probe-sized batches), up
+// gets the rows of all workers' batches (cluster.workers x worker_batches probe-sized batches), up
 // to one epoch's (later epochs read the same examples again). New rows only get rarer, so the
 // probe's last batch's new rows per batch bound the growth from above. Rows the probe saw again
 // show saturation: the rows no probe batch touched are estimated from those one and two probe

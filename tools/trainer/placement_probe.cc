@@ -47,12 +47,12 @@ class ProbeStore final : public EmbeddingStore {
   void load_rows(const std::vector<std::pair<std::string, Tensor>>&) override {}
 
   void end_batch() { counter_.end_batch(); }
-  TableProbe probe(std::int64_t total_steps, std::int64_t epoch_batches) const {
+  TableProbe probe(std::int64_t worker_batches, std::int64_t epoch_batches) const {
     TableProbe p;
     p.dim = inner_.spec().dim;
     p.state_floats = inner_.state_floats();
     counter_.fill(p);
-    p.total_steps = total_steps;
+    p.worker_batches = worker_batches;
     p.epoch_batches = epoch_batches;
     p.max_rows = inner_.spec().max_rows;
     return p;

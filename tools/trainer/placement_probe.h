@@ -39,7 +39,7 @@ class ProbeCounter {
 // `loader` through it in eval mode. Returns a probe per table (all tables, measured or not),
 // with the loader's batches per epoch and the table's EmbeddingTableSpec::max_rows.
 // `worker_batches`: the batches each worker reads in the job (its steps x
-// train.gradient_accumulation_steps), which TableProbe::total_steps holds.
+// train.gradient_accumulation_steps), which TableProbe::worker_batches holds.
 std::map<std::string, TableProbe> probe_tables(const models::ModelOptions& model,
                                                const models::ModelContext& context,
                                                const optim::OptimizerOptions& sparse_optimizer,
