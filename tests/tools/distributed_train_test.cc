@@ -235,6 +235,21 @@ TEST(DistributedTrain, TwoRingWorkersEqualOneWorkerWithTwiceTheBatch) {
   expect_same_state("mlp_1w", "mlp_2w", 1e-5);
 }
 
+// train.early_stopping on 2 workers: the evaluation merges both workers' scores, so both see the
+// same loss, decide alike and stop at the same step (a worker that went on would wait for the
+// other in its next all-reduce until the timeout). min_delta 10: the evaluation at step 10 does
+// not improve on step 5's, and patience 1 stops there, with a checkpoint.
+TEST(DistributedTrain, EarlyStoppingStopsEveryWorkerAtTheSameStep) {
+  auto run = train("mlp_2w_stop", mlp_job("mlp_2w_stop", 32, "  workers: 2\n"), "", "",
+                   "--set train.eval_every_steps=5 --set train.early_stopping.patience=1 "
+                   "--set train.early_stopping.min_delta=10");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("early stopping: test loss"));
+  EXPECT_THAT(run.output, HasSubstr("stopping after step 10 of 20"));
+  EXPECT_THAT(run.output, HasSubstr("stopped: 10 steps"));
+  EXPECT_TRUE(fs::exists(scratch() / "mlp_2w_stop" / "checkpoints" / "step-000000000010"));
+}
+
 // A worker slowed by 5 ms a step (AIACC_TEST_SLOW_WORKER: a slower core or host as the others
 // see it) is named at the end as the slowest, in a warning, with its compute per step: the
 // summary record's compute_ms_per_step puts it about 5 ms above the other's, whose waits for

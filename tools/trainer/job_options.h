@@ -13,6 +13,7 @@
 #include "data/data_options.h"
 #include "models/model.h"
 #include "tools/trainer/cluster_options.h"
+#include "tools/trainer/early_stopping.h"
 
 namespace aiacc::trainer {
 
@@ -102,6 +103,7 @@ struct TrainOptions {
   std::string non_finite = "stop";
   double clip_grad_norm = 0;
   std::int64_t gradient_accumulation_steps = 1;
+  EarlyStoppingOptions early_stopping;
   CheckpointOptions checkpoint;
 
   template <class V>
@@ -113,8 +115,8 @@ struct TrainOptions {
             config::at_least<std::int64_t>(1));
     v.field("eval_each_epoch", eval_each_epoch, "evaluate on the test split after every epoch");
     v.field("eval_every_steps", eval_every_steps,
-            "also evaluate on the test split every N steps (0: off), after that step's every_steps checkpoint; an "
-            "\"eval\" record each (\"within_epoch\": true unless the step ends an epoch), not training time; where "
+            "also evaluate on the test split every N steps (0: off), before that step's checkpoint; an \"eval\" "
+            "record each (\"within_epoch\": true unless the step ends an epoch), not training time; where "
             "eval_each_epoch evaluates at that step anyway, once",
             config::at_least<std::int64_t>(0));
     v.field("trace", trace,
@@ -136,6 +138,9 @@ struct TrainOptions {
             "gradients, and row gradients are pushed once a step (parameter-server rows are pulled for each); "
             "steps, schedules and checkpoints count optimiser steps",
             config::in_range<std::int64_t>(1, 4096));
+    v.field("early_stopping", early_stopping,
+            "stop once a test metric has not improved for `patience` evaluations in a row (a checkpoint is saved "
+            "there with train.checkpoint.at_end; a resumed job that stopped early trains no further)");
     v.field("baseline_samples_per_s", baseline_samples_per_s,
             "throughput of this job on one worker, when known: the summary then reports scaling "
             "efficiency samples/s / (workers x baseline)", config::at_least(0.0));

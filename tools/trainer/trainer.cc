@@ -43,6 +43,7 @@
 #include "ring/device_gradient_fuser.h"
 #include "ring/gradient_fuser.h"
 #include "tools/trainer/checkpoint.h"
+#include "tools/trainer/early_stopping.h"
 #include "tools/trainer/grad_accumulation.h"
 #include "tools/trainer/grad_clipping.h"
 #include "tools/trainer/launch.h"
@@ -383,6 +384,7 @@ struct Trainer::State {
   int micro_batches = 1;
   int micro_batch = 0;
   std::unique_ptr<DenseGradAccumulator> dense_accumulator;
+  EarlyStopping early_stopping{EarlyStoppingOptions{}};  // train.early_stopping
   std::string non_finite_sparse;  // a table whose row gradients were not finite this step
   std::int64_t skipped_steps = 0;
   // job.precision: fp16: the dynamic loss scale (steps whose scaled gradients overflowed are
@@ -628,6 +630,7 @@ struct Trainer::State {
     nlohmann::json sharded = nlohmann::json::array();
     for (const auto& [name, store] : remote) sharded.push_back(name);
     checkpoint.state["sharded_tables"] = std::move(sharded);
+    if (early_stopping.enabled()) checkpoint.state["early_stopping"] = early_stopping.to_json();
     if (loss_scaler) {
       checkpoint.state["loss_scale"] = {{"scale", loss_scaler->scale()},
                                         {"clean_steps", loss_scaler->clean_steps_in_a_row()}};
@@ -839,6 +842,13 @@ struct Trainer::State {
       if (!remote.empty() && shard_files && leader()) group->ps_client()->load_checkpoint(where);
       if (!remote.empty() && multi_worker()) group->barrier();
     }
+    if (scope == RestoreScope::training && checkpoint.state.contains("early_stopping")) {
+      try {
+        early_stopping.restore(checkpoint.state.at("early_stopping"));
+      } catch (const DataError& e) {
+        throw DataError(fmt::format("{}: {}", where, e.what()));
+      }
+    }
     // fp16's loss scale continues where it was (a checkpoint of another precision has none: the
     // scale then starts afresh).
     if (loss_scaler && checkpoint.state.contains("loss_scale")) {
@@ -910,6 +920,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.options = options;
   s.group = std::move(group);
   s.micro_batches = static_cast<int>(options.train.gradient_accumulation_steps);
+  s.early_stopping = EarlyStopping(options.train.early_stopping);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
   apply_float_mode(options);  // before the loader and fusion threads start: they inherit it
   if (s.rank() == 0) warn_unused_settings(options);
@@ -917,6 +928,18 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
   check_splits_agree(options.data, s.train_data->spec(), s.test_data->spec());
+  if (const auto& stopping = options.train.early_stopping; stopping.patience > 0) {
+    if (!options.train.eval_each_epoch && options.train.eval_every_steps == 0) {
+      throw ConfigError(fmt::format("train.early_stopping.patience: {} watches the test evaluations, and this job has "
+                                    "none: set train.eval_each_epoch: true or train.eval_every_steps",
+                                    stopping.patience));
+    }
+    if ((stopping.metric == "auc" || stopping.metric == "log_loss") && s.test_data->spec().task != Task::binary) {
+      throw ConfigError(fmt::format("train.early_stopping.metric: {} is measured for binary labels; this job's test "
+                                    "split has {} classes: watch loss or accuracy",
+                                    stopping.metric, s.test_data->spec().num_classes));
+    }
+  }
 
   const StepPlan steps = plan_steps(options, *s.train_data, s.rank(), s.workers());
   s.steps_per_epoch = steps.per_epoch;
@@ -1432,6 +1455,11 @@ TrainResult Trainer::run(const RunControl& control) {
   if (auto best = s.test_data->reference_auc()) {
     s.log->info("the test split comes from a known teacher: best achievable AUC {:.4f}", *best);
   }
+  if (s.early_stopping.stopped()) {
+    s.log->warn("the checkpoint's job stopped early ({}): nothing left to train; raise "
+                "train.early_stopping.patience, or set it 0, to train on", s.early_stopping.describe());
+    result.stopped_early = true;
+  }
 
   // What this worker was doing, for errors from collectives and parameter servers, and
   // whether that was after `step` (metrics, checkpoint, evaluation) or during step + 1.
@@ -1540,8 +1568,8 @@ TrainResult Trainer::run(const RunControl& control) {
   };
   // An evaluation on the test split, its progress line and "eval" record (collective: every
   // worker calls it at the same step). Not training time: the interval's start moves past it.
-  std::int64_t last_evaluated = -1;
-  auto evaluate_now = [&](std::int64_t epoch, bool epoch_end) {
+  // Returns whether early stopping says to stop here.
+  auto evaluate_now = [&](std::int64_t epoch, bool epoch_end) -> bool {
     const auto eval_start = Clock::now();
     EvalResult eval;
     {
@@ -1549,7 +1577,6 @@ TrainResult Trainer::run(const RunControl& control) {
       trace::Span span("eval", "evaluate");
       eval = evaluate();
     }
-    last_evaluated = step;
     const bool binary = task == Task::binary;
     const std::string when = epoch_end ? fmt::format("epoch {}/{}", epoch + 1, epochs)
                                        : fmt::format("step {}/{}", step, s.total_steps);
@@ -1574,6 +1601,13 @@ TrainResult Trainer::run(const RunControl& control) {
     result.last_eval = eval;
     interval_start += Clock::now() - eval_start;
     eval_seconds += seconds_since(eval_start);
+    if (!s.early_stopping.enabled()) return false;
+    const std::string& watched = s.early_stopping.metric();
+    const double value = watched == "loss"       ? eval.loss
+                         : watched == "log_loss" ? eval.log_loss
+                         : watched == "auc"      ? eval.auc
+                                                 : eval.accuracy;
+    return s.early_stopping.observe(value, step);
   };
   // Throughput after the run's first step (its start-up is not the job's speed): when it ended,
   // and the evaluation and checkpoint time paused before then.
@@ -1584,7 +1618,7 @@ TrainResult Trainer::run(const RunControl& control) {
   const long slow_micros = slow_worker_micros(s.rank());  // AIACC_TEST_SLOW_WORKER
   const char* nan_env = std::getenv("AIACC_TEST_NAN_AT");
   const std::int64_t nan_at = nan_env ? std::atoll(nan_env) : -1;
-  bool stopped = false;
+  bool stopped = s.early_stopping.stopped();
   // Stop signals wait for the workers' next agreement (each may get one at another step, or only
   // some get one): all stop at the same step, its checkpoint taken.
   std::optional<StopSignals> stop_signals;
@@ -1781,14 +1815,17 @@ TrainResult Trainer::run(const RunControl& control) {
       const bool epoch_done = batch_index >= epoch_batches;
       const std::int64_t next_epoch = epoch_done ? epoch + 1 : epoch;
       const std::int64_t next_batch = epoch_done ? 0 : batch_index;
+      // Evaluations (the epoch's, at its end or the job's last step; train.eval_every_steps), once
+      // a step, before its checkpoint: the checkpoint keeps what early stopping made of them.
+      const bool epoch_evaluation = o.train.eval_each_epoch && (epoch_done || step == s.total_steps);
+      const bool step_evaluation = o.train.eval_every_steps > 0 && step % o.train.eval_every_steps == 0;
+      bool stop_early = false;
+      if (epoch_evaluation || step_evaluation) {
+        stop_early = evaluate_now(epoch, epoch_evaluation || epoch_done) && step < s.total_steps;
+        if (stop_early && last_reported != step) report_interval(epoch, lr, true);
+      }
       const auto& every = o.train.checkpoint.every_steps;
       if (every > 0 && step % every == 0) save(next_epoch, next_batch);
-      // train.eval_every_steps, unless the epoch's own evaluation follows at once (its end, or
-      // the job's last step).
-      const bool epoch_evaluation_next = o.train.eval_each_epoch && (epoch_done || step == s.total_steps);
-      if (o.train.eval_every_steps > 0 && step % o.train.eval_every_steps == 0 && !epoch_evaluation_next) {
-        evaluate_now(epoch, epoch_done);
-      }
       // Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP kills worker RANK right after
       // STEP (and its checkpoint), as a crash would; RANK:STEP:stop freezes it (SIGSTOP), as a
       // hung host or a cut link would: alive to the kernel, silent to its peers.
@@ -1831,11 +1868,21 @@ TrainResult Trainer::run(const RunControl& control) {
         stopped = true;
         break;
       }
-      if (step == s.total_steps && o.train.checkpoint.at_end && last_saved != step) {
+      if ((step == s.total_steps || stop_early) && o.train.checkpoint.at_end && last_saved != step) {
         save(next_epoch, next_batch);
       }
+      if (stop_early) {
+        result.stopped_early = true;
+        if (s.leader()) {
+          s.log->warn("early stopping: {}: stopping after step {} of {}{}", s.early_stopping.describe(), step,
+                      s.total_steps,
+                      last_saved == step ? fmt::format(" (checkpoint {})", checkpoints.path_for(step).string())
+                                         : std::string(" (no checkpoint: train.checkpoint.at_end is false)"));
+        }
+        stopped = true;
+        break;
+      }
     }
-    if (o.train.eval_each_epoch && !stopped && last_evaluated != step) evaluate_now(epoch, true);
   }
   } catch (const TimeoutError& e) {
     // The peer this rank waited for may itself wait for the silent rank: the others say whom.
@@ -1931,6 +1978,7 @@ TrainResult Trainer::run(const RunControl& control) {
     if (s.group) record["allreduce_hidden_behind"] = s.allreduce_hidden_behind();
     if (cache_report) record["ps_cache"] = cache_report->to_json();
     if (pace) record["compute_ms_per_step"] = pace->ms_per_step;
+    if (s.early_stopping.enabled()) record["early_stopping"] = s.early_stopping.to_json();
     std::string efficiency;
     if (o.train.baseline_samples_per_s > 0) {
       const double e = result.samples_per_second / (s.workers() * o.train.baseline_samples_per_s);

@@ -55,6 +55,8 @@ struct TrainResult {
   double last_grad_norm = 0;
   // train.checkpoint.on_signal: the stop signal the job stopped on (its checkpoint taken), or 0.
   int stopped_by_signal = 0;
+  // train.early_stopping stopped this run (or the run it resumed had stopped so).
+  bool stopped_early = false;
 };
 
 class Trainer {
