@@ -1646,7 +1646,6 @@ TrainResult Trainer::run(const RunControl& control) {
       trace::Span step_span("step", fmt::format("step {}", step + 1));
       const double lr = s.schedule->lr_at(step);
       s.sparse_lr = s.sparse_schedule->lr_at(step);
-      double loss = 0;  // the micro-batch's
       step_meter.reset();
       bool epoch_ended = false;
       for (int micro = 0; micro < s.micro_batches; ++micro) {
@@ -1675,6 +1674,7 @@ TrainResult Trainer::run(const RunControl& control) {
         }
         const Tensor labels = batch->labels;  // on the host, for the metrics
         move_batch(*batch, s.device, *s.model);
+        double loss = 0;
         {
           phase = forward_phase.c_str();
           trace::Span span("compute", "forward");
