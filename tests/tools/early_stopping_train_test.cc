@@ -5,12 +5,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -27,7 +29,8 @@ using ::testing::HasSubstr;
 const fs::path kBase = fs::temp_directory_path() / "aiacc_early_stopping_train";
 
 // An MLP on synthetic images, 12 steps, evaluated every 2.
-JobOptions job(const fs::path& dir, const std::string& stopping, int eval_every_steps = 2) {
+JobOptions job(const fs::path& dir, const std::string& stopping, int eval_every_steps = 2,
+               const std::string& checkpoint_extra = "", double lr = 0.05) {
   fs::create_directories(dir);
   const auto path = dir / "job.yaml";
   std::ofstream(path) << "job: {name: stop, run_dir: " << dir.string() << ", threads: 1, seed: 3}\n"
@@ -35,11 +38,11 @@ JobOptions job(const fs::path& dir, const std::string& stopping, int eval_every_
                       << "data:\n  batch_size: 32\n"
                       << "  train: {type: synthetic_images, synthetic_images: {size: 1024, height: 8, width: 8}}\n"
                       << "  test: {type: synthetic_images, synthetic_images: {size: 64, height: 8, width: 8}}\n"
-                      << "optimizer: {type: sgd, lr: 0.05}\n"
+                      << "optimizer: {type: sgd, lr: " << lr << "}\n"
                       << "train: {max_steps: 12, log_every_steps: 5, eval_each_epoch: false, eval_every_steps: "
                       << eval_every_steps << ",\n"
                       << "        early_stopping: " << stopping << ",\n"
-                      << "        checkpoint: {at_end: true, resume: auto}}\n";
+                      << "        checkpoint: {at_end: true, resume: auto" << checkpoint_extra << "}}\n";
   return load_job(path.string(), {});
 }
 
@@ -102,12 +105,51 @@ TEST(EarlyStoppingTraining, WithoutEarlyStoppingTheJobRunsToItsEnd) {
   fs::remove_all(kBase);
 }
 
+// train.checkpoint.keep_best: every evaluation that is the best so far saves a checkpoint, and
+// the best one stays beside keep_last's (1: the last). A learning rate of 3 makes the test loss
+// climb after its first evaluations, so the best is not the last.
+TEST(EarlyStoppingTraining, KeepBestKeepsTheBestEvaluationsCheckpointBesideTheLast) {
+  const fs::path dir = kBase / "best";
+  fs::remove_all(dir);
+  {
+    Trainer trainer(job(dir, "{metric: loss}", 2, ", keep_last: 1, keep_best: true", 3.0));
+    EXPECT_EQ(trainer.run().steps, 12);
+  }
+  std::int64_t best_step = 0;
+  double best = INFINITY;
+  for (const auto& record : records(dir, "eval")) {
+    if (record.at("loss").get<double>() < best) {
+      best = record.at("loss").get<double>();
+      best_step = record.at("step").get<std::int64_t>();
+    }
+  }
+  ASSERT_GT(best_step, 0);
+  ASSERT_LT(best_step, 12) << "the test loss kept falling: this job shows nothing";
+  std::vector<std::string> kept;
+  for (const auto& entry : fs::directory_iterator(dir / "stop" / "checkpoints")) {
+    kept.push_back(entry.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{fmt::format("step-{:012d}", best_step), "step-000000000012"}));
+  const auto summaries = records(dir, "summary");
+  ASSERT_EQ(summaries.size(), 1u);
+  EXPECT_THAT(summaries[0].at("best_checkpoint").get<std::string>(), HasSubstr(fmt::format("step-{:012d}", best_step)));
+  EXPECT_EQ(summaries[0].at("early_stopping").at("best_step"), best_step);
+  fs::remove_all(kBase);
+}
+
 TEST(EarlyStoppingTraining, JobsThatCannotWatchTheMetricAreRefusedByKey) {
   try {
     Trainer trainer(job(kBase / "no_evals", "{patience: 2}", 0));
     ADD_FAILURE() << "early stopping without evaluations";
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("train.early_stopping.patience: 2 watches the test evaluations, and this job has none"));
+  }
+  try {
+    Trainer trainer(job(kBase / "no_evals_best", "{}", 0, ", keep_best: true"));
+    ADD_FAILURE() << "keep_best without evaluations";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("train.checkpoint.keep_best: true watches the test evaluations"));
   }
   try {
     Trainer trainer(job(kBase / "auc", "{metric: auc, patience: 2}"));

@@ -271,7 +271,7 @@ void CheckpointManager::prune(std::int64_t saved_step) const {
       const std::string name = entry.path().filename().string();
       if (is_tmp_name(name)) {
         stale.push_back(entry.path());
-      } else if (auto step = parse_step_name(name); step && *step < saved_step) {
+      } else if (auto step = parse_step_name(name); step && *step < saved_step && step != kept_step_) {
         older.emplace_back(*step, entry.path());
       }
     }

@@ -96,6 +96,10 @@ class CheckpointManager {
   // are not verified.
   std::vector<std::filesystem::path> list() const;
 
+  // A step whose checkpoint pruning leaves alone, outside the keep_last count
+  // (train.checkpoint.keep_best: the best evaluation's); nullopt for none.
+  void set_kept_step(std::optional<std::int64_t> step) { kept_step_ = step; }
+
   const std::filesystem::path& directory() const { return directory_; }
   // checkpoints/step-<12-digit step> (whether or not it exists).
   std::filesystem::path path_for(std::int64_t step) const;
@@ -105,6 +109,7 @@ class CheckpointManager {
 
   std::filesystem::path directory_;  // <run_path>/checkpoints
   int keep_last_;
+  std::optional<std::int64_t> kept_step_;
 };
 
 // Embedding rows named "<table>.ids" / ".values" / ".state", grouped by table.

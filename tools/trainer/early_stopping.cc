@@ -16,15 +16,17 @@ bool EarlyStopping::improves(double value) const {
 }
 
 bool EarlyStopping::observe(double value, std::int64_t step) {
-  if (!enabled() || stopped_) return stopped_;
+  improved_last_ = false;
+  if (!tracking() || stopped_) return stopped_;
   if (improves(value)) {
     best_ = value;
     best_step_ = step;
     without_improvement_ = 0;
+    improved_last_ = true;
     return false;
   }
   ++without_improvement_;
-  stopped_ = without_improvement_ >= options_.patience;
+  stopped_ = enabled() && without_improvement_ >= options_.patience;
   return stopped_;
 }
 

@@ -37,14 +37,22 @@ struct EarlyStoppingOptions {
 
 class EarlyStopping {
  public:
-  explicit EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {}
+  // `track_best`: follow the best evaluation even without stopping (train.checkpoint.keep_best).
+  explicit EarlyStopping(EarlyStoppingOptions options, bool track_best = false)
+      : options_(std::move(options)), track_best_(track_best) {}
 
+  // Whether it may stop the job (a patience), and whether it watches the evaluations at all.
   bool enabled() const { return options_.patience > 0; }
+  bool tracking() const { return enabled() || track_best_; }
   const std::string& metric() const { return options_.metric; }
   // One evaluation's value of the metric at `step` (NaN never improves). Returns true when the
   // job should stop now.
   bool observe(double value, std::int64_t step);
   bool stopped() const { return stopped_; }
+  // The last observation was a new best; the best so far and its step.
+  bool improved_last() const { return improved_last_; }
+  std::optional<double> best() const { return best_; }
+  std::int64_t best_step() const { return best_step_; }
   // "test auc 0.7912 at step 400, the best; 3 evaluations since without an improvement of more
   // than 0.001".
   std::string describe() const;
@@ -57,6 +65,8 @@ class EarlyStopping {
   bool improves(double value) const;
 
   EarlyStoppingOptions options_;
+  bool track_best_ = false;
+  bool improved_last_ = false;
   std::optional<double> best_;
   std::int64_t best_step_ = 0;
   std::int64_t without_improvement_ = 0;

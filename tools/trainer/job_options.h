@@ -70,6 +70,7 @@ struct CheckpointOptions {
   std::string resume = "auto";
   bool on_signal = true;
   std::int64_t signal_check_steps = 10;
+  bool keep_best = false;
 
   template <class V>
   void visit(V& v) {
@@ -86,6 +87,9 @@ struct CheckpointOptions {
             "SIGINT or SIGTERM (Ctrl-C, preemption): the workers stop together at the next multiple of "
             "signal_check_steps, save a checkpoint there (when at_end or every_steps saves any) and exit with "
             "128 + the signal; a second signal (over a second later) ends them at once. false: the signal ends them at once");
+    v.field("keep_best", keep_best,
+            "also save a checkpoint at every evaluation that is the best so far by train.early_stopping.metric "
+            "(watched even with patience 0), and keep the best one outside keep_last");
     v.field("signal_check_steps", signal_check_steps,
             "on_signal: steps between the workers' checks for a stop signal (one all-reduce of three numbers each)",
             config::at_least<std::int64_t>(1));

@@ -630,7 +630,7 @@ struct Trainer::State {
     nlohmann::json sharded = nlohmann::json::array();
     for (const auto& [name, store] : remote) sharded.push_back(name);
     checkpoint.state["sharded_tables"] = std::move(sharded);
-    if (early_stopping.enabled()) checkpoint.state["early_stopping"] = early_stopping.to_json();
+    if (early_stopping.tracking()) checkpoint.state["early_stopping"] = early_stopping.to_json();
     if (loss_scaler) {
       checkpoint.state["loss_scale"] = {{"scale", loss_scaler->scale()},
                                         {"clean_steps", loss_scaler->clean_steps_in_a_row()}};
@@ -920,7 +920,7 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.options = options;
   s.group = std::move(group);
   s.micro_batches = static_cast<int>(options.train.gradient_accumulation_steps);
-  s.early_stopping = EarlyStopping(options.train.early_stopping);
+  s.early_stopping = EarlyStopping(options.train.early_stopping, options.train.checkpoint.keep_best);
   if (options.job.threads > 0) omp_set_num_threads(options.job.threads);
   apply_float_mode(options);  // before the loader and fusion threads start: they inherit it
   if (s.rank() == 0) warn_unused_settings(options);
@@ -928,11 +928,13 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   s.train_data = data::make_dataset(options.data.train, data::DatasetContext{"train", options.job.seed});
   s.test_data = data::make_dataset(options.data.test, data::DatasetContext{"test", options.job.seed});
   check_splits_agree(options.data, s.train_data->spec(), s.test_data->spec());
-  if (const auto& stopping = options.train.early_stopping; stopping.patience > 0) {
+  if (const auto& stopping = options.train.early_stopping; s.early_stopping.tracking()) {
     if (!options.train.eval_each_epoch && options.train.eval_every_steps == 0) {
-      throw ConfigError(fmt::format("train.early_stopping.patience: {} watches the test evaluations, and this job has "
-                                    "none: set train.eval_each_epoch: true or train.eval_every_steps",
-                                    stopping.patience));
+      throw ConfigError(fmt::format("{} watches the test evaluations, and this job has none: set "
+                                    "train.eval_each_epoch: true or train.eval_every_steps",
+                                    stopping.patience > 0
+                                        ? fmt::format("train.early_stopping.patience: {}", stopping.patience)
+                                        : std::string("train.checkpoint.keep_best: true")));
     }
     if ((stopping.metric == "auc" || stopping.metric == "log_loss") && s.test_data->spec().task != Task::binary) {
       throw ConfigError(fmt::format("train.early_stopping.metric: {} is measured for binary labels; this job's test "
@@ -1408,6 +1410,7 @@ TrainResult Trainer::run(const RunControl& control) {
       if (step != latest->step) s.log->info("step {} of the checkpoint's job is step {} of this one", latest->step, step);
       result.resumed_from_step = step;
       resumed_from = where;
+      if (o.train.checkpoint.keep_best && s.early_stopping.best()) checkpoints.set_kept_step(s.early_stopping.best_step());
       s.log->info("resumed from {} (step {}, epoch {}, batch {}{})", where, step, first_epoch + 1, first_batch,
                   s.micro_batches > 1 ? fmt::format(": {} micro-batches a step", s.micro_batches) : std::string());
     } else if (const int restart = restart_attempt(); restart > 0 && s.leader()) {
@@ -1601,7 +1604,7 @@ TrainResult Trainer::run(const RunControl& control) {
     result.last_eval = eval;
     interval_start += Clock::now() - eval_start;
     eval_seconds += seconds_since(eval_start);
-    if (!s.early_stopping.enabled()) return false;
+    if (!s.early_stopping.tracking()) return false;
     const std::string& watched = s.early_stopping.metric();
     const double value = watched == "loss"       ? eval.loss
                          : watched == "log_loss" ? eval.log_loss
@@ -1820,12 +1823,15 @@ TrainResult Trainer::run(const RunControl& control) {
       const bool epoch_evaluation = o.train.eval_each_epoch && (epoch_done || step == s.total_steps);
       const bool step_evaluation = o.train.eval_every_steps > 0 && step % o.train.eval_every_steps == 0;
       bool stop_early = false;
+      bool save_best = false;  // train.checkpoint.keep_best: this step's evaluation is the best so far
       if (epoch_evaluation || step_evaluation) {
         stop_early = evaluate_now(epoch, epoch_evaluation || epoch_done) && step < s.total_steps;
         if (stop_early && last_reported != step) report_interval(epoch, lr, true);
+        save_best = o.train.checkpoint.keep_best && s.early_stopping.improved_last();
+        if (save_best) checkpoints.set_kept_step(step);
       }
       const auto& every = o.train.checkpoint.every_steps;
-      if (every > 0 && step % every == 0) save(next_epoch, next_batch);
+      if ((every > 0 && step % every == 0) || (save_best && last_saved != step)) save(next_epoch, next_batch);
       // Fault injection for tests: AIACC_TEST_KILL_AT=RANK:STEP kills worker RANK right after
       // STEP (and its checkpoint), as a crash would; RANK:STEP:stop freezes it (SIGSTOP), as a
       // hung host or a cut link would: alive to the kernel, silent to its peers.
@@ -1978,7 +1984,13 @@ TrainResult Trainer::run(const RunControl& control) {
     if (s.group) record["allreduce_hidden_behind"] = s.allreduce_hidden_behind();
     if (cache_report) record["ps_cache"] = cache_report->to_json();
     if (pace) record["compute_ms_per_step"] = pace->ms_per_step;
-    if (s.early_stopping.enabled()) record["early_stopping"] = s.early_stopping.to_json();
+    if (s.early_stopping.tracking()) record["early_stopping"] = s.early_stopping.to_json();
+    if (o.train.checkpoint.keep_best && s.early_stopping.best()) {
+      const auto best = checkpoints.path_for(s.early_stopping.best_step());
+      record["best_checkpoint"] = best.string();
+      s.log->info("best checkpoint (test {} {:.4f}): {}", s.early_stopping.metric(), *s.early_stopping.best(),
+                  best.string());
+    }
     std::string efficiency;
     if (o.train.baseline_samples_per_s > 0) {
       const double e = result.samples_per_second / (s.workers() * o.train.baseline_samples_per_s);
