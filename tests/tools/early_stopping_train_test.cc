@@ -138,6 +138,54 @@ TEST(EarlyStoppingTraining, KeepBestKeepsTheBestEvaluationsCheckpointBesideTheLa
   fs::remove_all(kBase);
 }
 
+// Patience that runs out at the job's last step stops nothing: a job resumed with more steps
+// trains on (and stops at its next evaluation without an improvement).
+TEST(EarlyStoppingTraining, PatienceRunningOutAtTheLastStepLeavesTheJobFreeToTrainOn) {
+  const fs::path dir = kBase / "last";
+  fs::remove_all(dir);
+  JobOptions options = job(dir, "{metric: loss, patience: 1, min_delta: 10}");
+  options.train.max_steps = 4;
+  {
+    Trainer trainer(options);
+    const TrainResult result = trainer.run();
+    EXPECT_EQ(result.steps, 4);
+    EXPECT_FALSE(result.stopped_early);
+  }
+  options.train.max_steps = 8;
+  Trainer longer(options);
+  const TrainResult result = longer.run();
+  EXPECT_EQ(result.resumed_from_step, 4);
+  EXPECT_EQ(result.steps, 6);
+  EXPECT_TRUE(result.stopped_early);
+  fs::remove_all(kBase);
+}
+
+// keep_best across a resume: the best step's checkpoint (saved before the stop, and the one the
+// job resumes from, as no other was saved) survives the resumed job's saves with keep_last 1.
+TEST(EarlyStoppingTraining, TheBestCheckpointSurvivesAResume) {
+  const fs::path dir = kBase / "best_resumed";
+  fs::remove_all(dir);
+  const JobOptions options = job(dir, "{metric: loss}", 2, ", keep_last: 1, keep_best: true", 3.0);
+  {
+    Trainer first(options);
+    EXPECT_EQ(first.run(RunControl{.stop_after_step = 6}).steps, 6);
+  }
+  Trainer second(options);
+  EXPECT_EQ(second.run().steps, 12);
+  std::int64_t best_step = 0;
+  double best = INFINITY;
+  for (const auto& record : records(dir, "eval")) {
+    if (record.at("loss").get<double>() < best) {
+      best = record.at("loss").get<double>();
+      best_step = record.at("step").get<std::int64_t>();
+    }
+  }
+  ASSERT_GT(best_step, 0);
+  ASSERT_LT(best_step, 6) << "the best should come before the stop for this test to show anything";
+  EXPECT_TRUE(fs::exists(dir / "stop" / "checkpoints" / fmt::format("step-{:012d}", best_step)));
+  fs::remove_all(kBase);
+}
+
 TEST(EarlyStoppingTraining, JobsThatCannotWatchTheMetricAreRefusedByKey) {
   try {
     Trainer trainer(job(kBase / "no_evals", "{patience: 2}", 0));

@@ -15,7 +15,7 @@ bool EarlyStopping::improves(double value) const {
   return lower_is_better ? value < *best_ - options_.min_delta : value > *best_ + options_.min_delta;
 }
 
-bool EarlyStopping::observe(double value, std::int64_t step) {
+bool EarlyStopping::observe(double value, std::int64_t step, bool may_stop) {
   improved_last_ = false;
   if (!tracking() || stopped_) return stopped_;
   if (improves(value)) {
@@ -26,7 +26,7 @@ bool EarlyStopping::observe(double value, std::int64_t step) {
     return false;
   }
   ++without_improvement_;
-  stopped_ = enabled() && without_improvement_ >= options_.patience;
+  stopped_ = may_stop && enabled() && without_improvement_ >= options_.patience;
   return stopped_;
 }
 
@@ -53,7 +53,7 @@ void EarlyStopping::restore(const nlohmann::json& state) {
     best_step_ = state.at("best_step").get<std::int64_t>();
     without_improvement_ = state.at("evaluations_without_improvement").get<std::int64_t>();
     // Against this job's patience, which may have been raised to train on.
-    stopped_ = enabled() && without_improvement_ >= options_.patience;
+    stopped_ = state.at("stopped").get<bool>() && enabled() && without_improvement_ >= options_.patience;
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("the checkpoint's early_stopping state is malformed: {}", e.what()));
   }

@@ -46,8 +46,11 @@ class EarlyStopping {
   bool tracking() const { return enabled() || track_best_; }
   const std::string& metric() const { return options_.metric; }
   // One evaluation's value of the metric at `step` (NaN never improves). Returns true when the
-  // job should stop now.
-  bool observe(double value, std::int64_t step);
+  // job should stop now; `may_stop` false (the job's last step) records the evaluation without
+  // stopping, so a job resumed with more steps is not taken for one that stopped early.
+  bool observe(double value, std::int64_t step, bool may_stop = true);
+  // Forgets the best so far (its checkpoint is gone): the next evaluation is the best.
+  void forget_best() { best_.reset(); }
   bool stopped() const { return stopped_; }
   // The last observation was a new best; the best so far and its step.
   bool improved_last() const { return improved_last_; }

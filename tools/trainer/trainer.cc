@@ -1410,7 +1410,14 @@ TrainResult Trainer::run(const RunControl& control) {
       if (step != latest->step) s.log->info("step {} of the checkpoint's job is step {} of this one", latest->step, step);
       result.resumed_from_step = step;
       resumed_from = where;
-      if (o.train.checkpoint.keep_best && s.early_stopping.best()) checkpoints.set_kept_step(s.early_stopping.best_step());
+      if (o.train.checkpoint.keep_best && s.early_stopping.best()) {
+        if (std::filesystem::exists(checkpoints.path_for(s.early_stopping.best_step()))) {
+          checkpoints.set_kept_step(s.early_stopping.best_step());
+        } else {
+          // The best was not saved (keep_best was off) or is gone: the next evaluation is the best.
+          s.early_stopping.forget_best();
+        }
+      }
       s.log->info("resumed from {} (step {}, epoch {}, batch {}{})", where, step, first_epoch + 1, first_batch,
                   s.micro_batches > 1 ? fmt::format(": {} micro-batches a step", s.micro_batches) : std::string());
     } else if (const int restart = restart_attempt(); restart > 0 && s.leader()) {
@@ -1610,7 +1617,7 @@ TrainResult Trainer::run(const RunControl& control) {
                          : watched == "log_loss" ? eval.log_loss
                          : watched == "auc"      ? eval.auc
                                                  : eval.accuracy;
-    return s.early_stopping.observe(value, step);
+    return s.early_stopping.observe(value, step, /*may_stop=*/step < s.total_steps);
   };
   // Throughput after the run's first step (its start-up is not the job's speed): when it ended,
   // and the evaluation and checkpoint time paused before then.
@@ -1825,7 +1832,7 @@ TrainResult Trainer::run(const RunControl& control) {
       bool stop_early = false;
       bool save_best = false;  // train.checkpoint.keep_best: this step's evaluation is the best so far
       if (epoch_evaluation || step_evaluation) {
-        stop_early = evaluate_now(epoch, epoch_evaluation || epoch_done) && step < s.total_steps;
+        stop_early = evaluate_now(epoch, epoch_evaluation || epoch_done);
         if (stop_early && last_reported != step) report_interval(epoch, lr, true);
         save_best = o.train.checkpoint.keep_best && s.early_stopping.improved_last();
         if (save_best) checkpoints.set_kept_step(step);
@@ -1854,6 +1861,7 @@ TrainResult Trainer::run(const RunControl& control) {
         phase = "checking for a stop signal";
         if (const auto stop = s.agree_on_stop(stop_signals->received())) {
           result.stopped_by_signal = stop->signal;
+          result.stopped_early = stop_early;  // both at this step: the checkpoint records it too
           if (last_reported != step) report_interval(epoch, lr, true);
           if (last_saved != step && (o.train.checkpoint.at_end || every > 0)) save(next_epoch, next_batch);
           if (s.leader()) {
@@ -1985,8 +1993,8 @@ TrainResult Trainer::run(const RunControl& control) {
     if (cache_report) record["ps_cache"] = cache_report->to_json();
     if (pace) record["compute_ms_per_step"] = pace->ms_per_step;
     if (s.early_stopping.tracking()) record["early_stopping"] = s.early_stopping.to_json();
-    if (o.train.checkpoint.keep_best && s.early_stopping.best()) {
-      const auto best = checkpoints.path_for(s.early_stopping.best_step());
+    if (const auto best = checkpoints.path_for(s.early_stopping.best_step());
+        o.train.checkpoint.keep_best && s.early_stopping.best() && std::filesystem::exists(best)) {
       record["best_checkpoint"] = best.string();
       s.log->info("best checkpoint (test {} {:.4f}): {}", s.early_stopping.metric(), *s.early_stopping.best(),
                   best.string());
