@@ -56,6 +56,19 @@ std::vector<nlohmann::json> records(const fs::path& dir, const std::string& kind
   return out;
 }
 
+// The step of the eval record with the lowest test loss (the first of equals), or 0.
+std::int64_t lowest_loss_step(const fs::path& dir) {
+  std::int64_t best_step = 0;
+  double best = INFINITY;
+  for (const auto& record : records(dir, "eval")) {
+    if (record.at("loss").get<double>() < best) {
+      best = record.at("loss").get<double>();
+      best_step = record.at("step").get<std::int64_t>();
+    }
+  }
+  return best_step;
+}
+
 // min_delta 10: no loss improves by that much after the first evaluation, so with patience 2
 // the evaluations at steps 4 and 6 stop the job at step 6.
 TEST(EarlyStoppingTraining, AJobStopsAfterPatienceEvaluationsWithoutImprovementAndStaysStopped) {
@@ -115,14 +128,7 @@ TEST(EarlyStoppingTraining, KeepBestKeepsTheBestEvaluationsCheckpointBesideTheLa
     Trainer trainer(job(dir, "{metric: loss}", 2, ", keep_last: 1, keep_best: true", 3.0));
     EXPECT_EQ(trainer.run().steps, 12);
   }
-  std::int64_t best_step = 0;
-  double best = INFINITY;
-  for (const auto& record : records(dir, "eval")) {
-    if (record.at("loss").get<double>() < best) {
-      best = record.at("loss").get<double>();
-      best_step = record.at("step").get<std::int64_t>();
-    }
-  }
+  const std::int64_t best_step = lowest_loss_step(dir);
   ASSERT_GT(best_step, 0);
   ASSERT_LT(best_step, 12) << "the test loss kept falling: this job shows nothing";
   std::vector<std::string> kept;
@@ -172,14 +178,7 @@ TEST(EarlyStoppingTraining, TheBestCheckpointSurvivesAResume) {
   }
   Trainer second(options);
   EXPECT_EQ(second.run().steps, 12);
-  std::int64_t best_step = 0;
-  double best = INFINITY;
-  for (const auto& record : records(dir, "eval")) {
-    if (record.at("loss").get<double>() < best) {
-      best = record.at("loss").get<double>();
-      best_step = record.at("step").get<std::int64_t>();
-    }
-  }
+  const std::int64_t best_step = lowest_loss_step(dir);
   ASSERT_GT(best_step, 0);
   ASSERT_LT(best_step, 6) << "the best should come before the stop for this test to show anything";
   EXPECT_TRUE(fs::exists(dir / "stop" / "checkpoints" / fmt::format("step-{:012d}", best_step)));
