@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "core/device_ops.h"
 #include "core/error.h"
+#include "tools/trainer/device_gradients.h"
 
 namespace aiacc::trainer {
 namespace {
@@ -93,22 +93,11 @@ void DenseGradAccumulator::finish_step() {
 }
 
 std::int64_t scale_gradients(const std::vector<Parameter*>& params, float factor) {
+  const DeviceGradients on_device = device_gradients(params, "scaling gradients");
   std::int64_t first_bad = -1;
-  std::optional<Device> device;
-  std::vector<std::pair<float*, std::int64_t>> on_device;
-  std::vector<std::int64_t> device_index;  // on_device[i] is params[device_index[i]]
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor& grad = params[i]->grad();
-    if (!grad.device().is_cpu()) {
-      if (device && *device != grad.device()) {
-        throw InternalError(fmt::format("scaling gradients: '{}' has its gradient on {}, others on {}",
-                                        params[i]->name(), grad.device().str(), device->str()));
-      }
-      device = grad.device();
-      on_device.emplace_back(grad.data<float>(), grad.numel());
-      device_index.push_back(static_cast<std::int64_t>(i));
-      continue;
-    }
+    if (!grad.device().is_cpu()) continue;
     float* g = grad.data<float>();
     bool finite = true;
     for (std::int64_t j = 0; j < grad.numel(); ++j) {
@@ -117,10 +106,11 @@ std::int64_t scale_gradients(const std::vector<Parameter*>& params, float factor
     }
     if (!finite && first_bad < 0) first_bad = static_cast<std::int64_t>(i);
   }
-  if (device) {
-    const std::int64_t bad = device_ops(*device).multiply_and_check(*device, on_device, factor);
+  if (on_device.device) {
+    const std::int64_t bad = device_ops(*on_device.device).multiply_and_check(*on_device.device, on_device.values,
+                                                                               factor);
     if (bad >= 0) {
-      const std::int64_t index = device_index[static_cast<std::size_t>(bad)];
+      const auto index = static_cast<std::int64_t>(on_device.index[static_cast<std::size_t>(bad)]);
       first_bad = first_bad < 0 ? index : std::min(first_bad, index);
     }
   }

@@ -1,7 +1,6 @@
 #include "tools/trainer/grad_clipping.h"
 
 #include <cmath>
-#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -9,6 +8,7 @@
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/optim/grad_clip.h"
+#include "tools/trainer/device_gradients.h"
 
 namespace aiacc::trainer {
 namespace {
@@ -20,25 +20,14 @@ std::span<float> host_values(Parameter& p) {
 }  // namespace
 
 ClipOutcome clip_gradients(const std::vector<Parameter*>& params, double max_norm) {
+  const DeviceGradients on_device = device_gradients(params, "gradient clipping");
   double squares = 0.0;
-  std::optional<Device> device;
-  std::vector<std::pair<float*, std::int64_t>> on_device;
   for (Parameter* p : params) {
-    const Device where = p->grad().device();
-    if (where.is_cpu()) {
-      squares += optim::sum_of_squares(host_values(*p));
-      continue;
-    }
-    if (device && *device != where) {
-      throw InternalError(fmt::format("gradient clipping: '{}' has its gradient on {}, others on {}", p->name(),
-                                      where.str(), device->str()));
-    }
-    device = where;
-    on_device.emplace_back(p->grad().data<float>(), p->grad().numel());
+    if (p->grad().device().is_cpu()) squares += optim::sum_of_squares(host_values(*p));
   }
-  if (device) {
-    const std::vector<std::pair<const float*, std::int64_t>> read(on_device.begin(), on_device.end());
-    squares += device_ops(*device).sum_of_squares(*device, read);
+  if (on_device.device) {
+    const std::vector<std::pair<const float*, std::int64_t>> read(on_device.values.begin(), on_device.values.end());
+    squares += device_ops(*on_device.device).sum_of_squares(*on_device.device, read);
   }
   ClipOutcome outcome;
   outcome.norm = std::sqrt(squares);
@@ -48,7 +37,9 @@ ClipOutcome clip_gradients(const std::vector<Parameter*>& params, double max_nor
   for (Parameter* p : params) {
     if (p->grad().device().is_cpu()) optim::scale_in_place(host_values(*p), static_cast<float>(factor));
   }
-  if (device) device_ops(*device).multiply_and_check(*device, on_device, static_cast<float>(factor));
+  if (on_device.device) {
+    device_ops(*on_device.device).multiply_and_check(*on_device.device, on_device.values, static_cast<float>(factor));
+  }
   return outcome;
 }
 
