@@ -64,28 +64,50 @@ CriteoTsv::CriteoTsv(const Options& options, const DatasetContext& context) {
   read_options.skip_malformed = options.malformed == "skip";
   read_options.limit = options.limit;
   read_options.threads = static_cast<int>(options.parse_threads);
-  columns_ = detail::read_criteo_file(path_, layout_, read_options, report_);
-
-  const double mb = static_cast<double>(report_.bytes) / 1e6;
-  const double seconds = std::max(report_.seconds, 1e-9);
+  auto parse = [&](detail::CriteoLoadReport& report) { return detail::read_criteo_file(path_, layout_, read_options, report); };
   auto logger = log::get("data");
-  logger->info("criteo_tsv {}: {} examples from {} lines, {:.1f} MB in {:.2f} s ({:.0f} MB/s, {:.2f}M lines/s, "
-               "{} threads); {} bytes per example, {:.1f} MB in memory",
-               path_, columns_.size(), report_.lines, mb, report_.seconds, mb / seconds,
-               static_cast<double>(report_.lines) / seconds / 1e6, report_.threads,
-               columns_.bytes_per_example(),
-               static_cast<double>(columns_.bytes_per_example() * static_cast<std::size_t>(columns_.size())) / 1e6);
+  if (options.cache_dir.empty()) {
+    data_.parsed = parse(report_);
+  } else {
+    const auto key = detail::CtrCacheKey::of(path_, layout_.num_integer, layout_.num_categorical,
+                                             read_options.skip_malformed, options.limit);
+    data_ = detail::load_ctr_cached(options.cache_dir, key, parse, report_);
+    if (data_.how == detail::CachedCtrColumns::How::parsed) {
+      logger->warn("criteo_tsv {}: not using the column cache {} (data.{}.criteo_tsv.cache_dir): {}; the file is "
+                   "parsed into this process's memory", path_, data_.file.string(), context.split, data_.why_parsed);
+    }
+  }
+  view_ = data_.view();
+
+  const double mb_in_memory = static_cast<double>(view_.bytes_per_example() * static_cast<std::size_t>(view_.size())) / 1e6;
+  if (data_.how == detail::CachedCtrColumns::How::mapped) {
+    logger->info("criteo_tsv {}: {} examples from {} lines, mapped from the column cache {} in {:.3f} s ({:.1f} MB, "
+                 "shared by this host's processes)", path_, view_.size(), report_.lines, data_.file.string(), report_.seconds,
+                 mb_in_memory);
+  } else {
+    const double mb = static_cast<double>(report_.bytes) / 1e6;
+    const double seconds = std::max(report_.seconds, 1e-9);
+    logger->info("criteo_tsv {}: {} examples from {} lines, {:.1f} MB in {:.2f} s ({:.0f} MB/s, {:.2f}M lines/s, "
+                 "{} threads); {:.1f} MB {}",
+                 path_, view_.size(), report_.lines, mb, report_.seconds, mb / seconds,
+                 static_cast<double>(report_.lines) / seconds / 1e6, report_.threads, mb_in_memory,
+                 data_.how == detail::CachedCtrColumns::How::built
+                     ? fmt::format("written to the column cache {} and mapped from it", data_.file.string())
+                     : std::string("in memory"));
+  }
   if (report_.malformed > 0) {
-    logger->warn("criteo_tsv {}: skipped {} malformed line{} (first at line{} {}; line {}: {})", path_,
-                 report_.malformed, report_.malformed == 1 ? "" : "s", report_.malformed_lines.size() == 1 ? "" : "s",
-                 fmt::join(report_.malformed_lines, ", "), report_.malformed_lines.front(), report_.first_malformed);
+    logger->warn("criteo_tsv {}: skipped {} malformed line{}{} (first at line{} {}; line {}: {})", path_,
+                 report_.malformed, report_.malformed == 1 ? "" : "s",
+                 data_.how == detail::CachedCtrColumns::How::mapped ? " when its column cache was built" : "",
+                 report_.malformed_lines.size() == 1 ? "" : "s", fmt::join(report_.malformed_lines, ", "),
+                 report_.malformed_lines.empty() ? 0 : report_.malformed_lines.front(), report_.first_malformed);
   }
 }
 
 InputSpec CriteoTsv::spec() const { return detail::ctr_spec(layout_.num_integer, layout_.categorical_names); }
 
 void CriteoTsv::read(std::span<const std::int64_t> indices, Batch& batch) {
-  detail::read_ctr_batch(columns_, indices, batch);
+  detail::read_ctr_batch(view_, indices, batch);
 }
 
 AIACC_REGISTER_DATASET("criteo_tsv", CriteoTsv);

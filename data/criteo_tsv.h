@@ -9,9 +9,13 @@
 // SparseField per categorical column with exactly one id per example: the 32-bit value as a
 // non-negative int64, or -1 when missing. spec(): Task::binary, example_shape [I], the field names.
 //
-// The split's whole file is loaded into memory at construction, compactly: 1 + 4*I + 4*C +
-// ceil(C/8) bytes per example (Criteo: 161 bytes, so Kaggle's 45.8M lines take ~7.4 GB; flights:
-// 34 bytes). Streaming files larger than memory is not supported yet.
+// The split's whole file is loaded at construction, compactly: 1 + 4*I + 4*C + ceil(C/8) bytes
+// per example (Criteo: 161 bytes, so Kaggle's 45.8M lines take ~7.4 GB; flights: 34 bytes).
+// Without cache_dir every process parses the file into its own memory. With it, the parsed
+// columns are written once to a cache file that every process maps read-only
+// (data/detail/ctr_cache.h): a host's workers share one copy in the page cache, later starts do
+// not parse, and a file larger than memory is paged from disk as batches touch it (slowly: the
+// shuffled order reads it at random).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,7 @@
 
 #include "data/dataset.h"
 #include "data/detail/criteo_file.h"
+#include "data/detail/ctr_cache.h"
 
 namespace aiacc::data {
 
@@ -34,6 +39,7 @@ class CriteoTsv final : public Dataset {
     std::string malformed = "fail";
     std::int64_t limit = 0;
     std::int64_t parse_threads = 0;
+    std::string cache_dir;
 
     template <class V>
     void visit(V& v) {
@@ -52,6 +58,10 @@ class CriteoTsv final : public Dataset {
               config::at_least<std::int64_t>(0));
       v.field("parse_threads", parse_threads, "threads parsing the file (0: OpenMP's default)",
               config::in_range<std::int64_t>(0, 1024));
+      v.field("cache_dir", cache_dir, "folder for a parsed copy of the file (empty: parse it at every start). The "
+              "first start writes <file name>.<key>.ctrcache there; later starts, and the other workers of a host, "
+              "map it read-only instead of parsing: one copy in memory per host, shared by its workers. Rebuilt "
+              "when the file or these options change");
     }
     // Checks that span fields: names match the column count, are non-empty and distinct; at
     // least one feature column.
@@ -68,18 +78,24 @@ class CriteoTsv final : public Dataset {
   static std::vector<InputFile> input_files(const Options& options, const DatasetContext& context);
 
   InputSpec spec() const override;
-  std::int64_t size() const override { return columns_.size(); }
+  std::int64_t size() const override { return view_.size(); }
   // Thread-safe (immutable after construction).
   void read(std::span<const std::int64_t> indices, Batch& batch) override;
 
   const detail::CriteoLoadReport& load_report() const { return report_; }
   const std::string& path() const { return path_; }
+  // How the examples were had: parsed into memory (no cache_dir, or the cache could not be
+  // written), parsed and cached ("built"), or mapped from an existing cache.
+  detail::CachedCtrColumns::How load_how() const { return data_.how; }
+  // The cache file (with cache_dir; empty without).
+  const std::filesystem::path& cache_file() const { return data_.file; }
 
  private:
   std::string path_;
   detail::CriteoLayout layout_;
   detail::CriteoLoadReport report_;
-  detail::CtrColumns columns_;
+  detail::CachedCtrColumns data_;
+  detail::CtrColumnsView view_;
 };
 
 // The field names: `names` when given, else C1..C<count>.

@@ -89,7 +89,7 @@ void allocate_ctr_batch(std::int64_t count, int num_integer, int num_categorical
   }
 }
 
-void read_ctr_batch(const CtrColumns& columns, std::span<const std::int64_t> indices, Batch& batch) {
+void read_ctr_batch(const CtrColumnsView& columns, std::span<const std::int64_t> indices, Batch& batch) {
   const auto n = static_cast<std::int64_t>(indices.size());
   const auto ni = static_cast<std::size_t>(columns.num_integer);
   const auto nc = static_cast<std::size_t>(columns.num_categorical);
@@ -101,8 +101,8 @@ void read_ctr_batch(const CtrColumns& columns, std::span<const std::int64_t> ind
     AIACC_CHECK(index >= 0 && index < columns.size(), "example index {} of {}", index, columns.size());
     const auto row = static_cast<std::size_t>(index);
     labels[i] = columns.labels[row];
-    std::copy_n(columns.integers.data() + row * ni, ni, inputs + static_cast<std::size_t>(i) * ni);
-    const std::uint32_t* values = columns.categoricals.data() + row * nc;
+    std::copy_n(columns.integers + row * ni, ni, inputs + static_cast<std::size_t>(i) * ni);
+    const std::uint32_t* values = columns.categoricals + row * nc;
     for (std::size_t c = 0; c < nc; ++c) {
       batch.sparse[c].ids[static_cast<std::size_t>(i)] =
           columns.is_missing(index, static_cast<int>(c)) ? -1 : static_cast<std::int64_t>(values[c]);

@@ -24,6 +24,29 @@ namespace aiacc::data::detail {
 // Criteo columns hold -1, -2) carry no count, so they clamp to 0, like a missing value.
 float transform_integer(std::int64_t value);
 
+// Read-only columns of N examples, wherever they live: a CtrColumns in memory, or a parsed
+// file's cache mapped from disk (data/detail/ctr_cache.h). The pointers are null when N is 0.
+struct CtrColumnsView {
+  int num_integer = 0;
+  int num_categorical = 0;
+  std::int64_t count = 0;
+  const std::uint8_t* labels = nullptr;         // [N]
+  const float* integers = nullptr;              // [N, I]
+  const std::uint32_t* categoricals = nullptr;  // [N, C]
+  const std::uint8_t* missing = nullptr;        // [N, missing_stride()]
+
+  std::int64_t size() const { return count; }
+  std::size_t missing_stride() const { return (static_cast<std::size_t>(num_categorical) + 7) / 8; }
+  std::size_t bytes_per_example() const {
+    return 1 + 4 * static_cast<std::size_t>(num_integer) + 4 * static_cast<std::size_t>(num_categorical) +
+           missing_stride();
+  }
+  bool is_missing(std::int64_t example, int field) const {
+    return (missing[static_cast<std::size_t>(example) * missing_stride() + static_cast<std::size_t>(field) / 8] >>
+            (field % 8)) & 1u;
+  }
+};
+
 // Struct of arrays, row-major per example. Memory per example:
 //   1 + 4*I + 4*C + ceil(C/8) bytes (Criteo 13 + 26: 161 bytes; flights 5 + 3: 34 bytes).
 struct CtrColumns {
@@ -38,14 +61,12 @@ struct CtrColumns {
   CtrColumns(int num_integer, int num_categorical) : num_integer(num_integer), num_categorical(num_categorical) {}
 
   std::int64_t size() const { return static_cast<std::int64_t>(labels.size()); }
-  std::size_t missing_stride() const { return (static_cast<std::size_t>(num_categorical) + 7) / 8; }
-  std::size_t bytes_per_example() const {
-    return 1 + 4 * static_cast<std::size_t>(num_integer) + 4 * static_cast<std::size_t>(num_categorical) +
-           missing_stride();
-  }
-  bool is_missing(std::int64_t example, int field) const {
-    return (missing[static_cast<std::size_t>(example) * missing_stride() + static_cast<std::size_t>(field) / 8] >>
-            (field % 8)) & 1u;
+  std::size_t missing_stride() const { return view().missing_stride(); }
+  std::size_t bytes_per_example() const { return view().bytes_per_example(); }
+  bool is_missing(std::int64_t example, int field) const { return view().is_missing(example, field); }
+
+  CtrColumnsView view() const {
+    return {num_integer, num_categorical, size(), labels.data(), integers.data(), categoricals.data(), missing.data()};
   }
 
   void reserve(std::int64_t count);
@@ -66,6 +87,6 @@ void allocate_ctr_batch(std::int64_t count, int num_integer, int num_categorical
 
 // Fills `batch` with examples `indices` of `columns`. Throws InternalError for an index out of
 // range. Thread-safe for concurrent readers (reads `columns` only).
-void read_ctr_batch(const CtrColumns& columns, std::span<const std::int64_t> indices, Batch& batch);
+void read_ctr_batch(const CtrColumnsView& columns, std::span<const std::int64_t> indices, Batch& batch);
 
 }  // namespace aiacc::data::detail

@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<std::int64_t> indices(static_cast<std::size_t>(loaded.size()));
     std::iota(indices.begin(), indices.end(), 0);
     Batch batch;
-    data::detail::read_ctr_batch(loaded, indices, batch);
+    data::detail::read_ctr_batch(loaded.view(), indices, batch);
   });
   return 0;
 }

@@ -975,6 +975,57 @@ TEST(DistributedTrain, AWorkerFailingAtStartEndsTheWaitingWorkersAtOnceNamingIt)
   EXPECT_THAT(r.output, ::testing::Not(HasSubstr("status 1\n")));
 }
 
+// Two local workers sharing a column cache (data.*.criteo_tsv.cache_dir): at the first start one
+// parses and writes it while the other waits and maps it; at the second both map it. Both runs
+// end bit for bit where a run that parsed in each worker ends.
+TEST(DistributedTrain, WorkersSharingAColumnCacheTrainAsWorkersThatParse) {
+  const fs::path data = scratch() / "colcache-data";
+  fs::create_directories(data);
+  {
+    std::ofstream train(data / "train.tsv");
+    std::ofstream test(data / "test.tsv");
+    for (int i = 0; i < 900; ++i) {
+      train << (i % 3 == 0) << "\t" << i % 13 << "\t\t" << i * 7 % 100 << "\t" << fmt::format("{:08x}", i % 37) << "\t"
+            << (i % 9 == 0 ? std::string() : fmt::format("{:08x}", i % 11)) << "\n";
+    }
+    for (int i = 0; i < 50; ++i) test << i % 2 << "\t1\t2\t3\t" << fmt::format("{:08x}\t{:08x}", i % 37, i % 11) << "\n";
+  }
+  auto job = [&](const std::string& name, const std::string& cache) {
+    const std::string options = fmt::format("num_integer: 3, num_categorical: 2{}",
+                                            cache.empty() ? std::string() : ", cache_dir: " + cache);
+    return fmt::format(R"(job: {{name: {0}, run_dir: {1}, seed: 3}}
+model: {{type: wide_deep, wide_deep: {{embedding_dim: 4, hidden: [8]}}}}
+data:
+  batch_size: 16
+  train: {{type: criteo_tsv, criteo_tsv: {{train_file: {2}/train.tsv, {3}}}}}
+  test: {{type: criteo_tsv, criteo_tsv: {{test_file: {2}/test.tsv, {3}}}}}
+optimizer: {{type: sgd, lr: 0.05, momentum: 0.9}}
+train: {{epochs: 1, max_steps: {4}, eval_each_epoch: false, checkpoint: {{at_end: true, resume: never}}}}
+cluster: {{workers: 2}}
+)",
+                       name, scratch().string(), data.string(), options, kSteps);
+  };
+  auto parsed = train("colcache_parsed", job("colcache_parsed", ""));
+  ASSERT_EQ(parsed.status, 0) << parsed.output;
+  const std::string cache = (scratch() / "colcache").string();
+  auto first = train("colcache_first", job("colcache_first", cache));
+  ASSERT_EQ(first.status, 0) << first.output;
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  // Train and test: each written by one worker and mapped by the other.
+  EXPECT_EQ(count(first.output, "written to the column cache"), 2) << first.output;
+  EXPECT_EQ(count(first.output, "mapped from the column cache " + cache), 2) << first.output;
+  auto second = train("colcache_second", job("colcache_second", cache));
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_EQ(count(second.output, "written to the column cache"), 0) << second.output;
+  EXPECT_EQ(count(second.output, "mapped from the column cache " + cache), 4) << second.output;
+  expect_same_state("colcache_parsed", "colcache_first", 0.0);
+  expect_same_state("colcache_parsed", "colcache_second", 0.0);
+}
+
 TEST(DistributedTrain, WithoutASupervisorAWorkerDeathEndsEveryProcessIncludingTheShards) {
   // torchrun-style: worker 1 dies after step 5. Worker 0 fails naming it; the shard (rank 2),
   // which only the workers would have stopped, sees a worker's connection gone for

@@ -1,0 +1,270 @@
+// criteo_tsv's column cache (data.*.criteo_tsv.cache_dir, data/detail/ctr_cache.h): a cached
+// load reads exactly what a parse reads (plain and gzip'd, with malformed lines skipped); the
+// first load builds, later ones map; a changed source, other options, a damaged or foreign cache
+// file each lead to a rebuild, never to stale or wrong examples; an unusable folder falls back
+// to parsing; loads racing on one cache build it once; a lock held too long is an IoError
+// naming the lock file.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+#include "core/error.h"
+#include "data/criteo_tsv.h"
+#include "data/detail/ctr_cache.h"
+#include "tests/data/data_files.h"
+
+namespace aiacc::data {
+namespace {
+
+namespace fs = std::filesystem;
+using How = detail::CachedCtrColumns::How;
+using ::testing::HasSubstr;
+using testing::TempDir;
+using testing::write_text;
+
+// Lines of every value kind (negative and missing integers, missing and upper-case categories)
+// and, at line 4, one malformed line (a label of 2).
+std::string tsv_lines(int count, int salt, bool with_malformed = false) {
+  std::string text;
+  for (int i = 0; i < count; ++i) {
+    if (with_malformed && i == 3) {
+      text += "2\t1\t2\t3\t0000000a\t0000000b\t0000000c\n";
+      continue;
+    }
+    const int v = i * 7 + salt;
+    text += fmt::format("{}\t{}\t{}\t{}\t{:08x}\t{}\t{:08X}\n", v % 3 == 0 ? 1 : 0, v % 5 == 0 ? std::string() : std::to_string(v),
+                        -v % 4, v * 1000, 0x1000 + v, v % 4 == 0 ? std::string() : fmt::format("{:08x}", v * 31),
+                        0xABC00 + v % 11);
+  }
+  return text;
+}
+
+CriteoTsv::Options options_for(const std::string& path, const std::string& cache_dir) {
+  CriteoTsv::Options o;
+  o.train_file = path;
+  o.num_integer = 3;
+  o.num_categorical = 3;
+  o.cache_dir = cache_dir;
+  return o;
+}
+
+struct Examples {
+  std::vector<float> labels, inputs;
+  std::vector<std::vector<std::int64_t>> ids;
+  bool operator==(const Examples&) const = default;
+};
+
+// Every example, read in a shuffled order (so a cache that mixed up rows would differ).
+Examples read_all(Dataset& dataset) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(dataset.size()));
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = 0; i + 1 < order.size(); i += 2) std::swap(order[i], order[order.size() - 1 - i]);
+  Batch batch;
+  dataset.read(order, batch);
+  Examples e{batch.labels.to_vector<float>(), batch.inputs.to_vector<float>(), {}};
+  for (const SparseField& field : batch.sparse) e.ids.push_back(field.ids);
+  return e;
+}
+
+// The examples of `path` as a load without a cache reads them.
+Examples parsed_examples(const std::string& path) {
+  CriteoTsv parsed(options_for(path, ""), {"train", 0});
+  EXPECT_EQ(parsed.load_how(), How::parsed);
+  return read_all(parsed);
+}
+
+std::vector<fs::path> cache_files(const std::string& dir) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".ctrcache") files.push_back(entry.path());
+  }
+  return files;
+}
+
+TEST(CtrCache, TheFirstLoadBuildsLaterLoadsMapTheSameExamples) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(40, 1));
+  const Examples reference = parsed_examples(dir.file("f.tsv"));
+  ASSERT_EQ(reference.labels.size(), 40u);
+
+  CriteoTsv built(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(built.load_how(), How::built);
+  EXPECT_EQ(read_all(built), reference);
+  ASSERT_EQ(cache_files(dir.file("cache")).size(), 1u);
+  EXPECT_EQ(built.cache_file(), cache_files(dir.file("cache")).front());
+  EXPECT_THAT(built.cache_file().filename().string(), ::testing::StartsWith("f.tsv."));
+
+  CriteoTsv mapped(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(mapped.load_how(), How::mapped);
+  EXPECT_EQ(mapped.size(), 40);
+  EXPECT_EQ(mapped.load_report().lines, 40);
+  EXPECT_EQ(read_all(mapped), reference);
+}
+
+TEST(CtrCache, GzipAndSkippedMalformedLinesReadAsParsed) {
+  TempDir dir;
+  const std::string text = tsv_lines(30, 5, /*with_malformed=*/true);
+  testing::write_gzip(dir.file("f.tsv.gz"), std::vector<std::uint8_t>(text.begin(), text.end()));
+  CriteoTsv::Options o = options_for(dir.file("f.tsv.gz"), "");
+  o.malformed = "skip";
+  CriteoTsv parsed(o, {"train", 0});
+  ASSERT_EQ(parsed.size(), 29);
+  o.cache_dir = dir.file("cache");
+  CriteoTsv built(o, {"train", 0});
+  CriteoTsv mapped(o, {"train", 0});
+  EXPECT_EQ(mapped.load_how(), How::mapped);
+  EXPECT_EQ(read_all(mapped), read_all(parsed));
+  // What the build's parse found is reported by every load that maps its cache.
+  EXPECT_EQ(mapped.load_report().lines, 30);
+  EXPECT_EQ(mapped.load_report().malformed, 1);
+  EXPECT_EQ(mapped.load_report().malformed_lines, parsed.load_report().malformed_lines);
+  EXPECT_EQ(mapped.load_report().first_malformed, parsed.load_report().first_malformed);
+  EXPECT_FALSE(mapped.load_report().first_malformed.empty());
+}
+
+TEST(CtrCache, AChangedSourceIsRebuiltAndItsStaleCacheRemoved) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(20, 1));
+  CriteoTsv first(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  const fs::path old_file = first.cache_file();
+  // Other contents, and a later modification time (a rewrite within the clock's resolution would
+  // keep it; the key has the size too).
+  write_text(dir.file("f.tsv"), tsv_lines(20, 2));
+  fs::last_write_time(dir.file("f.tsv"), fs::last_write_time(dir.file("f.tsv")) + std::chrono::seconds(5));
+  CriteoTsv second(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(second.load_how(), How::built);
+  EXPECT_NE(second.cache_file(), old_file);
+  EXPECT_EQ(read_all(second), parsed_examples(dir.file("f.tsv")));
+  EXPECT_NE(read_all(second), read_all(first));
+  EXPECT_EQ(cache_files(dir.file("cache")), std::vector<fs::path>{second.cache_file()});
+}
+
+TEST(CtrCache, OtherOptionsAndOtherSourcesKeepTheirOwnCaches) {
+  TempDir dir;
+  fs::create_directories(dir.file("a"));
+  fs::create_directories(dir.file("b"));
+  write_text(dir.file("a/f.tsv"), tsv_lines(20, 1));
+  write_text(dir.file("b/f.tsv"), tsv_lines(20, 3));  // the same file name, in another folder
+  CriteoTsv::Options limited = options_for(dir.file("a/f.tsv"), dir.file("cache"));
+  limited.limit = 7;
+  CriteoTsv all_a(options_for(dir.file("a/f.tsv"), dir.file("cache")), {"train", 0});
+  CriteoTsv some_a(limited, {"train", 0});
+  CriteoTsv all_b(options_for(dir.file("b/f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(cache_files(dir.file("cache")).size(), 3u);
+  CriteoTsv again_some_a(limited, {"train", 0});
+  CriteoTsv again_all_a(options_for(dir.file("a/f.tsv"), dir.file("cache")), {"train", 0});
+  CriteoTsv again_b(options_for(dir.file("b/f.tsv"), dir.file("cache")), {"train", 0});
+  for (const CriteoTsv* d : {&again_some_a, &again_all_a, &again_b}) EXPECT_EQ(d->load_how(), How::mapped);
+  EXPECT_EQ(again_some_a.size(), 7);
+  EXPECT_EQ(read_all(again_all_a), read_all(all_a));
+  EXPECT_EQ(read_all(again_b), read_all(all_b));
+  EXPECT_NE(read_all(again_b), read_all(again_all_a));
+}
+
+TEST(CtrCache, ADamagedOrForeignCacheFileIsRebuilt) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(50, 1));
+  const Examples reference = parsed_examples(dir.file("f.tsv"));
+  const fs::path file = CriteoTsv(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0}).cache_file();
+  // Cut short (a copy that stopped part-way), then not a cache at all, then a header of another
+  // format version.
+  const auto size = fs::file_size(file);
+  fs::resize_file(file, size - 1);
+  CriteoTsv after_cut(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(after_cut.load_how(), How::built);
+  EXPECT_EQ(read_all(after_cut), reference);
+  EXPECT_EQ(fs::file_size(file), size);
+
+  write_text(file.string(), std::string(8192, 'x'));
+  CriteoTsv after_garbage(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(after_garbage.load_how(), How::built);
+  EXPECT_EQ(read_all(after_garbage), reference);
+
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    const std::uint32_t other_version = 99;
+    f.write(reinterpret_cast<const char*>(&other_version), 4);
+  }
+  std::string why_not;
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  EXPECT_FALSE(detail::MappedCtrColumns::open(file, key, why_not).has_value());
+  EXPECT_THAT(why_not, HasSubstr("format version 99"));
+  CriteoTsv after_version(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(after_version.load_how(), How::built);
+  EXPECT_EQ(read_all(after_version), reference);
+}
+
+TEST(CtrCache, AFolderThatCannotBeMadeFallsBackToParsing) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(10, 1));
+  write_text(dir.file("a_file"), "not a folder");
+  CriteoTsv fallback(options_for(dir.file("f.tsv"), dir.file("a_file/cache")), {"train", 0});
+  EXPECT_EQ(fallback.load_how(), How::parsed);
+  EXPECT_EQ(read_all(fallback), parsed_examples(dir.file("f.tsv")));
+}
+
+TEST(CtrCache, LoadsRacingOnOneCacheBuildItOnce) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(3000, 1));
+  const Examples reference = parsed_examples(dir.file("f.tsv"));
+  // Threads open the lock file each on their own, so flock() keeps them apart as it keeps
+  // processes apart.
+  constexpr int kLoads = 4;
+  std::vector<How> how(kLoads);
+  std::vector<Examples> seen(kLoads);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kLoads; ++t) {
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < kLoads) std::this_thread::yield();
+      CriteoTsv dataset(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+      how[static_cast<std::size_t>(t)] = dataset.load_how();
+      seen[static_cast<std::size_t>(t)] = read_all(dataset);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(std::count(how.begin(), how.end(), How::built), 1);
+  EXPECT_EQ(std::count(how.begin(), how.end(), How::mapped), kLoads - 1);
+  for (const Examples& e : seen) EXPECT_EQ(e, reference);
+  EXPECT_EQ(cache_files(dir.file("cache")).size(), 1u);
+}
+
+TEST(CtrCache, ALockHeldTooLongIsAnErrorNamingTheLockFile) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(10, 1));
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  const fs::path lock_path = detail::ctr_cache_file(dir.path(), key).string() + ".lock";
+  const int held = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  bool parsed = false;
+  detail::CriteoLoadReport report;
+  try {
+    detail::load_ctr_cached(dir.path(), key, [&](detail::CriteoLoadReport&) {
+      parsed = true;
+      return detail::CtrColumns(3, 3);
+    }, report, /*lock_timeout_s=*/0.2);
+    ADD_FAILURE() << "no IoError";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(lock_path.string()));
+    EXPECT_THAT(e.what(), HasSubstr("another process building it"));
+  }
+  EXPECT_FALSE(parsed);
+  ::close(held);
+}
+
+}  // namespace
+}  // namespace aiacc::data

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The column cache (data.*.criteo_tsv.cache_dir) against parsing in every worker, for a
+# criteo_tsv job: runs CONFIG three times with the same settings, first without a cache, then
+# with a fresh cache folder (one worker parses and writes, the others wait and map), then again
+# (every worker maps). For each run it prints the longest load of a split (from the workers'
+# log lines), the sum of the workers' proportional memory (Pss, sampled mid-run from
+# /proc/PID/smaps_rollup: a page two workers share counts half to each) and of their anonymous
+# memory, and the job's samples/s; then the ratios of the mapped run to the parsed one.
+#
+# usage: tools/bench/column_cache_bench.sh CONFIG [--steps N] [--sample-after S] [aiacc-train args...]
+#   --steps N          train.max_steps of each run (default 3000)
+#   --sample-after S   seconds after the start of training at which memory is read (default 2)
+#   other arguments go to aiacc-train (e.g. --set cluster.workers=4)
+# Needs build/tools/aiacc-train (scripts/build.sh). The cache folder is a temporary one, removed
+# at the end; the runs' folders too.
+set -euo pipefail
+
+if [[ $# -lt 1 || $1 == -h || $1 == --help ]]; then
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  exit $([[ $# -lt 1 ]] && echo 2 || echo 0)
+fi
+config=$1
+shift
+steps=3000
+sample_after=2
+extra=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --steps) steps=$2; shift 2 ;;
+    --sample-after) sample_after=$2; shift 2 ;;
+    *) extra+=("$1"); shift ;;
+  esac
+done
+root=$(cd "$(dirname "$0")/../.." && pwd)
+program=$root/build/tools/aiacc-train
+[[ -x $program ]] || { echo "column_cache_bench: $program is missing: run scripts/build.sh" >&2; exit 2; }
+[[ -f $config ]] || { echo "column_cache_bench: $config: no such file" >&2; exit 2; }
+work=$(mktemp -d /tmp/aiacc-column-cache-bench-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# run NAME [cache args...]: prints "load_s pss_mb anon_mb samples_per_s"
+run() {
+  local name=$1
+  shift
+  local log=$work/$name.log
+  "$program" "$config" --set "train.max_steps=$steps" --set train.log_every_steps=100000 \
+    --set train.eval_each_epoch=false --set train.checkpoint.at_end=false --set "job.run_dir=$work" \
+    --set "job.name=$name" "${extra[@]}" "$@" >"$log" 2>&1 &
+  local launcher=$!
+  # Memory is read --sample-after seconds after a worker logs that training starts.
+  local waited=0
+  until grep -q "\[trainer\] training " "$log" 2>/dev/null || ! kill -0 "$launcher" 2>/dev/null; do
+    sleep 0.1
+    waited=$((waited + 1))
+    ((waited < 6000)) || break
+  done
+  sleep "$sample_after"
+  local pids pss=0 anon=0
+  pids=$(pgrep -P "$launcher" || true)
+  [[ -n $pids ]] || pids=$launcher  # one worker runs in the launcher's process
+  for pid in $pids; do
+    if [[ -r /proc/$pid/smaps_rollup ]]; then
+      pss=$((pss + $(awk '/^Pss:/{print $2}' "/proc/$pid/smaps_rollup")))
+      anon=$((anon + $(awk '/^Anonymous:/{print $2}' "/proc/$pid/smaps_rollup")))
+    fi
+  done
+  if ! wait "$launcher"; then
+    echo "column_cache_bench: the run '$name' failed; its log:" >&2
+    tail -20 "$log" >&2
+    exit 1
+  fi
+  local load rate
+  load=$(grep "\[data\] criteo_tsv" "$log" | sed -n 's/.* in \([0-9.]*\) s .*/\1/p' | sort -g | tail -1)
+  rate=$(sed -n 's/.*done: .* training, \([0-9.]*\) samples\/s after the first step.*/\1/p' "$log" | tail -1)
+  echo "${load:-?} $((pss / 1024)) $((anon / 1024)) ${rate:-?}"
+}
+
+echo "$config: $steps steps a run; memory read ${sample_after} s into training"
+parsed=$(run parsed)
+cache="$work/cache"
+built=$(run built --set "data.train.criteo_tsv.cache_dir=$cache" --set "data.test.criteo_tsv.cache_dir=$cache")
+mapped=$(run mapped --set "data.train.criteo_tsv.cache_dir=$cache" --set "data.test.criteo_tsv.cache_dir=$cache")
+printf '%-28s %10s %14s %16s %12s\n' run "load (s)" "workers' Pss" "workers' anon" samples/s
+for row in "parsed in every worker:$parsed" "cache built (first start):$built" "cache mapped (later starts):$mapped"; do
+  read -r load pss anon rate <<<"${row#*:}"
+  printf '%-28s %10s %11s MB %13s MB %12s\n' "${row%%:*}" "$load" "$pss" "$anon" "$rate"
+done
+read -r p_load p_pss p_anon p_rate <<<"$parsed"
+read -r m_load m_pss m_anon m_rate <<<"$mapped"
+awk -v a="$m_pss" -v b="$p_pss" -v c="$m_rate" -v d="$p_rate" -v e="$m_load" -v f="$p_load" 'BEGIN {
+  printf "mapped / parsed: Pss %.2fx, samples/s %.2fx, load %s\n", a / b, (d > 0 ? c / d : 0),
+         (f > 0 ? sprintf("%.4fx", e / f) : "?") }'
