@@ -54,6 +54,7 @@ struct Header {
   std::int32_t num_categorical;
   std::uint64_t source_bytes;
   std::int64_t source_mtime_ns;
+  std::int64_t source_ctime_ns;
   std::int64_t limit;
   std::uint32_t skip_malformed;
   std::uint32_t source_chars;  // of `source` used (the path, cut at kMaxSourceChars)
@@ -96,7 +97,7 @@ std::string header_mismatch(const Header& h, const CtrCacheKey& key, std::uint64
   if (h.source_chars > kMaxSourceChars) return "its header is damaged (source path length)";
   const std::string_view source(h.source.data(), h.source_chars);
   if (h.key_hash != key.hash() || source != stored_source(key.source) || h.source_bytes != key.source_bytes ||
-      h.source_mtime_ns != key.source_mtime_ns || h.num_integer != key.num_integer ||
+      h.source_mtime_ns != key.source_mtime_ns || h.source_ctime_ns != key.source_ctime_ns || h.num_integer != key.num_integer ||
       h.num_categorical != key.num_categorical || (h.skip_malformed != 0) != key.skip_malformed || h.limit != key.limit) {
     return "made from another version of the source or with other options";
   }
@@ -185,6 +186,7 @@ CtrCacheKey CtrCacheKey::of(const fs::path& source, int num_integer, int num_cat
   key.source = absolute.lexically_normal().string();
   key.source_bytes = static_cast<std::uint64_t>(st.st_size);
   key.source_mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  key.source_ctime_ns = static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
   key.num_integer = num_integer;
   key.num_categorical = num_categorical;
   key.skip_malformed = skip_malformed;
@@ -196,6 +198,7 @@ std::uint64_t CtrCacheKey::hash() const {
   std::uint64_t h = mix64(kVersion);
   for (const char c : source) h = mix64(h ^ static_cast<unsigned char>(c));
   for (const std::uint64_t v : {source_bytes, static_cast<std::uint64_t>(source_mtime_ns),
+                                static_cast<std::uint64_t>(source_ctime_ns),
                                 static_cast<std::uint64_t>(num_integer), static_cast<std::uint64_t>(num_categorical),
                                 static_cast<std::uint64_t>(skip_malformed), static_cast<std::uint64_t>(limit)}) {
     h = mix64(h ^ v);
@@ -297,6 +300,7 @@ void write_ctr_cache(const fs::path& file, const CtrCacheKey& key, const CtrColu
   h.num_categorical = key.num_categorical;
   h.source_bytes = key.source_bytes;
   h.source_mtime_ns = key.source_mtime_ns;
+  h.source_ctime_ns = key.source_ctime_ns;
   h.limit = key.limit;
   h.skip_malformed = key.skip_malformed ? 1 : 0;
   const std::string_view source = stored_source(key.source);

@@ -6,7 +6,7 @@
 // Internal to data/ (used by criteo_tsv).
 //
 // A cache file is tied to what its columns depend on (CtrCacheKey): the source's absolute path,
-// size and modification time, the column counts, the malformed-line mode and the limit. It is
+// size, modification and status change times, the column counts, the malformed-line mode and the limit. It is
 // named "<source file name>.<16 hex digits of the key's hash>.ctrcache"; a source that changed
 // gets a new file and the builder removes the stale one. Files are written atomically (temp
 // file, fsync, rename), so a reader sees a whole file or none; a file that does not match its
@@ -35,6 +35,8 @@ struct CtrCacheKey {
   std::string source;               // the TSV's absolute, normalised path
   std::uint64_t source_bytes = 0;   // its size on disk
   std::int64_t source_mtime_ns = 0; // its modification time
+  std::int64_t source_ctime_ns = 0; // its status change time: any write, rename over it, chmod
+                                    // or touch moves it, and no user can set it back
   int num_integer = 0;
   int num_categorical = 0;
   bool skip_malformed = false;

@@ -148,6 +148,18 @@ TEST(CtrCache, AChangedSourceIsRebuiltAndItsStaleCacheRemoved) {
   EXPECT_EQ(read_all(second), parsed_examples(dir.file("f.tsv")));
   EXPECT_NE(read_all(second), read_all(first));
   EXPECT_EQ(cache_files(dir.file("cache")), std::vector<fs::path>{second.cache_file()});
+
+  // The same size and the modification time set back (a copy that keeps times): the status
+  // change time still tells.
+  std::string text = tsv_lines(20, 2);
+  text[0] = text[0] == '0' ? '1' : '0';
+  const auto mtime = fs::last_write_time(dir.file("f.tsv"));
+  write_text(dir.file("f.tsv"), text);
+  fs::last_write_time(dir.file("f.tsv"), mtime);
+  CriteoTsv third(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(third.load_how(), How::built);
+  EXPECT_EQ(read_all(third), parsed_examples(dir.file("f.tsv")));
+  EXPECT_NE(read_all(third), read_all(second));
 }
 
 TEST(CtrCache, OtherOptionsAndOtherSourcesKeepTheirOwnCaches) {
