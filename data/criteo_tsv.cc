@@ -1,11 +1,15 @@
-// The criteo_tsv dataset: option checks, loading through detail::read_criteo_file, the load log.
+// The criteo_tsv dataset: option checks, its files (patterns expanded), loading each through
+// detail::read_criteo_file or its column cache, the load log.
 #include "data/criteo_tsv.h"
+
+#include <glob.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -22,6 +26,12 @@ std::vector<std::string> default_field_names(const std::vector<std::string>& nam
 
 void CriteoTsv::Options::validate(const config::Node& node) const {
   if (num_integer + num_categorical == 0) node.fail("num_integer and num_categorical are both 0: no features");
+  if (!train_file.empty() && !train_files.empty()) {
+    node.child("train_files").fail("train_file is set too: give the train split's files in one of them");
+  }
+  if (!test_file.empty() && !test_files.empty()) {
+    node.child("test_files").fail("test_file is set too: give the test split's files in one of them");
+  }
   if (categorical_names.empty()) return;
   const config::Node names = node.child("categorical_names");
   if (static_cast<std::int64_t>(categorical_names.size()) != num_categorical) {
@@ -34,80 +44,147 @@ void CriteoTsv::Options::validate(const config::Node& node) const {
   }
 }
 
+namespace {
+
+// The fetch script's output folder (its default: data-cache/flights) gets a hint when missing.
+std::string missing_hint(const std::string& path) {
+  if (std::filesystem::path(path).parent_path().filename() == "flights") {
+    return "make the flights data with tools/flights/fetch_flights.sh";
+  }
+  return {};
+}
+
+bool is_pattern(const std::string& entry) { return entry.find_first_of("*?[") != std::string::npos; }
+
+// The files a glob pattern matches, in name order; ConfigError naming `key` when it matches none.
+std::vector<std::string> expand(const std::string& pattern, const std::string& key) {
+  glob_t matches{};
+  const int status = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+  std::vector<std::string> paths;
+  for (std::size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) paths.emplace_back(matches.gl_pathv[i]);
+  ::globfree(&matches);
+  if (status == GLOB_NOMATCH || (status == 0 && paths.empty())) {
+    std::error_code ec;
+    throw ConfigError(fmt::format("{}: {} matches no file{}", key, pattern,
+                                  std::filesystem::path(pattern).is_relative()
+                                      ? fmt::format(" (relative to the working directory {})",
+                                                    std::filesystem::current_path(ec).string())
+                                      : std::string()));
+  }
+  if (status != 0) {
+    throw ConfigError(fmt::format("{}: {}: its folder cannot be read ({})", key, pattern,
+                                  status == GLOB_ABORTED ? "a read error" : "out of memory"));
+  }
+  return paths;
+}
+
+}  // namespace
+
 std::vector<InputFile> CriteoTsv::input_files(const Options& options, const DatasetContext& context) {
   check_split(context, "criteo_tsv");
   const bool train = context.split == "train";
-  const std::string key = fmt::format("data.{}.criteo_tsv.{}", context.split, train ? "train_file" : "test_file");
+  const std::string one = train ? "train_file" : "test_file", many = train ? "train_files" : "test_files";
   const std::string& path = train ? options.train_file : options.test_file;
-  if (path.empty()) {
-    throw ConfigError(fmt::format("{} is not set (the {} split's TSV file; the {} split reads {})", key,
-                                  context.split, context.split, train ? "train_file" : "test_file"));
+  const std::vector<std::string>& entries = train ? options.train_files : options.test_files;
+  if (path.empty() && entries.empty()) {
+    throw ConfigError(fmt::format("data.{0}.criteo_tsv.{1} is not set (the {0} split's TSV file; the {0} split reads "
+                                  "{1}, or several files from {2})", context.split, one, many));
   }
-  // The fetch script's output folder (its default: data-cache/flights).
-  std::string hint;
-  if (std::filesystem::path(path).parent_path().filename() == "flights") {
-    hint = "make the flights data with tools/flights/fetch_flights.sh";
+  if (entries.empty()) return {{fmt::format("data.{}.criteo_tsv.{}", context.split, one), path, missing_hint(path)}};
+  std::vector<InputFile> files;
+  std::map<std::string, std::string> named_by;  // normalised path -> the key that named it first
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string key = fmt::format("data.{}.criteo_tsv.{}[{}]", context.split, many, i);
+    const std::vector<std::string> paths = is_pattern(entries[i]) ? expand(entries[i], key)
+                                                                  : std::vector<std::string>{entries[i]};
+    for (const std::string& p : paths) {
+      std::error_code ec;
+      const std::string normal = std::filesystem::absolute(p, ec).lexically_normal().string();
+      if (const auto [at, added] = named_by.emplace(normal, key); !added) {
+        throw ConfigError(fmt::format("{}: {} is named by {} already: each file is read once", key, p, at->second));
+      }
+      files.push_back({key, p, missing_hint(p)});
+    }
   }
-  return {{key, path, hint}};
+  return files;
 }
 
 CriteoTsv::CriteoTsv(const Options& options, const DatasetContext& context) {
-  const std::vector<InputFile> files = input_files(options, context);
-  check_input_files(files);
-  path_ = files.front().path;
+  const std::vector<InputFile> inputs = input_files(options, context);
+  check_input_files(inputs);
   layout_.num_integer = static_cast<int>(options.num_integer);
   layout_.num_categorical = static_cast<int>(options.num_categorical);
   for (std::int64_t i = 1; i <= options.num_integer; ++i) layout_.integer_names.push_back(fmt::format("I{}", i));
   layout_.categorical_names = default_field_names(options.categorical_names, options.num_categorical);
+  files_.reserve(inputs.size());
+  for (std::size_t f = 0; f < inputs.size(); ++f) {
+    const std::int64_t left = options.limit > 0 ? options.limit - starts_.back() : 0;
+    if (options.limit > 0 && left == 0) {
+      log::get("data")->info("criteo_tsv: the first {} examples (limit) come from the first {} of {} files: {} and "
+                             "later ones are not read", options.limit, f, inputs.size(), inputs[f].path);
+      break;
+    }
+    load_file(inputs[f].path, options, context, left);
+    views_.push_back(files_.back().data.view());
+    starts_.push_back(starts_.back() + views_.back().size());
+  }
+  if (files_.size() > 1) {
+    log::get("data")->info("criteo_tsv: {} examples from {} files", starts_.back(), files_.size());
+  }
+}
 
+void CriteoTsv::load_file(const std::string& path, const Options& options, const DatasetContext& context,
+                          std::int64_t limit) {
+  File& file = files_.emplace_back();
+  file.path = path;
   detail::CriteoReadOptions read_options;
   read_options.skip_malformed = options.malformed == "skip";
-  read_options.limit = options.limit;
+  read_options.limit = limit;
   read_options.threads = static_cast<int>(options.parse_threads);
-  auto parse = [&](detail::CriteoLoadReport& report) { return detail::read_criteo_file(path_, layout_, read_options, report); };
+  auto parse = [&](detail::CriteoLoadReport& report) { return detail::read_criteo_file(path, layout_, read_options, report); };
   auto logger = log::get("data");
   if (options.cache_dir.empty()) {
-    data_.parsed = parse(report_);
+    file.data.parsed = parse(file.report);
   } else {
-    const auto key = detail::CtrCacheKey::of(path_, layout_.num_integer, layout_.num_categorical,
-                                             read_options.skip_malformed, options.limit);
-    data_ = detail::load_ctr_cached(options.cache_dir, key, parse, report_);
-    if (data_.how == detail::CachedCtrColumns::How::parsed) {
+    const auto key = detail::CtrCacheKey::of(path, layout_.num_integer, layout_.num_categorical,
+                                             read_options.skip_malformed, limit);
+    file.data = detail::load_ctr_cached(options.cache_dir, key, parse, file.report);
+    if (file.data.how == detail::CachedCtrColumns::How::parsed) {
       logger->warn("criteo_tsv {}: not using the column cache {} (data.{}.criteo_tsv.cache_dir): {}; the file is "
-                   "parsed into this process's memory", path_, data_.file.string(), context.split, data_.why_parsed);
+                   "parsed into this process's memory", path, file.data.file.string(), context.split, file.data.why_parsed);
     }
   }
-  view_ = data_.view();
-
-  const double mb_in_memory = static_cast<double>(view_.bytes_per_example() * static_cast<std::size_t>(view_.size())) / 1e6;
-  if (data_.how == detail::CachedCtrColumns::How::mapped) {
+  const detail::CtrColumnsView view = file.data.view();
+  const detail::CriteoLoadReport& report = file.report;
+  const double mb_in_memory = static_cast<double>(view.bytes_per_example() * static_cast<std::size_t>(view.size())) / 1e6;
+  if (file.data.how == detail::CachedCtrColumns::How::mapped) {
     logger->info("criteo_tsv {}: {} examples from {} lines, mapped from the column cache {} in {:.3f} s ({:.1f} MB, "
-                 "shared by this host's processes)", path_, view_.size(), report_.lines, data_.file.string(), report_.seconds,
-                 mb_in_memory);
+                 "shared by this host's processes)", path, view.size(), report.lines, file.data.file.string(),
+                 report.seconds, mb_in_memory);
   } else {
-    const double mb = static_cast<double>(report_.bytes) / 1e6;
-    const double seconds = std::max(report_.seconds, 1e-9);
+    const double mb = static_cast<double>(report.bytes) / 1e6;
+    const double seconds = std::max(report.seconds, 1e-9);
     logger->info("criteo_tsv {}: {} examples from {} lines, {:.1f} MB in {:.2f} s ({:.0f} MB/s, {:.2f}M lines/s, "
                  "{} threads); {:.1f} MB {}",
-                 path_, view_.size(), report_.lines, mb, report_.seconds, mb / seconds,
-                 static_cast<double>(report_.lines) / seconds / 1e6, report_.threads, mb_in_memory,
-                 data_.how == detail::CachedCtrColumns::How::built
-                     ? fmt::format("written to the column cache {} and mapped from it", data_.file.string())
+                 path, view.size(), report.lines, mb, report.seconds, mb / seconds,
+                 static_cast<double>(report.lines) / seconds / 1e6, report.threads, mb_in_memory,
+                 file.data.how == detail::CachedCtrColumns::How::built
+                     ? fmt::format("written to the column cache {} and mapped from it", file.data.file.string())
                      : std::string("in memory"));
   }
-  if (report_.malformed > 0) {
-    logger->warn("criteo_tsv {}: skipped {} malformed line{}{} (first at line{} {}; line {}: {})", path_,
-                 report_.malformed, report_.malformed == 1 ? "" : "s",
-                 data_.how == detail::CachedCtrColumns::How::mapped ? " when its column cache was built" : "",
-                 report_.malformed_lines.size() == 1 ? "" : "s", fmt::join(report_.malformed_lines, ", "),
-                 report_.malformed_lines.empty() ? 0 : report_.malformed_lines.front(), report_.first_malformed);
+  if (report.malformed > 0) {
+    logger->warn("criteo_tsv {}: skipped {} malformed line{}{} (first at line{} {}; line {}: {})", path,
+                 report.malformed, report.malformed == 1 ? "" : "s",
+                 file.data.how == detail::CachedCtrColumns::How::mapped ? " when its column cache was built" : "",
+                 report.malformed_lines.size() == 1 ? "" : "s", fmt::join(report.malformed_lines, ", "),
+                 report.malformed_lines.empty() ? 0 : report.malformed_lines.front(), report.first_malformed);
   }
 }
 
 InputSpec CriteoTsv::spec() const { return detail::ctr_spec(layout_.num_integer, layout_.categorical_names); }
 
 void CriteoTsv::read(std::span<const std::int64_t> indices, Batch& batch) {
-  detail::read_ctr_batch(view_, indices, batch);
+  detail::read_ctr_batch(views_, starts_, indices, batch);
 }
 
 AIACC_REGISTER_DATASET("criteo_tsv", CriteoTsv);

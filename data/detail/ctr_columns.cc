@@ -90,22 +90,37 @@ void allocate_ctr_batch(std::int64_t count, int num_integer, int num_categorical
 }
 
 void read_ctr_batch(const CtrColumnsView& columns, std::span<const std::int64_t> indices, Batch& batch) {
+  const std::int64_t starts[2] = {0, columns.size()};
+  read_ctr_batch(std::span<const CtrColumnsView>(&columns, 1), starts, indices, batch);
+}
+
+void read_ctr_batch(std::span<const CtrColumnsView> parts, std::span<const std::int64_t> starts,
+                    std::span<const std::int64_t> indices, Batch& batch) {
+  AIACC_CHECK(!parts.empty() && starts.size() == parts.size() + 1, "{} parts with {} starts", parts.size(), starts.size());
   const auto n = static_cast<std::int64_t>(indices.size());
-  const auto ni = static_cast<std::size_t>(columns.num_integer);
-  const auto nc = static_cast<std::size_t>(columns.num_categorical);
-  allocate_ctr_batch(n, columns.num_integer, columns.num_categorical, batch);
+  const int num_integer = parts.front().num_integer, num_categorical = parts.front().num_categorical;
+  const auto ni = static_cast<std::size_t>(num_integer);
+  const auto nc = static_cast<std::size_t>(num_categorical);
+  const std::int64_t total = starts.back();
+  allocate_ctr_batch(n, num_integer, num_categorical, batch);
   float* inputs = batch.inputs.data<float>();
   float* labels = batch.labels.data<float>();
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t index = indices[static_cast<std::size_t>(i)];
-    AIACC_CHECK(index >= 0 && index < columns.size(), "example index {} of {}", index, columns.size());
-    const auto row = static_cast<std::size_t>(index);
+    AIACC_CHECK(index >= 0 && index < total, "example index {} of {}", index, total);
+    // The part holding `index`: the last whose start is not above it (one part: the first).
+    const auto part = parts.size() == 1
+                          ? std::size_t{0}
+                          : static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, index) - starts.begin() - 1);
+    const CtrColumnsView& columns = parts[part];
+    const std::int64_t example = index - starts[part];
+    const auto row = static_cast<std::size_t>(example);
     labels[i] = columns.labels[row];
     std::copy_n(columns.integers + row * ni, ni, inputs + static_cast<std::size_t>(i) * ni);
     const std::uint32_t* values = columns.categoricals + row * nc;
     for (std::size_t c = 0; c < nc; ++c) {
       batch.sparse[c].ids[static_cast<std::size_t>(i)] =
-          columns.is_missing(index, static_cast<int>(c)) ? -1 : static_cast<std::int64_t>(values[c]);
+          columns.is_missing(example, static_cast<int>(c)) ? -1 : static_cast<std::int64_t>(values[c]);
     }
   }
 }

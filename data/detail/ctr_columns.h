@@ -88,5 +88,9 @@ void allocate_ctr_batch(std::int64_t count, int num_integer, int num_categorical
 // Fills `batch` with examples `indices` of `columns`. Throws InternalError for an index out of
 // range. Thread-safe for concurrent readers (reads `columns` only).
 void read_ctr_batch(const CtrColumnsView& columns, std::span<const std::int64_t> indices, Batch& batch);
+// The same over the concatenation of `parts` (same column counts): example k of part p has index
+// starts[p] + k; `starts` has parts.size() + 1 entries, the last one the total.
+void read_ctr_batch(std::span<const CtrColumnsView> parts, std::span<const std::int64_t> starts,
+                    std::span<const std::int64_t> indices, Batch& batch);
 
 }  // namespace aiacc::data::detail

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "data/data_options.h"
 #include "data/loader.h"
+#include "tests/data/ctr_examples.h"
 #include "tests/data/data_files.h"
 
 namespace aiacc::data {
@@ -28,6 +29,8 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::CtrExamples;
+using testing::read_scrambled;
 using testing::TempDir;
 using testing::write_text;
 
@@ -367,6 +370,114 @@ TEST(CriteoTsv, ConfigThroughTheDataSection) {
               HasSubstr("'a' appears twice"));
   EXPECT_THAT(config_error("train:\n  criteo_tsv: {malformed: skp}\n"), HasSubstr("did you mean 'skip'"));
   EXPECT_THAT(config_error("train:\n  criteo_tsv: {num_integer: 0, num_categorical: 0}\n"), HasSubstr("no features"));
+}
+
+// read_scrambled() of the one file `path`.
+CtrExamples read_file_scrambled(const std::string& path) {
+  CriteoTsv dataset(options_for(path), {"train", 0});
+  return read_scrambled(dataset);
+}
+
+// Line i of a three-plus-three-column file, different for every i.
+std::string numbered_line(int i) {
+  return fmt::format("{}\t{}\t{}\t\t{:08x}\t{}\t{:08x}\n", i % 2, i, -i, 0x100 + i, i % 3 == 0 ? "" : "0000abcd", i * 17);
+}
+
+std::string numbered_lines(int from, int to) {
+  std::string text;
+  for (int i = from; i < to; ++i) text += numbered_line(i);
+  return text;
+}
+
+CriteoTsv::Options files_options(const std::vector<std::string>& files) {
+  CriteoTsv::Options o = options_for("");
+  o.train_file.clear();
+  o.train_files = files;
+  return o;
+}
+
+TEST(CriteoTsv, SeveralFilesReadAsOneFileMadeOfThem) {
+  TempDir dir;
+  write_text(dir.file("a.tsv"), numbered_lines(0, 3));
+  const std::string b = numbered_lines(3, 5);
+  testing::write_gzip(dir.file("b.tsv.gz"), std::vector<std::uint8_t>(b.begin(), b.end()));
+  write_text(dir.file("c.tsv"), numbered_lines(5, 9));
+  write_text(dir.file("all.tsv"), numbered_lines(0, 9));
+  const CtrExamples one = read_file_scrambled(dir.file("all.tsv"));
+  CriteoTsv three(files_options({dir.file("a.tsv"), dir.file("b.tsv.gz"), dir.file("c.tsv")}), {"train", 0});
+  ASSERT_EQ(three.size(), 9);
+  EXPECT_EQ(three.num_files(), 3u);
+  EXPECT_EQ(three.path(1), dir.file("b.tsv.gz"));
+  EXPECT_EQ(three.load_report(2).lines, 4);
+  EXPECT_EQ(read_scrambled(three), one);
+  Batch batch;
+  std::vector<std::int64_t> outside = {9};
+  EXPECT_THROW(three.read(outside, batch), InternalError);
+
+  // Each file with a column cache of its own, mapped at the next load.
+  CriteoTsv::Options cached = files_options({dir.file("a.tsv"), dir.file("b.tsv.gz"), dir.file("c.tsv")});
+  cached.cache_dir = dir.file("cache");
+  CriteoTsv built(cached, {"train", 0});
+  CriteoTsv mapped(cached, {"train", 0});
+  for (std::size_t f = 0; f < 3; ++f) EXPECT_EQ(mapped.load_how(f), detail::CachedCtrColumns::How::mapped);
+  EXPECT_EQ(read_scrambled(mapped), one);
+}
+
+TEST(CriteoTsv, PatternsExpandInNameOrderAndALimitSpansFiles) {
+  TempDir dir;
+  write_text(dir.file("day_1.tsv"), numbered_lines(0, 3));
+  write_text(dir.file("day_10.tsv"), numbered_lines(3, 5));
+  write_text(dir.file("day_2.tsv"), numbered_lines(5, 9));
+  write_text(dir.file("other.tsv"), numbered_lines(100, 101));
+  write_text(dir.file("all.tsv"), numbered_lines(0, 9) + numbered_line(100));
+  CriteoTsv glob(files_options({dir.file("day_*.tsv"), dir.file("other.tsv")}), {"train", 0});
+  ASSERT_EQ(glob.num_files(), 4u);
+  EXPECT_EQ(glob.path(0), dir.file("day_1.tsv"));
+  EXPECT_EQ(glob.path(1), dir.file("day_10.tsv"));
+  EXPECT_EQ(glob.path(2), dir.file("day_2.tsv"));
+  EXPECT_EQ(read_scrambled(glob), read_file_scrambled(dir.file("all.tsv")));
+
+  // limit 4: three lines of day_1 and one of day_10; day_2 and other.tsv are not read.
+  CriteoTsv::Options limited = files_options({dir.file("day_*.tsv"), dir.file("other.tsv")});
+  limited.limit = 4;
+  CriteoTsv first_four(limited, {"train", 0});
+  EXPECT_EQ(first_four.size(), 4);
+  EXPECT_EQ(first_four.num_files(), 2u);
+  write_text(dir.file("four.tsv"), numbered_lines(0, 4));
+  EXPECT_EQ(read_scrambled(first_four), read_file_scrambled(dir.file("four.tsv")));
+}
+
+TEST(CriteoTsv, FileListsAreCheckedNamingTheEntry) {
+  TempDir dir;
+  write_text(dir.file("a.tsv"), numbered_lines(0, 3));
+  auto config_error = [](const CriteoTsv::Options& o) {
+    try {
+      CriteoTsv dataset(o, {"train", 0});
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ConfigError>");
+  };
+  EXPECT_THAT(config_error(files_options({dir.file("a.tsv"), dir.file("day_*.tsv")})),
+              HasSubstr("data.train.criteo_tsv.train_files[1]: " + dir.file("day_*.tsv") + " matches no file"));
+  EXPECT_THAT(config_error(files_options({dir.file("a.tsv"), dir.file("*.tsv")})),
+              HasSubstr("data.train.criteo_tsv.train_files[1]: " + dir.file("a.tsv") +
+                        " is named by data.train.criteo_tsv.train_files[0] already"));
+  EXPECT_THAT(config_error(files_options({dir.file("a.tsv"), dir.file("b.tsv")})),
+              HasSubstr("data.train.criteo_tsv.train_files[1]: " + dir.file("b.tsv") + ": no such file"));
+  CriteoTsv::Options neither = files_options({});
+  EXPECT_THAT(config_error(neither), HasSubstr("data.train.criteo_tsv.train_file is not set"));
+
+  auto parse_error = [](const std::string& text) {
+    try {
+      config::read<DataOptions>(config::Document::from_string(text, "job.yaml").root());
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no ConfigError>");
+  };
+  EXPECT_THAT(parse_error("train:\n  criteo_tsv: {train_file: a.tsv, train_files: [b.tsv]}\n"),
+              HasSubstr("train.criteo_tsv.train_files: train_file is set too"));
 }
 
 TEST(CriteoTsv, LoaderShardsCtrBatchesAcrossRanks) {

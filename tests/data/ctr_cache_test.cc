@@ -16,12 +16,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
 #include <thread>
 
 #include "core/error.h"
 #include "data/criteo_tsv.h"
 #include "data/detail/ctr_cache.h"
+#include "tests/data/ctr_examples.h"
 #include "tests/data/data_files.h"
 
 namespace aiacc::data {
@@ -30,6 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 using How = detail::CachedCtrColumns::How;
 using ::testing::HasSubstr;
+using testing::CtrExamples;
+using testing::read_scrambled;
 using testing::TempDir;
 using testing::write_text;
 
@@ -59,29 +61,11 @@ CriteoTsv::Options options_for(const std::string& path, const std::string& cache
   return o;
 }
 
-struct Examples {
-  std::vector<float> labels, inputs;
-  std::vector<std::vector<std::int64_t>> ids;
-  bool operator==(const Examples&) const = default;
-};
-
-// Every example, read in a shuffled order (so a cache that mixed up rows would differ).
-Examples read_all(Dataset& dataset) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(dataset.size()));
-  std::iota(order.begin(), order.end(), 0);
-  for (std::size_t i = 0; i + 1 < order.size(); i += 2) std::swap(order[i], order[order.size() - 1 - i]);
-  Batch batch;
-  dataset.read(order, batch);
-  Examples e{batch.labels.to_vector<float>(), batch.inputs.to_vector<float>(), {}};
-  for (const SparseField& field : batch.sparse) e.ids.push_back(field.ids);
-  return e;
-}
-
 // The examples of `path` as a load without a cache reads them.
-Examples parsed_examples(const std::string& path) {
+CtrExamples parsed_examples(const std::string& path) {
   CriteoTsv parsed(options_for(path, ""), {"train", 0});
   EXPECT_EQ(parsed.load_how(), How::parsed);
-  return read_all(parsed);
+  return read_scrambled(parsed);
 }
 
 std::vector<fs::path> cache_files(const std::string& dir) {
@@ -95,12 +79,12 @@ std::vector<fs::path> cache_files(const std::string& dir) {
 TEST(CtrCache, TheFirstLoadBuildsLaterLoadsMapTheSameExamples) {
   TempDir dir;
   write_text(dir.file("f.tsv"), tsv_lines(40, 1));
-  const Examples reference = parsed_examples(dir.file("f.tsv"));
+  const CtrExamples reference = parsed_examples(dir.file("f.tsv"));
   ASSERT_EQ(reference.labels.size(), 40u);
 
   CriteoTsv built(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(built.load_how(), How::built);
-  EXPECT_EQ(read_all(built), reference);
+  EXPECT_EQ(read_scrambled(built), reference);
   ASSERT_EQ(cache_files(dir.file("cache")).size(), 1u);
   EXPECT_EQ(built.cache_file(), cache_files(dir.file("cache")).front());
   EXPECT_THAT(built.cache_file().filename().string(), ::testing::StartsWith("f.tsv."));
@@ -109,7 +93,7 @@ TEST(CtrCache, TheFirstLoadBuildsLaterLoadsMapTheSameExamples) {
   EXPECT_EQ(mapped.load_how(), How::mapped);
   EXPECT_EQ(mapped.size(), 40);
   EXPECT_EQ(mapped.load_report().lines, 40);
-  EXPECT_EQ(read_all(mapped), reference);
+  EXPECT_EQ(read_scrambled(mapped), reference);
 }
 
 TEST(CtrCache, GzipAndSkippedMalformedLinesReadAsParsed) {
@@ -124,7 +108,7 @@ TEST(CtrCache, GzipAndSkippedMalformedLinesReadAsParsed) {
   CriteoTsv built(o, {"train", 0});
   CriteoTsv mapped(o, {"train", 0});
   EXPECT_EQ(mapped.load_how(), How::mapped);
-  EXPECT_EQ(read_all(mapped), read_all(parsed));
+  EXPECT_EQ(read_scrambled(mapped), read_scrambled(parsed));
   // What the build's parse found is reported by every load that maps its cache.
   EXPECT_EQ(mapped.load_report().lines, 30);
   EXPECT_EQ(mapped.load_report().malformed, 1);
@@ -145,8 +129,8 @@ TEST(CtrCache, AChangedSourceIsRebuiltAndItsStaleCacheRemoved) {
   CriteoTsv second(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(second.load_how(), How::built);
   EXPECT_NE(second.cache_file(), old_file);
-  EXPECT_EQ(read_all(second), parsed_examples(dir.file("f.tsv")));
-  EXPECT_NE(read_all(second), read_all(first));
+  EXPECT_EQ(read_scrambled(second), parsed_examples(dir.file("f.tsv")));
+  EXPECT_NE(read_scrambled(second), read_scrambled(first));
   EXPECT_EQ(cache_files(dir.file("cache")), std::vector<fs::path>{second.cache_file()});
 
   // The same size and the modification time set back (a copy that keeps times): the status
@@ -158,8 +142,8 @@ TEST(CtrCache, AChangedSourceIsRebuiltAndItsStaleCacheRemoved) {
   fs::last_write_time(dir.file("f.tsv"), mtime);
   CriteoTsv third(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(third.load_how(), How::built);
-  EXPECT_EQ(read_all(third), parsed_examples(dir.file("f.tsv")));
-  EXPECT_NE(read_all(third), read_all(second));
+  EXPECT_EQ(read_scrambled(third), parsed_examples(dir.file("f.tsv")));
+  EXPECT_NE(read_scrambled(third), read_scrambled(second));
 }
 
 TEST(CtrCache, OtherOptionsAndOtherSourcesKeepTheirOwnCaches) {
@@ -179,15 +163,15 @@ TEST(CtrCache, OtherOptionsAndOtherSourcesKeepTheirOwnCaches) {
   CriteoTsv again_b(options_for(dir.file("b/f.tsv"), dir.file("cache")), {"train", 0});
   for (const CriteoTsv* d : {&again_some_a, &again_all_a, &again_b}) EXPECT_EQ(d->load_how(), How::mapped);
   EXPECT_EQ(again_some_a.size(), 7);
-  EXPECT_EQ(read_all(again_all_a), read_all(all_a));
-  EXPECT_EQ(read_all(again_b), read_all(all_b));
-  EXPECT_NE(read_all(again_b), read_all(again_all_a));
+  EXPECT_EQ(read_scrambled(again_all_a), read_scrambled(all_a));
+  EXPECT_EQ(read_scrambled(again_b), read_scrambled(all_b));
+  EXPECT_NE(read_scrambled(again_b), read_scrambled(again_all_a));
 }
 
 TEST(CtrCache, ADamagedOrForeignCacheFileIsRebuilt) {
   TempDir dir;
   write_text(dir.file("f.tsv"), tsv_lines(50, 1));
-  const Examples reference = parsed_examples(dir.file("f.tsv"));
+  const CtrExamples reference = parsed_examples(dir.file("f.tsv"));
   const fs::path file = CriteoTsv(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0}).cache_file();
   // Cut short (a copy that stopped part-way), then not a cache at all, then a header of another
   // format version.
@@ -195,13 +179,13 @@ TEST(CtrCache, ADamagedOrForeignCacheFileIsRebuilt) {
   fs::resize_file(file, size - 1);
   CriteoTsv after_cut(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(after_cut.load_how(), How::built);
-  EXPECT_EQ(read_all(after_cut), reference);
+  EXPECT_EQ(read_scrambled(after_cut), reference);
   EXPECT_EQ(fs::file_size(file), size);
 
   write_text(file.string(), std::string(8192, 'x'));
   CriteoTsv after_garbage(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(after_garbage.load_how(), How::built);
-  EXPECT_EQ(read_all(after_garbage), reference);
+  EXPECT_EQ(read_scrambled(after_garbage), reference);
 
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
@@ -215,7 +199,7 @@ TEST(CtrCache, ADamagedOrForeignCacheFileIsRebuilt) {
   EXPECT_THAT(why_not, HasSubstr("format version 99"));
   CriteoTsv after_version(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(after_version.load_how(), How::built);
-  EXPECT_EQ(read_all(after_version), reference);
+  EXPECT_EQ(read_scrambled(after_version), reference);
 }
 
 TEST(CtrCache, AFolderThatCannotBeMadeFallsBackToParsing) {
@@ -224,18 +208,18 @@ TEST(CtrCache, AFolderThatCannotBeMadeFallsBackToParsing) {
   write_text(dir.file("a_file"), "not a folder");
   CriteoTsv fallback(options_for(dir.file("f.tsv"), dir.file("a_file/cache")), {"train", 0});
   EXPECT_EQ(fallback.load_how(), How::parsed);
-  EXPECT_EQ(read_all(fallback), parsed_examples(dir.file("f.tsv")));
+  EXPECT_EQ(read_scrambled(fallback), parsed_examples(dir.file("f.tsv")));
 }
 
 TEST(CtrCache, LoadsRacingOnOneCacheBuildItOnce) {
   TempDir dir;
   write_text(dir.file("f.tsv"), tsv_lines(3000, 1));
-  const Examples reference = parsed_examples(dir.file("f.tsv"));
+  const CtrExamples reference = parsed_examples(dir.file("f.tsv"));
   // Threads open the lock file each on their own, so flock() keeps them apart as it keeps
   // processes apart.
   constexpr int kLoads = 4;
   std::vector<How> how(kLoads);
-  std::vector<Examples> seen(kLoads);
+  std::vector<CtrExamples> seen(kLoads);
   std::atomic<int> ready{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kLoads; ++t) {
@@ -244,13 +228,13 @@ TEST(CtrCache, LoadsRacingOnOneCacheBuildItOnce) {
       while (ready.load() < kLoads) std::this_thread::yield();
       CriteoTsv dataset(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
       how[static_cast<std::size_t>(t)] = dataset.load_how();
-      seen[static_cast<std::size_t>(t)] = read_all(dataset);
+      seen[static_cast<std::size_t>(t)] = read_scrambled(dataset);
     });
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(std::count(how.begin(), how.end(), How::built), 1);
   EXPECT_EQ(std::count(how.begin(), how.end(), How::mapped), kLoads - 1);
-  for (const Examples& e : seen) EXPECT_EQ(e, reference);
+  for (const CtrExamples& e : seen) EXPECT_EQ(e, reference);
   EXPECT_EQ(cache_files(dir.file("cache")).size(), 1u);
 }
 
