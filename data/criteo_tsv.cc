@@ -158,9 +158,13 @@ void CriteoTsv::load_file(const std::string& path, const Options& options, const
   const detail::CriteoLoadReport& report = file.report;
   const double mb_in_memory = static_cast<double>(view.bytes_per_example() * static_cast<std::size_t>(view.size())) / 1e6;
   if (file.data.how == detail::CachedCtrColumns::How::mapped) {
-    logger->info("criteo_tsv {}: {} examples from {} lines, mapped from the column cache {} in {:.3f} s ({:.1f} MB, "
-                 "shared by this host's processes)", path, view.size(), report.lines, file.data.file.string(),
-                 report.seconds, mb_in_memory);
+    logger->info("criteo_tsv {}: {} examples from {} lines, mapped from the column cache {} in {:.3f} s{} ({:.1f} "
+                 "MB, shared by this host's processes)", path, view.size(), report.lines, file.data.file.string(),
+                 report.seconds,
+                 file.data.waited_s >= 0.01
+                     ? fmt::format(", {:.2f} s of them waiting for another process building it", file.data.waited_s)
+                     : std::string(),
+                 mb_in_memory);
   } else {
     const double mb = static_cast<double>(report.bytes) / 1e6;
     const double seconds = std::max(report.seconds, 1e-9);

@@ -12,6 +12,12 @@
 
 namespace aiacc::data::detail {
 
+// The version of what parsing makes of a line: the columns, transform_integer's values, which
+// lines are malformed. Columns cached on disk (ctr_cache.h) carry it: bump it whenever
+// parse_criteo_line or transform_integer would make other columns of the same text, so that
+// caches of the old output are not read.
+constexpr std::uint32_t kCriteoParseVersion = 1;
+
 // Column names, for messages: "label", then the integer and categorical names.
 struct CriteoLayout {
   int num_integer = 13;

@@ -33,7 +33,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::array<char, 8> kMagic = {'A', 'I', 'A', 'C', 'C', 'C', 'T', 'R'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kFormatVersion = 1;
 constexpr std::uint32_t kByteOrder = 0x01020304;
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::size_t kSectionAlign = 4096;
@@ -57,9 +57,10 @@ struct Header {
   std::int64_t source_ctime_ns;
   std::int64_t limit;
   std::uint32_t skip_malformed;
+  std::uint32_t parse_version;
   std::uint32_t source_chars;  // of `source` used (the path, cut at kMaxSourceChars)
-  std::uint64_t total_bytes;
   std::uint32_t malformed_line_count;
+  std::uint64_t total_bytes;
   std::uint32_t message_chars;
   std::array<std::int64_t, kMaxMalformedLines> malformed_lines;
   std::array<char, kMaxSourceChars> source;
@@ -69,7 +70,12 @@ static_assert(sizeof(Header) <= kHeaderBytes);
 
 std::size_t align_up(std::size_t n) { return (n + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
 
-// Byte offsets of the four sections and the file's end, for N examples of I + C columns.
+std::size_t bytes_per_example(int num_integer, int num_categorical) {
+  return CtrColumnsView{num_integer, num_categorical}.bytes_per_example();
+}
+
+// Byte offsets of the four sections and the file's end, for N examples of I + C columns (N no
+// more than a file of the sizes checked fits: nothing here overflows).
 struct Layout {
   std::size_t labels, integers, categoricals, missing, end;
 };
@@ -89,20 +95,36 @@ std::string_view stored_source(const std::string& source) {
   return std::string_view(source).substr(0, kMaxSourceChars);
 }
 
-// Why the header does not describe a cache of `key` of `file_bytes` bytes ("" when it does).
-std::string header_mismatch(const Header& h, const CtrCacheKey& key, std::uint64_t file_bytes) {
+// Why `h` is not a header of this program's format ("" when it is).
+std::string format_mismatch(const Header& h) {
   if (h.magic != kMagic) return "not a column cache (its first bytes differ)";
   if (h.byte_order != kByteOrder) return "written on a machine of another byte order";
-  if (h.version != kVersion) return fmt::format("written in format version {}, this program reads {}", h.version, kVersion);
-  if (h.source_chars > kMaxSourceChars) return "its header is damaged (source path length)";
-  const std::string_view source(h.source.data(), h.source_chars);
-  if (h.key_hash != key.hash() || source != stored_source(key.source) || h.source_bytes != key.source_bytes ||
-      h.source_mtime_ns != key.source_mtime_ns || h.source_ctime_ns != key.source_ctime_ns || h.num_integer != key.num_integer ||
-      h.num_categorical != key.num_categorical || (h.skip_malformed != 0) != key.skip_malformed || h.limit != key.limit) {
+  if (h.version != kFormatVersion) {
+    return fmt::format("written in format version {}, this program reads {}", h.version, kFormatVersion);
+  }
+  if (h.source_chars > kMaxSourceChars || h.malformed_line_count > kMaxMalformedLines ||
+      h.message_chars > kMaxMessageChars) {
+    return "its header is damaged (lengths)";
+  }
+  return {};
+}
+
+bool same_source_and_options(const Header& h, const CtrCacheKey& key) {
+  return std::string_view(h.source.data(), h.source_chars) == stored_source(key.source) &&
+         h.num_integer == key.num_integer && h.num_categorical == key.num_categorical &&
+         (h.skip_malformed != 0) == key.skip_malformed && h.limit == key.limit && h.parse_version == key.parse_version;
+}
+
+// Why the header does not describe a cache of `key` of `file_bytes` bytes ("" when it does).
+std::string header_mismatch(const Header& h, const CtrCacheKey& key, std::uint64_t file_bytes) {
+  if (std::string why = format_mismatch(h); !why.empty()) return why;
+  if (h.key_hash != key.hash() || !same_source_and_options(h, key) || h.source_bytes != key.source_bytes ||
+      h.source_mtime_ns != key.source_mtime_ns || h.source_ctime_ns != key.source_ctime_ns) {
     return "made from another version of the source or with other options";
   }
-  if (h.count < 0 || h.lines < h.count || h.malformed < 0 || h.malformed_line_count > kMaxMalformedLines ||
-      h.message_chars > kMaxMessageChars) {
+  // The count bounded by the bytes there are before any size is computed from it.
+  if (h.count < 0 || h.lines < h.count || h.malformed < 0 ||
+      static_cast<std::uint64_t>(h.count) > (file_bytes - kHeaderBytes) / bytes_per_example(h.num_integer, h.num_categorical)) {
     return "its header is damaged (counts)";
   }
   const Layout l = layout_of(h.count, h.num_integer, h.num_categorical);
@@ -112,55 +134,103 @@ std::string header_mismatch(const Header& h, const CtrCacheKey& key, std::uint64
   return {};
 }
 
-std::optional<Header> read_header(const fs::path& file, std::uint64_t& file_bytes, std::string& why_not) {
-  io::FileDescriptor fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
+// ::open, retried on EINTR.
+io::FileDescriptor open_retrying(const fs::path& path, int flags, mode_t mode = 0) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return io::FileDescriptor(fd);
+}
+
+// flock, retried on EINTR; false with errno set when it fails.
+bool flock_retrying(const io::FileDescriptor& fd, int operation) {
+  int status;
+  do {
+    status = ::flock(fd.get(), operation);
+  } while (status != 0 && errno == EINTR);
+  return status == 0;
+}
+
+// A regular file at `file`, opened for reading (non-blocking, so a FIFO put there does not hang
+// the open), its size and header; nullopt with the reason in `why_not` ("" when there is none).
+struct OpenedCache {
+  io::FileDescriptor fd;
+  std::uint64_t bytes = 0;
+  Header header{};
+};
+
+std::optional<OpenedCache> open_cache(const fs::path& file, std::string& why_not) {
+  why_not.clear();
+  OpenedCache c;
+  c.fd = open_retrying(file, O_RDONLY | O_NONBLOCK);
+  if (!c.fd.valid()) {
     if (errno != ENOENT) why_not = fmt::format("cannot be opened: {}", std::strerror(errno));
     return std::nullopt;
   }
   struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) {
+  if (::fstat(c.fd.get(), &st) != 0) {
     why_not = fmt::format("cannot be examined: {}", std::strerror(errno));
     return std::nullopt;
   }
-  file_bytes = static_cast<std::uint64_t>(st.st_size);
-  if (file_bytes < kHeaderBytes) {
-    why_not = fmt::format("{} bytes, shorter than its header", file_bytes);
+  if (!S_ISREG(st.st_mode)) {
+    why_not = "not a regular file";
     return std::nullopt;
   }
-  Header h{};
-  io::read_exact(fd, file, 0, &h, sizeof h);
-  return h;
+  c.bytes = static_cast<std::uint64_t>(st.st_size);
+  if (c.bytes < kHeaderBytes) {
+    why_not = fmt::format("{} bytes, shorter than its header", c.bytes);
+    return std::nullopt;
+  }
+  try {
+    io::read_exact(c.fd, file, 0, &c.header, sizeof c.header);
+  } catch (const Error& e) {
+    why_not = e.what();
+    return std::nullopt;
+  }
+  return c;
 }
 
+fs::path users_path(const fs::path& file) { return file.string() + ".users"; }
+fs::path lock_path(const fs::path& file) { return file.string() + ".lock"; }
+
 // Removes the caches of earlier versions of the source made with the same options: they would
-// never be read again. (A cache of other options, a limit say, may be: it stays.) Best effort: a
-// process still mapping one keeps its pages (unlinking does not unmap).
+// never be read again. (A cache of other options, a limit say, may be: it stays.) One that a
+// process maps (its ".users" lock held) stays too. Best effort: errors skip a file.
 void remove_stale_caches(const fs::path& dir, const CtrCacheKey& key, const fs::path& current) {
   const std::string prefix = fs::path(key.source).filename().string() + ".";
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.path() == current || !name.starts_with(prefix) || !name.ends_with(kSuffix)) continue;
-    std::uint64_t bytes = 0;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::path path = it->path();
+    const std::string name = path.filename().string();
+    if (path == current || !name.starts_with(prefix) || !name.ends_with(kSuffix)) continue;
     std::string why_not;
-    std::optional<Header> h;
-    try {
-      h = read_header(entry.path(), bytes, why_not);
-    } catch (const Error&) {
-      continue;  // unreadable: not ours to judge
-    }
-    if (!h || h->source_chars > kMaxSourceChars ||
-        std::string_view(h->source.data(), h->source_chars) != stored_source(key.source) ||
-        h->num_integer != key.num_integer || h->num_categorical != key.num_categorical ||
-        (h->skip_malformed != 0) != key.skip_malformed || h->limit != key.limit) {
-      continue;
-    }
+    const std::optional<OpenedCache> c = open_cache(path, why_not);
+    if (!c || !format_mismatch(c->header).empty() || !same_source_and_options(c->header, key)) continue;
+    const io::FileDescriptor users = open_retrying(users_path(path), O_RDONLY | O_CREAT, 0644);
+    if (users.valid() && !flock_retrying(users, LOCK_EX | LOCK_NB)) continue;  // mapped by a process
     std::error_code failed;
-    if (fs::remove(entry.path(), failed)) {
-      log::get("data")->info("removed the stale column cache {} of {}", entry.path().string(), key.source);
+    if (fs::remove(path, failed)) {
+      log::get("data")->info("removed the stale column cache {} of {}", path.string(), key.source);
     }
-    fs::remove(fs::path(entry.path().string() + ".lock"), failed);
+    fs::remove(users_path(path), failed);
+    fs::remove(lock_path(path), failed);
+  }
+}
+
+// Removes what a builder killed part-way left: AtomicFile's temporary files of `file`
+// (".<name>.tmp-XXXXXX"). Only under the build lock, where no other builder of `file` writes.
+void remove_abandoned_temp_files(const fs::path& file) {
+  const std::string prefix = "." + file.filename().string() + ".tmp-";
+  std::error_code ec;
+  fs::directory_iterator it(file.parent_path(), ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (!it->path().filename().string().starts_with(prefix)) continue;
+    std::error_code failed;
+    if (fs::remove(it->path(), failed)) {
+      log::get("data")->info("removed {}, left by a build of {} that did not finish", it->path().string(), file.string());
+    }
   }
 }
 
@@ -195,12 +265,12 @@ CtrCacheKey CtrCacheKey::of(const fs::path& source, int num_integer, int num_cat
 }
 
 std::uint64_t CtrCacheKey::hash() const {
-  std::uint64_t h = mix64(kVersion);
+  std::uint64_t h = mix64(kFormatVersion);
   for (const char c : source) h = mix64(h ^ static_cast<unsigned char>(c));
   for (const std::uint64_t v : {source_bytes, static_cast<std::uint64_t>(source_mtime_ns),
-                                static_cast<std::uint64_t>(source_ctime_ns),
-                                static_cast<std::uint64_t>(num_integer), static_cast<std::uint64_t>(num_categorical),
-                                static_cast<std::uint64_t>(skip_malformed), static_cast<std::uint64_t>(limit)}) {
+                                static_cast<std::uint64_t>(source_ctime_ns), static_cast<std::uint64_t>(num_integer),
+                                static_cast<std::uint64_t>(num_categorical), static_cast<std::uint64_t>(skip_malformed),
+                                static_cast<std::uint64_t>(limit), static_cast<std::uint64_t>(parse_version)}) {
     h = mix64(h ^ v);
   }
   return h;
@@ -212,40 +282,40 @@ fs::path ctr_cache_file(const fs::path& dir, const CtrCacheKey& key) {
 
 std::optional<MappedCtrColumns> MappedCtrColumns::open(const fs::path& file, const CtrCacheKey& key,
                                                        std::string& why_not) {
-  why_not.clear();
-  std::uint64_t file_bytes = 0;
-  const std::optional<Header> h = read_header(file, file_bytes, why_not);
-  if (!h) return std::nullopt;
-  why_not = header_mismatch(*h, key, file_bytes);
+  MappedCtrColumns m;
+  // Shared before the file is checked: from then on no builder removes it as stale. A folder
+  // this process may not write (caches made by another user) has no lock to take, and no
+  // builder of this user removes anything there either.
+  m.users_ = open_retrying(users_path(file), O_RDONLY | O_CREAT, 0644);
+  if (m.users_.valid() && !flock_retrying(m.users_, LOCK_SH)) m.users_ = io::FileDescriptor();
+  std::optional<OpenedCache> c = open_cache(file, why_not);
+  if (!c) return std::nullopt;
+  const Header& h = c->header;
+  why_not = header_mismatch(h, key, c->bytes);
   if (!why_not.empty()) return std::nullopt;
-  io::FileDescriptor fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    why_not = fmt::format("cannot be opened: {}", std::strerror(errno));
-    return std::nullopt;
-  }
   // Fault the pages in at once where they fit in memory with room to spare (no page faults
   // scattered over the first epoch's steps); a file too large for that is paged as read.
   const long page = ::sysconf(_SC_PAGESIZE);
   const long available_pages = ::sysconf(_SC_AVPHYS_PAGES);
   const bool populate = page > 0 && available_pages > 0 &&
-                        file_bytes <= static_cast<std::uint64_t>(available_pages) * static_cast<std::uint64_t>(page) / 2;
-  void* base = ::mmap(nullptr, file_bytes, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
+                        c->bytes <= static_cast<std::uint64_t>(available_pages) * static_cast<std::uint64_t>(page) / 2;
+  // The descriptor the header was read from: the same file, whatever was renamed over its name since.
+  void* base = ::mmap(nullptr, c->bytes, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), c->fd.get(), 0);
   if (base == MAP_FAILED) {
     why_not = fmt::format("cannot be mapped: {}", std::strerror(errno));
     return std::nullopt;
   }
-  MappedCtrColumns m;
   m.base_ = base;
-  m.bytes_ = file_bytes;
-  m.lines_ = h->lines;
-  m.malformed_ = h->malformed;
-  m.malformed_lines_.assign(h->malformed_lines.begin(), h->malformed_lines.begin() + h->malformed_line_count);
-  m.first_malformed_.assign(h->first_malformed.data(), h->message_chars);
-  const Layout l = layout_of(h->count, h->num_integer, h->num_categorical);
+  m.bytes_ = c->bytes;
+  m.lines_ = h.lines;
+  m.malformed_ = h.malformed;
+  m.malformed_lines_.assign(h.malformed_lines.begin(), h.malformed_lines.begin() + h.malformed_line_count);
+  m.first_malformed_.assign(h.first_malformed.data(), h.message_chars);
+  const Layout l = layout_of(h.count, h.num_integer, h.num_categorical);
   const auto* bytes = static_cast<const std::byte*>(base);
-  m.view_.num_integer = h->num_integer;
-  m.view_.num_categorical = h->num_categorical;
-  m.view_.count = h->count;
+  m.view_.num_integer = h.num_integer;
+  m.view_.num_categorical = h.num_categorical;
+  m.view_.count = h.count;
   m.view_.labels = reinterpret_cast<const std::uint8_t*>(bytes + l.labels);
   m.view_.integers = reinterpret_cast<const float*>(bytes + l.integers);
   m.view_.categoricals = reinterpret_cast<const std::uint32_t*>(bytes + l.categoricals);
@@ -258,7 +328,8 @@ MappedCtrColumns::~MappedCtrColumns() {
 }
 
 MappedCtrColumns::MappedCtrColumns(MappedCtrColumns&& other) noexcept
-    : base_(std::exchange(other.base_, nullptr)),
+    : users_(std::move(other.users_)),
+      base_(std::exchange(other.base_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       view_(std::exchange(other.view_, {})),
       lines_(other.lines_),
@@ -269,6 +340,7 @@ MappedCtrColumns::MappedCtrColumns(MappedCtrColumns&& other) noexcept
 MappedCtrColumns& MappedCtrColumns::operator=(MappedCtrColumns&& other) noexcept {
   if (this != &other) {
     if (base_ != nullptr) ::munmap(base_, bytes_);
+    users_ = std::move(other.users_);
     base_ = std::exchange(other.base_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     view_ = std::exchange(other.view_, {});
@@ -284,13 +356,14 @@ void write_ctr_cache(const fs::path& file, const CtrCacheKey& key, const CtrColu
                      const CriteoLoadReport& report) {
   if (columns.num_integer != key.num_integer || columns.num_categorical != key.num_categorical) {
     throw InternalError(fmt::format("column cache {}: columns of {} + {} for a key of {} + {}", file.string(),
-                                    columns.num_integer, columns.num_categorical, key.num_integer, key.num_categorical));
+                                    columns.num_integer, columns.num_categorical, key.num_integer,
+                                    key.num_categorical));
   }
   const std::int64_t count = columns.size();
   const Layout l = layout_of(count, columns.num_integer, columns.num_categorical);
   Header h{};
   h.magic = kMagic;
-  h.version = kVersion;
+  h.version = kFormatVersion;
   h.byte_order = kByteOrder;
   h.key_hash = key.hash();
   h.count = count;
@@ -303,6 +376,7 @@ void write_ctr_cache(const fs::path& file, const CtrCacheKey& key, const CtrColu
   h.source_ctime_ns = key.source_ctime_ns;
   h.limit = key.limit;
   h.skip_malformed = key.skip_malformed ? 1 : 0;
+  h.parse_version = key.parse_version;
   const std::string_view source = stored_source(key.source);
   h.source_chars = static_cast<std::uint32_t>(source.size());
   std::copy(source.begin(), source.end(), h.source.begin());
@@ -324,7 +398,8 @@ void write_ctr_cache(const fs::path& file, const CtrCacheKey& key, const CtrColu
   write_padding(out, l.missing);
   out.write(columns.missing.data(), columns.missing.size());
   if (out.bytes_written() != l.end) {
-    throw InternalError(fmt::format("column cache {}: wrote {} bytes, the layout says {}", file.string(), out.bytes_written(), l.end));
+    throw InternalError(fmt::format("column cache {}: wrote {} bytes, the layout says {}", file.string(),
+                                    out.bytes_written(), l.end));
   }
   out.commit();
 }
@@ -334,6 +409,7 @@ CachedCtrColumns load_ctr_cached(const fs::path& dir, const CtrCacheKey& key,
                                  double lock_timeout_s) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   auto logger = log::get("data");
   CachedCtrColumns result;
   result.file = ctr_cache_file(dir, key);
@@ -343,17 +419,15 @@ CachedCtrColumns load_ctr_cached(const fs::path& dir, const CtrCacheKey& key,
     result.parsed = parse(report);
     return std::move(result);
   };
-  // The report of a load that parsed nothing: what the build recorded, and the time to map.
-  auto mapped = [&](MappedCtrColumns m, CachedCtrColumns::How how) {
-    if (how == CachedCtrColumns::How::mapped) {
-      report = {};
-      report.lines = m.lines();
-      report.malformed = m.malformed();
-      report.malformed_lines = m.malformed_lines();
-      report.first_malformed = m.first_malformed();
-      report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    }
-    result.how = how;
+  // A load that parsed nothing reports what the build recorded, and the time to map.
+  auto mapped = [&](MappedCtrColumns m) {
+    report = {};
+    report.lines = m.lines();
+    report.malformed = m.malformed();
+    report.malformed_lines = m.malformed_lines();
+    report.first_malformed = m.first_malformed();
+    report.seconds = since(start);
+    result.how = CachedCtrColumns::How::mapped;
     result.mapped = std::move(m);
     return std::move(result);
   };
@@ -362,53 +436,73 @@ CachedCtrColumns load_ctr_cached(const fs::path& dir, const CtrCacheKey& key,
   fs::create_directories(dir, ec);
   if (ec) return parsed_in_memory(fmt::format("the cache folder {} cannot be created: {}", dir.string(), ec.message()));
   std::string why_not;
-  if (auto m = MappedCtrColumns::open(result.file, key, why_not)) return mapped(std::move(*m), CachedCtrColumns::How::mapped);
-  if (!why_not.empty()) logger->warn("column cache {}: {}; building it again", result.file.string(), why_not);
+  if (auto m = MappedCtrColumns::open(result.file, key, why_not)) return mapped(std::move(*m));
 
-  const fs::path lock_path = result.file.string() + ".lock";
-  io::FileDescriptor lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  // O_RDONLY: flock needs no write access, so a lock file this user may only read still works.
+  const io::FileDescriptor lock = open_retrying(lock_path(result.file), O_RDONLY | O_CREAT, 0644);
   if (!lock.valid()) {
-    return parsed_in_memory(fmt::format("its lock file {} cannot be created: {}", lock_path.string(), std::strerror(errno)));
+    return parsed_in_memory(fmt::format("its lock file {} cannot be opened: {}", lock_path(result.file).string(),
+                                        std::strerror(errno)));
   }
+  const auto wait_start = Clock::now();
   bool announced = false;
-  while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EINTR) continue;
+  while (!flock_retrying(lock, LOCK_EX | LOCK_NB)) {
     if (errno != EWOULDBLOCK) {
       // A filesystem without flock (some network mounts): build without it. Two processes may
       // then both parse and write; each rename installs a whole, identical file.
-      logger->warn("column cache {}: cannot lock {} ({}); building it without the lock", result.file.string(), lock_path.string(),
-                   std::strerror(errno));
+      logger->warn("column cache {}: cannot lock {} ({}); building it without the lock", result.file.string(),
+                   lock_path(result.file).string(), std::strerror(errno));
       break;
     }
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    if (waited > lock_timeout_s) {
+    if (since(wait_start) > lock_timeout_s) {
       throw IoError(fmt::format("column cache {}: waited {:.0f} s for another process building it (holding {}); "
                                 "remove the lock file if no process of this job is alive",
-                                result.file.string(), waited, lock_path.string()));
+                                result.file.string(), since(wait_start), lock_path(result.file).string()));
     }
-    if (!announced && waited > 1.0) {
+    if (!announced && since(wait_start) > 1.0) {
       logger->info("column cache {}: another process is building it; waiting", result.file.string());
       announced = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  result.waited_s = since(wait_start);
   // Another process may have built it while this one waited.
-  if (auto m = MappedCtrColumns::open(result.file, key, why_not)) return mapped(std::move(*m), CachedCtrColumns::How::mapped);
+  if (auto m = MappedCtrColumns::open(result.file, key, why_not)) return mapped(std::move(*m));
 
+  // Something else at the cache's name (a folder, a FIFO) is not replaced: AtomicFile would
+  // write a FIFO in place, and block there until it had a reader.
+  if (fs::exists(fs::symlink_status(result.file, ec)) && !fs::is_regular_file(fs::status(result.file, ec))) {
+    return parsed_in_memory(fmt::format("{} is not a regular file (remove it to have the cache made)",
+                                        result.file.string()));
+  }
+  if (!why_not.empty()) logger->warn("column cache {}: {}; building it again", result.file.string(), why_not);
+  remove_abandoned_temp_files(result.file);
   CtrColumns columns = parse(report);
+  auto keep_parsed = [&](std::string why) {
+    result.how = CachedCtrColumns::How::parsed;
+    result.why_parsed = std::move(why);
+    result.parsed = std::move(columns);
+    return std::move(result);
+  };
+  // A source rewritten while it was parsed: its columns may mix both versions, and the key
+  // (taken before) would name them the old one's.
+  try {
+    const CtrCacheKey after = CtrCacheKey::of(key.source, key.num_integer, key.num_categorical, key.skip_malformed,
+                                              key.limit);
+    if (!(after == key)) return keep_parsed("the file changed while it was parsed");
+  } catch (const IoError& e) {
+    return keep_parsed(fmt::format("the file changed while it was parsed ({})", e.what()));
+  }
   try {
     write_ctr_cache(result.file, key, columns, report);
   } catch (const IoError& e) {
-    result.how = CachedCtrColumns::How::parsed;
-    result.why_parsed = fmt::format("it cannot be written: {}", e.what());
-    result.parsed = std::move(columns);
-    return result;
+    return keep_parsed(fmt::format("it cannot be written: {}", e.what()));
   }
   remove_stale_caches(dir, key, result.file);
-  if (auto m = MappedCtrColumns::open(result.file, key, why_not)) return mapped(std::move(*m), CachedCtrColumns::How::built);
-  result.how = CachedCtrColumns::How::parsed;
-  result.why_parsed = fmt::format("the file just written cannot be read back: {}", why_not);
-  result.parsed = std::move(columns);
+  auto m = MappedCtrColumns::open(result.file, key, why_not);
+  if (!m) return keep_parsed(fmt::format("the file just written cannot be read back: {}", why_not));
+  result.how = CachedCtrColumns::How::built;
+  result.mapped = std::move(*m);
   return result;
 }
 

@@ -6,15 +6,20 @@
 // Internal to data/ (used by criteo_tsv).
 //
 // A cache file is tied to what its columns depend on (CtrCacheKey): the source's absolute path,
-// size, modification and status change times, the column counts, the malformed-line mode and the limit. It is
-// named "<source file name>.<16 hex digits of the key's hash>.ctrcache"; a source that changed
-// gets a new file and the builder removes the stale one. Files are written atomically (temp
-// file, fsync, rename), so a reader sees a whole file or none; a file that does not match its
-// key or its size (another version, a truncated copy) is rebuilt, with a warning.
+// size, modification and status change times, the column counts, the malformed-line mode and
+// the limit, and the parser's version (kCriteoParseVersion). It is named "<source file
+// name>.<16 hex digits of the key's hash>.ctrcache"; a source that changed gets a new file, and
+// the builder removes the stale one of the same options unless a process still maps it. Files
+// are written atomically (temp file, fsync, rename), so a reader sees a whole file or none; a
+// file that does not match its key or its size (a cut or damaged copy) is rebuilt, with a
+// warning.
 //
-// Processes building the same cache take turns on an flock()ed "<cache file>.lock": one parses
-// and writes, the others wait, then map what it wrote. The lock goes with its holder's process,
-// so a builder that dies never leaves the others waiting on it.
+// Locks (flock, released with their holder's process, so a process that dies never leaves the
+// others waiting): processes building the same cache take turns on "<cache file>.lock" (one
+// parses and writes, the others wait, then map what it wrote); a process mapping a cache holds
+// "<cache file>.users" shared, and stale caches are removed only under it exclusively. The folder
+// should be local to the host: on a network folder shared by hosts with their own copies of the
+// data, each host's copy has its own key (its times), so each host has its own cache files.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "core/io/atomic_file.h"
 #include "data/detail/criteo_file.h"
+#include "data/detail/criteo_parser.h"
 #include "data/detail/ctr_columns.h"
 
 namespace aiacc::data::detail {
@@ -41,6 +48,7 @@ struct CtrCacheKey {
   int num_categorical = 0;
   bool skip_malformed = false;
   std::int64_t limit = 0;
+  std::uint32_t parse_version = kCriteoParseVersion;
 
   // The key of `source` as it is now (stat). IoError naming the file when it cannot be read.
   static CtrCacheKey of(const std::filesystem::path& source, int num_integer, int num_categorical,
@@ -52,12 +60,13 @@ struct CtrCacheKey {
 // "<dir>/<source file name>.<hash>.ctrcache".
 std::filesystem::path ctr_cache_file(const std::filesystem::path& dir, const CtrCacheKey& key);
 
-// A cache file mapped read-only (MAP_SHARED: one copy in the page cache for every process).
-// Unmapped on destruction. Move-only.
+// A cache file mapped read-only (MAP_SHARED: one copy in the page cache for every process),
+// holding its ".users" lock shared. Unmapped and unlocked on destruction. Move-only.
 class MappedCtrColumns {
  public:
   // The file's columns when it is a complete cache of `key`; nullopt, with the reason in
-  // `why_not`, when it is missing, of another key or format, or not of its recorded size.
+  // `why_not` ("" when there is no file), when it is not a regular file, cannot be read, is of
+  // another key or format, or is not of its recorded size. Never throws for what the file holds.
   static std::optional<MappedCtrColumns> open(const std::filesystem::path& file, const CtrCacheKey& key,
                                               std::string& why_not);
   ~MappedCtrColumns();
@@ -76,6 +85,7 @@ class MappedCtrColumns {
 
  private:
   MappedCtrColumns() = default;
+  io::FileDescriptor users_;  // "<file>.users", locked shared (invalid where it cannot be made)
   void* base_ = nullptr;
   std::size_t bytes_ = 0;
   CtrColumnsView view_;
@@ -100,16 +110,18 @@ struct CachedCtrColumns {
   std::optional<MappedCtrColumns> mapped;
   CtrColumns parsed;                 // How::parsed only
   std::string why_parsed;            // How::parsed: why the cache was not used
+  double waited_s = 0;               // for another process building the cache
 
   CtrColumnsView view() const { return mapped ? mapped->view() : parsed.view(); }
 };
 
 // Loads the columns of `key`'s source through the cache folder `dir` (created when missing):
 // maps a valid cache file, or takes the build lock, parses with `parse` (which fills `report`),
-// writes the file and maps it. When the folder or the file cannot be written the parsed columns
-// are kept in memory instead (How::parsed, with the reason: the caller warns). `report` comes
-// from the cache file's header when nothing was parsed. Errors of `parse` propagate; waiting
-// more than `lock_timeout_s` for another builder is an IoError naming the lock file.
+// writes the file and maps it. When the folder or the file cannot be written, or the source
+// changed while it was parsed, the parsed columns are kept in memory instead (How::parsed, with
+// the reason: the caller warns). `report` comes from the cache file's header when nothing was
+// parsed. Errors of `parse` propagate; waiting more than `lock_timeout_s` for another builder is
+// an IoError naming the lock file.
 CachedCtrColumns load_ctr_cached(const std::filesystem::path& dir, const CtrCacheKey& key,
                                  const std::function<CtrColumns(CriteoLoadReport&)>& parse, CriteoLoadReport& report,
                                  double lock_timeout_s = 3600);

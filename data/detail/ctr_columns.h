@@ -25,7 +25,8 @@ namespace aiacc::data::detail {
 float transform_integer(std::int64_t value);
 
 // Read-only columns of N examples, wherever they live: a CtrColumns in memory, or a parsed
-// file's cache mapped from disk (data/detail/ctr_cache.h). The pointers are null when N is 0.
+// file's cache mapped from disk (data/detail/ctr_cache.h). Nothing may be read through them when
+// N is 0.
 struct CtrColumnsView {
   int num_integer = 0;
   int num_categorical = 0;

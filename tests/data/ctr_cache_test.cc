@@ -6,6 +6,7 @@
 // naming the lock file.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -68,12 +69,18 @@ CtrExamples parsed_examples(const std::string& path) {
   return read_scrambled(parsed);
 }
 
+std::vector<fs::path> sorted(std::vector<fs::path> paths) {
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// The cache files in `dir`, sorted.
 std::vector<fs::path> cache_files(const std::string& dir) {
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.path().extension() == ".ctrcache") files.push_back(entry.path());
   }
-  return files;
+  return sorted(std::move(files));
 }
 
 TEST(CtrCache, TheFirstLoadBuildsLaterLoadsMapTheSameExamples) {
@@ -117,33 +124,43 @@ TEST(CtrCache, GzipAndSkippedMalformedLinesReadAsParsed) {
   EXPECT_FALSE(mapped.load_report().first_malformed.empty());
 }
 
-TEST(CtrCache, AChangedSourceIsRebuiltAndItsStaleCacheRemoved) {
+TEST(CtrCache, AChangedSourceIsRebuiltAndItsStaleCacheRemovedOnceNoProcessMapsIt) {
   TempDir dir;
+  const std::string cache = dir.file("cache");
   write_text(dir.file("f.tsv"), tsv_lines(20, 1));
-  CriteoTsv first(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
-  const fs::path old_file = first.cache_file();
+  CriteoTsv::Options limited = options_for(dir.file("f.tsv"), cache);
+  limited.limit = 7;
+  const fs::path limited_file = CriteoTsv(limited, {"train", 0}).cache_file();
+  auto first = std::make_unique<CriteoTsv>(options_for(dir.file("f.tsv"), cache), DatasetContext{"train", 0});
+  const fs::path first_file = first->cache_file();
   // Other contents, and a later modification time (a rewrite within the clock's resolution would
   // keep it; the key has the size too).
   write_text(dir.file("f.tsv"), tsv_lines(20, 2));
   fs::last_write_time(dir.file("f.tsv"), fs::last_write_time(dir.file("f.tsv")) + std::chrono::seconds(5));
-  CriteoTsv second(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
-  EXPECT_EQ(second.load_how(), How::built);
-  EXPECT_NE(second.cache_file(), old_file);
-  EXPECT_EQ(read_scrambled(second), parsed_examples(dir.file("f.tsv")));
-  EXPECT_NE(read_scrambled(second), read_scrambled(first));
-  EXPECT_EQ(cache_files(dir.file("cache")), std::vector<fs::path>{second.cache_file()});
+  auto second = std::make_unique<CriteoTsv>(options_for(dir.file("f.tsv"), cache), DatasetContext{"train", 0});
+  EXPECT_EQ(second->load_how(), How::built);
+  EXPECT_NE(second->cache_file(), first_file);
+  EXPECT_EQ(read_scrambled(*second), parsed_examples(dir.file("f.tsv")));
+  // `first` still maps its file: it stays, and still reads the examples it had.
+  EXPECT_NE(read_scrambled(*second), read_scrambled(*first));
+  EXPECT_EQ(cache_files(cache), sorted({first_file, limited_file, second->cache_file()}));
 
   // The same size and the modification time set back (a copy that keeps times): the status
-  // change time still tells.
+  // change time still tells. No process maps the two earlier versions' files any more: they go.
+  // The cache made with a limit stays (its options differ: a load with that limit removes it).
+  const CtrExamples second_examples = read_scrambled(*second);
+  first.reset();
+  second.reset();
   std::string text = tsv_lines(20, 2);
   text[0] = text[0] == '0' ? '1' : '0';
   const auto mtime = fs::last_write_time(dir.file("f.tsv"));
   write_text(dir.file("f.tsv"), text);
   fs::last_write_time(dir.file("f.tsv"), mtime);
-  CriteoTsv third(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  CriteoTsv third(options_for(dir.file("f.tsv"), cache), {"train", 0});
   EXPECT_EQ(third.load_how(), How::built);
   EXPECT_EQ(read_scrambled(third), parsed_examples(dir.file("f.tsv")));
-  EXPECT_NE(read_scrambled(third), read_scrambled(second));
+  EXPECT_NE(read_scrambled(third), second_examples);
+  EXPECT_EQ(cache_files(cache), sorted({limited_file, third.cache_file()}));
 }
 
 TEST(CtrCache, OtherOptionsAndOtherSourcesKeepTheirOwnCaches) {
@@ -200,6 +217,80 @@ TEST(CtrCache, ADamagedOrForeignCacheFileIsRebuilt) {
   CriteoTsv after_version(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(after_version.load_how(), How::built);
   EXPECT_EQ(read_scrambled(after_version), reference);
+}
+
+TEST(CtrCache, AHeaderWhoseCountOverrunsTheFileIsRefused) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(50, 1));
+  const fs::path file = CriteoTsv(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0}).cache_file();
+  // A count whose sections' sizes wrap around (the header's count is at byte 24).
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(24);
+    const std::int64_t huge = 709490156681136600;
+    f.write(reinterpret_cast<const char*>(&huge), 8);
+  }
+  std::string why_not;
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  EXPECT_FALSE(detail::MappedCtrColumns::open(file, key, why_not).has_value());
+  EXPECT_THAT(why_not, HasSubstr("damaged (counts)"));
+  CriteoTsv rebuilt(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(rebuilt.load_how(), How::built);
+  EXPECT_EQ(read_scrambled(rebuilt), parsed_examples(dir.file("f.tsv")));
+}
+
+TEST(CtrCache, SomethingElseAtTheCachesNameIsLeftAndTheFileParsed) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(10, 1));
+  const CtrExamples reference = parsed_examples(dir.file("f.tsv"));
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  const fs::path file = detail::ctr_cache_file(dir.path(), key);
+  // A folder at the cache's name; then a FIFO there, which must not block the open or the write.
+  fs::create_directory(file);
+  CriteoTsv beside_folder(options_for(dir.file("f.tsv"), dir.path()), {"train", 0});
+  EXPECT_EQ(beside_folder.load_how(), How::parsed);
+  EXPECT_EQ(read_scrambled(beside_folder), reference);
+  fs::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0);
+  CriteoTsv beside_fifo(options_for(dir.file("f.tsv"), dir.path()), {"train", 0});
+  EXPECT_EQ(beside_fifo.load_how(), How::parsed);
+  EXPECT_EQ(read_scrambled(beside_fifo), reference);
+  fs::remove(file);
+  // A folder at the lock file's name (the earlier loads made the file): no lock to take, parsed.
+  fs::remove(file.string() + ".lock");
+  fs::create_directory(file.string() + ".lock");
+  CriteoTsv beside_lock_folder(options_for(dir.file("f.tsv"), dir.path()), {"train", 0});
+  EXPECT_EQ(beside_lock_folder.load_how(), How::parsed);
+  EXPECT_EQ(read_scrambled(beside_lock_folder), reference);
+}
+
+TEST(CtrCache, ASourceRewrittenWhileItIsParsedIsNotCached) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(10, 1));
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  detail::CriteoLoadReport report;
+  const detail::CachedCtrColumns loaded = detail::load_ctr_cached(dir.file("cache"), key, [&](detail::CriteoLoadReport&) {
+    detail::CtrColumns columns(3, 3);
+    write_text(dir.file("f.tsv"), tsv_lines(11, 1));  // rewritten under the parse
+    return columns;
+  }, report);
+  EXPECT_EQ(loaded.how, How::parsed);
+  EXPECT_THAT(loaded.why_parsed, HasSubstr("changed while it was parsed"));
+  EXPECT_TRUE(cache_files(dir.file("cache")).empty());
+}
+
+TEST(CtrCache, AnAbandonedTemporaryFileIsRemovedByTheNextBuild) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(10, 1));
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  fs::create_directories(dir.file("cache"));
+  // What AtomicFile leaves when its process is killed while writing.
+  const fs::path abandoned =
+      fs::path(dir.file("cache")) / ("." + detail::ctr_cache_file(dir.file("cache"), key).filename().string() + ".tmp-Ab12Cd");
+  write_text(abandoned.string(), std::string(10000, 'x'));
+  CriteoTsv built(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
+  EXPECT_EQ(built.load_how(), How::built);
+  EXPECT_FALSE(fs::exists(abandoned));
 }
 
 TEST(CtrCache, AFolderThatCannotBeMadeFallsBackToParsing) {
