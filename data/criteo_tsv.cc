@@ -141,7 +141,9 @@ void CriteoTsv::load_file(const std::string& path, const Options& options, const
   read_options.skip_malformed = options.malformed == "skip";
   read_options.limit = limit;
   read_options.threads = static_cast<int>(options.parse_threads);
-  auto parse = [&](detail::CriteoLoadReport& report) { return detail::read_criteo_file(path, layout_, read_options, report); };
+  auto parse = [&](detail::CriteoLoadReport& report) {
+    return detail::read_criteo_file(path, layout_, read_options, report);
+  };
   auto logger = log::get("data");
   if (options.cache_dir.empty()) {
     file.data.parsed = parse(file.report);
@@ -151,12 +153,14 @@ void CriteoTsv::load_file(const std::string& path, const Options& options, const
     file.data = detail::load_ctr_cached(options.cache_dir, key, parse, file.report);
     if (file.data.how == detail::CachedCtrColumns::How::parsed) {
       logger->warn("criteo_tsv {}: not using the column cache {} (data.{}.criteo_tsv.cache_dir): {}; the file is "
-                   "parsed into this process's memory", path, file.data.file.string(), context.split, file.data.why_parsed);
+                   "parsed into this process's memory", path, file.data.file.string(), context.split,
+                   file.data.why_parsed);
     }
   }
   const detail::CtrColumnsView view = file.data.view();
   const detail::CriteoLoadReport& report = file.report;
-  const double mb_in_memory = static_cast<double>(view.bytes_per_example() * static_cast<std::size_t>(view.size())) / 1e6;
+  const double mb_in_memory =
+      static_cast<double>(view.bytes_per_example() * static_cast<std::size_t>(view.size())) / 1e6;
   if (file.data.how == detail::CachedCtrColumns::How::mapped) {
     logger->info("criteo_tsv {}: {} examples from {} lines, mapped from the column cache {} in {:.3f} s{} ({:.1f} "
                  "MB, shared by this host's processes)", path, view.size(), report.lines, file.data.file.string(),

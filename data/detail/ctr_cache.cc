@@ -123,8 +123,9 @@ std::string header_mismatch(const Header& h, const CtrCacheKey& key, std::uint64
     return "made from another version of the source or with other options";
   }
   // The count bounded by the bytes there are before any size is computed from it.
+  const std::size_t example_bytes = bytes_per_example(h.num_integer, h.num_categorical);
   if (h.count < 0 || h.lines < h.count || h.malformed < 0 ||
-      static_cast<std::uint64_t>(h.count) > (file_bytes - kHeaderBytes) / bytes_per_example(h.num_integer, h.num_categorical)) {
+      static_cast<std::uint64_t>(h.count) > (file_bytes - kHeaderBytes) / example_bytes) {
     return "its header is damaged (counts)";
   }
   const Layout l = layout_of(h.count, h.num_integer, h.num_categorical);
@@ -229,7 +230,8 @@ void remove_abandoned_temp_files(const fs::path& file) {
     if (!it->path().filename().string().starts_with(prefix)) continue;
     std::error_code failed;
     if (fs::remove(it->path(), failed)) {
-      log::get("data")->info("removed {}, left by a build of {} that did not finish", it->path().string(), file.string());
+      log::get("data")->info("removed {}, left by a build of {} that did not finish", it->path().string(),
+                             file.string());
     }
   }
 }

@@ -96,7 +96,8 @@ void read_ctr_batch(const CtrColumnsView& columns, std::span<const std::int64_t>
 
 void read_ctr_batch(std::span<const CtrColumnsView> parts, std::span<const std::int64_t> starts,
                     std::span<const std::int64_t> indices, Batch& batch) {
-  AIACC_CHECK(!parts.empty() && starts.size() == parts.size() + 1, "{} parts with {} starts", parts.size(), starts.size());
+  AIACC_CHECK(!parts.empty() && starts.size() == parts.size() + 1, "{} parts with {} starts", parts.size(),
+              starts.size());
   const auto n = static_cast<std::int64_t>(indices.size());
   const int num_integer = parts.front().num_integer, num_categorical = parts.front().num_categorical;
   const auto ni = static_cast<std::size_t>(num_integer);
@@ -109,9 +110,10 @@ void read_ctr_batch(std::span<const CtrColumnsView> parts, std::span<const std::
     const std::int64_t index = indices[static_cast<std::size_t>(i)];
     AIACC_CHECK(index >= 0 && index < total, "example index {} of {}", index, total);
     // The part holding `index`: the last whose start is not above it (one part: the first).
-    const auto part = parts.size() == 1
-                          ? std::size_t{0}
-                          : static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, index) - starts.begin() - 1);
+    const auto part =
+        parts.size() == 1
+            ? std::size_t{0}
+            : static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, index) - starts.begin() - 1);
     const CtrColumnsView& columns = parts[part];
     const std::int64_t example = index - starts[part];
     const auto row = static_cast<std::size_t>(example);

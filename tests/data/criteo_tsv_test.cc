@@ -380,7 +380,8 @@ CtrExamples read_file_scrambled(const std::string& path) {
 
 // Line i of a three-plus-three-column file, different for every i.
 std::string numbered_line(int i) {
-  return fmt::format("{}\t{}\t{}\t\t{:08x}\t{}\t{:08x}\n", i % 2, i, -i, 0x100 + i, i % 3 == 0 ? "" : "0000abcd", i * 17);
+  return fmt::format("{}\t{}\t{}\t\t{:08x}\t{}\t{:08x}\n", i % 2, i, -i, 0x100 + i, i % 3 == 0 ? "" : "0000abcd",
+                     i * 17);
 }
 
 std::string numbered_lines(int from, int to) {

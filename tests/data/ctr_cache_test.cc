@@ -46,7 +46,8 @@ std::string tsv_lines(int count, int salt, bool with_malformed = false) {
       continue;
     }
     const int v = i * 7 + salt;
-    text += fmt::format("{}\t{}\t{}\t{}\t{:08x}\t{}\t{:08X}\n", v % 3 == 0 ? 1 : 0, v % 5 == 0 ? std::string() : std::to_string(v),
+    text += fmt::format("{}\t{}\t{}\t{}\t{:08x}\t{}\t{:08X}\n", v % 3 == 0 ? 1 : 0,
+                        v % 5 == 0 ? std::string() : std::to_string(v),
                         -v % 4, v * 1000, 0x1000 + v, v % 4 == 0 ? std::string() : fmt::format("{:08x}", v * 31),
                         0xABC00 + v % 11);
   }
@@ -269,11 +270,12 @@ TEST(CtrCache, ASourceRewrittenWhileItIsParsedIsNotCached) {
   write_text(dir.file("f.tsv"), tsv_lines(10, 1));
   const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
   detail::CriteoLoadReport report;
-  const detail::CachedCtrColumns loaded = detail::load_ctr_cached(dir.file("cache"), key, [&](detail::CriteoLoadReport&) {
-    detail::CtrColumns columns(3, 3);
-    write_text(dir.file("f.tsv"), tsv_lines(11, 1));  // rewritten under the parse
-    return columns;
-  }, report);
+  auto parse_while_rewriting = [&](detail::CriteoLoadReport&) {
+    write_text(dir.file("f.tsv"), tsv_lines(11, 1));
+    return detail::CtrColumns(3, 3);
+  };
+  const detail::CachedCtrColumns loaded =
+      detail::load_ctr_cached(dir.file("cache"), key, parse_while_rewriting, report);
   EXPECT_EQ(loaded.how, How::parsed);
   EXPECT_THAT(loaded.why_parsed, HasSubstr("changed while it was parsed"));
   EXPECT_TRUE(cache_files(dir.file("cache")).empty());
@@ -285,8 +287,8 @@ TEST(CtrCache, AnAbandonedTemporaryFileIsRemovedByTheNextBuild) {
   const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
   fs::create_directories(dir.file("cache"));
   // What AtomicFile leaves when its process is killed while writing.
-  const fs::path abandoned =
-      fs::path(dir.file("cache")) / ("." + detail::ctr_cache_file(dir.file("cache"), key).filename().string() + ".tmp-Ab12Cd");
+  const std::string name = detail::ctr_cache_file(dir.file("cache"), key).filename().string();
+  const fs::path abandoned = fs::path(dir.file("cache")) / ("." + name + ".tmp-Ab12Cd");
   write_text(abandoned.string(), std::string(10000, 'x'));
   CriteoTsv built(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(built.load_how(), How::built);
