@@ -11,7 +11,7 @@
 #   --steps N          train.max_steps of each run (default 3000)
 #   --sample-after S   seconds after the start of training at which memory is read (default 2)
 #   other arguments go to aiacc-train (e.g. --set cluster.workers=4)
-# Needs build/tools/aiacc-train (scripts/build.sh). The cache folder is a temporary one, removed
+# Needs build/tools/aiacc-train (scripts/build.sh), or the program AIACC_TRAIN names. The cache folder is a temporary one, removed
 # at the end; the runs' folders too.
 set -euo pipefail
 
@@ -32,7 +32,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 root=$(cd "$(dirname "$0")/../.." && pwd)
-program=$root/build/tools/aiacc-train
+program=${AIACC_TRAIN:-$root/build/tools/aiacc-train}  # AIACC_TRAIN: another build's program
 [[ -x $program ]] || { echo "column_cache_bench: $program is missing: run scripts/build.sh" >&2; exit 2; }
 [[ -f $config ]] || { echo "column_cache_bench: $config: no such file" >&2; exit 2; }
 work=$(mktemp -d /tmp/aiacc-column-cache-bench-XXXXXX)
@@ -88,5 +88,5 @@ done
 read -r p_load p_pss p_anon p_rate <<<"$parsed"
 read -r m_load m_pss m_anon m_rate <<<"$mapped"
 awk -v a="$m_pss" -v b="$p_pss" -v c="$m_rate" -v d="$p_rate" -v e="$m_load" -v f="$p_load" 'BEGIN {
-  printf "mapped / parsed: Pss %.2fx, samples/s %.2fx, load %s\n", a / b, (d > 0 ? c / d : 0),
-         (f > 0 ? sprintf("%.4fx", e / f) : "?") }'
+  printf "mapped / parsed: Pss %s, samples/s %s, load %s\n", (b > 0 ? sprintf("%.2fx", a / b) : "?"),
+         (d > 0 ? sprintf("%.2fx", c / d) : "?"), (f > 0 ? sprintf("%.4fx", e / f) : "?") }'
