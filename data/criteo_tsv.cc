@@ -3,11 +3,14 @@
 #include "data/criteo_tsv.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -56,27 +59,72 @@ std::string missing_hint(const std::string& path) {
 
 bool is_pattern(const std::string& entry) { return entry.find_first_of("*?[") != std::string::npos; }
 
-// The files a glob pattern matches, in name order; ConfigError naming `key` when it matches none.
+// What glob(3) could not read while expanding (other than a folder that does not exist): its
+// error callback takes no context, and patterns are expanded on one thread at a time.
+thread_local std::string g_glob_error;
+
+int record_glob_error(const char* path, int error) {
+  if (error != ENOENT && error != ENOTDIR && g_glob_error.empty()) {
+    g_glob_error = fmt::format("{}: {}", path, std::strerror(error));
+  }
+  return 0;  // go on with the folders that can be read
+}
+
+// A file this dataset's column cache keeps beside its caches, which a pattern over a folder
+// holding both must not take for data.
+bool is_cache_file(const std::string& path) {
+  return path.ends_with(".ctrcache") || path.ends_with(".ctrcache.lock") || path.ends_with(".ctrcache.users");
+}
+
+// The files a glob pattern matches, in natural order (day_2 before day_10: strverscmp), folders
+// and column-cache files left out; ConfigError naming `key` when it matches none.
 std::vector<std::string> expand(const std::string& pattern, const std::string& key) {
   glob_t matches{};
-  const int status = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+  g_glob_error.clear();
+  const int status = ::glob(pattern.c_str(), GLOB_MARK | GLOB_NOSORT, record_glob_error, &matches);
   std::vector<std::string> paths;
-  for (std::size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) paths.emplace_back(matches.gl_pathv[i]);
+  for (std::size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) {
+    const std::string path = matches.gl_pathv[i];
+    if (!path.ends_with('/') && !is_cache_file(path)) paths.push_back(path);
+  }
   ::globfree(&matches);
-  if (status == GLOB_NOMATCH || (status == 0 && paths.empty())) {
+  if (status == GLOB_NOSPACE) throw ConfigError(fmt::format("{}: {}: out of memory expanding it", key, pattern));
+  if (paths.empty()) {
     std::error_code ec;
-    throw ConfigError(fmt::format("{}: {} matches no file{}", key, pattern,
-                                  std::filesystem::path(pattern).is_relative()
-                                      ? fmt::format(" (relative to the working directory {})",
-                                                    std::filesystem::current_path(ec).string())
-                                      : std::string()));
+    const std::string where = std::filesystem::path(pattern).is_relative()
+                                  ? fmt::format("relative to the working directory {}",
+                                                std::filesystem::current_path(ec).string())
+                                  : std::string();
+    const std::string why = g_glob_error.empty() ? where : (where.empty() ? "" : where + "; ") + g_glob_error;
+    throw ConfigError(fmt::format("{}: {} matches no file{}", key, pattern, why.empty() ? "" : " (" + why + ")"));
   }
-  if (status != 0) {
-    throw ConfigError(fmt::format("{}: {}: its folder cannot be read ({})", key, pattern,
-                                  status == GLOB_ABORTED ? "a read error" : "out of memory"));
-  }
+  std::sort(paths.begin(), paths.end(),
+            [](const std::string& a, const std::string& b) { return ::strverscmp(a.c_str(), b.c_str()) < 0; });
   return paths;
 }
+
+// The files named so far, by identity (device and inode: a file reached through a link or
+// another spelling of its path is the same file), each with the key that named it first.
+class NamedFiles {
+ public:
+  // The key that named `path` before, or "" (then it is recorded as named by `key`).
+  std::string named_before(const std::string& path, const std::string& key) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) == 0) {
+      const auto [at, added] = by_inode_.emplace(std::make_pair(st.st_dev, st.st_ino), key);
+      return added ? std::string() : at->second;
+    }
+    // Missing or unreadable: check_input_files says so; meanwhile its spelling identifies it.
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+    const auto [at, added] = by_path_.emplace(ec ? path : absolute.lexically_normal().string(), key);
+    return added ? std::string() : at->second;
+  }
+
+ private:
+  std::map<std::pair<dev_t, ino_t>, std::string> by_inode_;
+  std::map<std::string, std::string> by_path_;
+};
 
 }  // namespace
 
@@ -92,16 +140,14 @@ std::vector<InputFile> CriteoTsv::input_files(const Options& options, const Data
   }
   if (entries.empty()) return {{fmt::format("data.{}.criteo_tsv.{}", context.split, one), path, missing_hint(path)}};
   std::vector<InputFile> files;
-  std::map<std::string, std::string> named_by;  // normalised path -> the key that named it first
+  NamedFiles named;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::string key = fmt::format("data.{}.criteo_tsv.{}[{}]", context.split, many, i);
     const std::vector<std::string> paths = is_pattern(entries[i]) ? expand(entries[i], key)
                                                                   : std::vector<std::string>{entries[i]};
     for (const std::string& p : paths) {
-      std::error_code ec;
-      const std::string normal = std::filesystem::absolute(p, ec).lexically_normal().string();
-      if (const auto [at, added] = named_by.emplace(normal, key); !added) {
-        throw ConfigError(fmt::format("{}: {} is named by {} already: each file is read once", key, p, at->second));
+      if (const std::string before = named.named_before(p, key); !before.empty()) {
+        throw ConfigError(fmt::format("{}: {} is named by {} already: each file is read once", key, p, before));
       }
       files.push_back({key, p, missing_hint(p)});
     }
@@ -129,7 +175,8 @@ CriteoTsv::CriteoTsv(const Options& options, const DatasetContext& context) {
     starts_.push_back(starts_.back() + views_.back().size());
   }
   if (files_.size() > 1) {
-    log::get("data")->info("criteo_tsv: {} examples from {} files", starts_.back(), files_.size());
+    log::get("data")->info("criteo_tsv: the {} split's {} examples from {} files", context.split, starts_.back(),
+                           files_.size());
   }
 }
 

@@ -10,8 +10,9 @@
 // non-negative int64, or -1 when missing. spec(): Task::binary, example_shape [I], the field names.
 //
 // A split reads one file (train_file / test_file) or several (train_files / test_files: paths
-// or glob patterns, each pattern's matches in name order), their examples concatenated in the
-// order given, as one file made of them would read.
+// or glob patterns, each pattern's files in natural order, day_2 before day_10, its folders and
+// column-cache files left out), their examples concatenated in the order given, as one file
+// made of them would read. A file is read once: naming it twice, through a link too, is an error.
 //
 // The split's files are loaded whole at construction, compactly: 1 + 4*I + 4*C + ceil(C/8) bytes
 // per example (Criteo: 161 bytes, so Kaggle's 45.8M lines take ~7.4 GB; flights: 34 bytes).
@@ -53,7 +54,8 @@ class CriteoTsv final : public Dataset {
               "the train split uses criteo_tsv");
       v.field("test_file", test_file, "TSV file of the test split; required when the test split uses it");
       v.field("train_files", train_files, "instead of train_file: several TSV files (plain or .gz) or glob "
-              "patterns (day_*.gz: its matches in name order), read as one file made of them in this order");
+              "patterns (day_*.gz: its files in natural order, day_2 before day_10), read as one file made of them "
+              "in this order");
       v.field("test_files", test_files, "instead of test_file: several TSV files or glob patterns");
       v.field("num_integer", num_integer, "integer columns after the label (Criteo: 13)",
               config::in_range<std::int64_t>(0, 10000));

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <numeric>
@@ -27,6 +28,7 @@
 namespace aiacc::data {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::CtrExamples;
@@ -424,21 +426,22 @@ TEST(CriteoTsv, SeveralFilesReadAsOneFileMadeOfThem) {
   EXPECT_EQ(read_scrambled(mapped), one);
 }
 
-TEST(CriteoTsv, PatternsExpandInNameOrderAndALimitSpansFiles) {
+TEST(CriteoTsv, PatternsExpandInNaturalOrderAndALimitSpansFiles) {
   TempDir dir;
   write_text(dir.file("day_1.tsv"), numbered_lines(0, 3));
-  write_text(dir.file("day_10.tsv"), numbered_lines(3, 5));
-  write_text(dir.file("day_2.tsv"), numbered_lines(5, 9));
+  write_text(dir.file("day_2.tsv"), numbered_lines(3, 5));
+  write_text(dir.file("day_10.tsv"), numbered_lines(5, 9));
   write_text(dir.file("other.tsv"), numbered_lines(100, 101));
+  fs::create_directories(dir.file("day_3.tsv"));  // a folder the pattern matches: left out
   write_text(dir.file("all.tsv"), numbered_lines(0, 9) + numbered_line(100));
   CriteoTsv glob(files_options({dir.file("day_*.tsv"), dir.file("other.tsv")}), {"train", 0});
   ASSERT_EQ(glob.num_files(), 4u);
   EXPECT_EQ(glob.path(0), dir.file("day_1.tsv"));
-  EXPECT_EQ(glob.path(1), dir.file("day_10.tsv"));
-  EXPECT_EQ(glob.path(2), dir.file("day_2.tsv"));
+  EXPECT_EQ(glob.path(1), dir.file("day_2.tsv"));
+  EXPECT_EQ(glob.path(2), dir.file("day_10.tsv"));
   EXPECT_EQ(read_scrambled(glob), read_file_scrambled(dir.file("all.tsv")));
 
-  // limit 4: three lines of day_1 and one of day_10; day_2 and other.tsv are not read.
+  // limit 4: three lines of day_1 and one of day_2; day_10 and other.tsv are not read.
   CriteoTsv::Options limited = files_options({dir.file("day_*.tsv"), dir.file("other.tsv")});
   limited.limit = 4;
   CriteoTsv first_four(limited, {"train", 0});
@@ -446,6 +449,16 @@ TEST(CriteoTsv, PatternsExpandInNameOrderAndALimitSpansFiles) {
   EXPECT_EQ(first_four.num_files(), 2u);
   write_text(dir.file("four.tsv"), numbered_lines(0, 4));
   EXPECT_EQ(read_scrambled(first_four), read_file_scrambled(dir.file("four.tsv")));
+
+  // Column caches kept in the data's own folder match the pattern too: they are left out.
+  CriteoTsv::Options cached = files_options({dir.file("day_*.tsv*")});
+  cached.cache_dir = dir.path();
+  CriteoTsv built(cached, {"train", 0});
+  CriteoTsv mapped(cached, {"train", 0});
+  ASSERT_EQ(mapped.num_files(), 3u);
+  for (std::size_t f = 0; f < 3; ++f) EXPECT_EQ(mapped.load_how(f), detail::CachedCtrColumns::How::mapped);
+  write_text(dir.file("nine"), numbered_lines(0, 9));
+  EXPECT_EQ(read_scrambled(mapped), read_file_scrambled(dir.file("nine")));
 }
 
 TEST(CriteoTsv, FileListsAreCheckedNamingTheEntry) {
@@ -466,6 +479,15 @@ TEST(CriteoTsv, FileListsAreCheckedNamingTheEntry) {
                         " is named by data.train.criteo_tsv.train_files[0] already"));
   EXPECT_THAT(config_error(files_options({dir.file("a.tsv"), dir.file("b.tsv")})),
               HasSubstr("data.train.criteo_tsv.train_files[1]: " + dir.file("b.tsv") + ": no such file"));
+  EXPECT_THAT(config_error(files_options({dir.file("nope/day_*.tsv")})),
+              HasSubstr("data.train.criteo_tsv.train_files[0]: " + dir.file("nope/day_*.tsv") + " matches no file"));
+  // The same file through another spelling of its path, and through a link.
+  fs::create_symlink(dir.file("a.tsv"), dir.file("link.tsv"));
+  EXPECT_THAT(config_error(files_options({dir.file("a.tsv"), dir.path() + "/./a.tsv"})),
+              HasSubstr("is named by data.train.criteo_tsv.train_files[0] already"));
+  EXPECT_THAT(config_error(files_options({dir.file("a.tsv"), dir.file("link.tsv")})),
+              HasSubstr("data.train.criteo_tsv.train_files[1]: " + dir.file("link.tsv") +
+                        " is named by data.train.criteo_tsv.train_files[0] already"));
   CriteoTsv::Options neither = files_options({});
   EXPECT_THAT(config_error(neither), HasSubstr("data.train.criteo_tsv.train_file is not set"));
 

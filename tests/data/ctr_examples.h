@@ -1,10 +1,12 @@
-// Test helper for CTR datasets: every example of a dataset as plain vectors, read in an order
-// that crosses the dataset's halves (and its files' boundaries) back and forth, so two datasets
-// compare equal only when each index holds the same example.
+// Test helper for CTR datasets: every example of a dataset as plain vectors, read in a fixed
+// shuffled order (crossing its files' boundaries back and forth) and put back in index order, so
+// two datasets compare equal only when each index holds the same example.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -20,13 +22,28 @@ struct CtrExamples {
 };
 
 inline CtrExamples read_scrambled(Dataset& dataset) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(dataset.size()));
+  const auto n = static_cast<std::size_t>(dataset.size());
+  std::vector<std::int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  for (std::size_t i = 0; i + 1 < order.size(); i += 2) std::swap(order[i], order[order.size() - 1 - i]);
+  std::mt19937 rng(7);
+  std::shuffle(order.begin(), order.end(), rng);
   Batch batch;
   dataset.read(order, batch);
-  CtrExamples e{batch.labels.to_vector<float>(), batch.inputs.to_vector<float>(), {}};
-  for (const SparseField& field : batch.sparse) e.ids.push_back(field.ids);
+  // Back to index order: position k of the batch holds example order[k].
+  const std::vector<float> labels = batch.labels.to_vector<float>(), inputs = batch.inputs.to_vector<float>();
+  const std::size_t width = n == 0 ? 0 : inputs.size() / n;
+  CtrExamples e{std::vector<float>(n), std::vector<float>(inputs.size()), {}};
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto at = static_cast<std::size_t>(order[k]);
+    e.labels[at] = labels[k];
+    std::copy_n(inputs.begin() + static_cast<std::ptrdiff_t>(k * width), width,
+                e.inputs.begin() + static_cast<std::ptrdiff_t>(at * width));
+  }
+  for (const SparseField& field : batch.sparse) {
+    std::vector<std::int64_t> ids(n);
+    for (std::size_t k = 0; k < n; ++k) ids[static_cast<std::size_t>(order[k])] = field.ids[k];
+    e.ids.push_back(std::move(ids));
+  }
   return e;
 }
 
