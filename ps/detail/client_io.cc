@@ -180,20 +180,23 @@ void ClientIo::run() {
         r.ticket->finish_one(std::make_exception_ptr(CommError(describe(r.shard, r) + ": " + gone)));
         continue;
       }
+      int attempts = 1;
       try {
         send(r);
         if (r.send_twice) send(r);
       } catch (const std::exception& e) {
-        r.ticket->finish_one(std::make_exception_ptr(
-            CommError(fmt::format("{}: {}", describe(r.shard, r), e.what()))));
-        continue;
+        // Not connected (the shard is down or restarting, or refuses us): kept and sent again
+        // one retry interval later, until its deadline, as a resend is. It used to fail at
+        // once, so whether a request to an unreachable shard failed now or at its deadline
+        // depended on whether its connection had been dropped yet.
+        attempts = 0;
+        log::get("ps")->warn("sending {} failed: {}; trying again in {:.1f} s", describe(r.shard, r), e.what(),
+                             options_.retry_interval_s);
       }
       const std::uint64_t seq = r.header.seq;
       const int shard = r.shard;
       in_flight_[static_cast<std::size_t>(shard)].emplace(
-          seq, InFlight{std::move(r), now,
-                        now + net::duration_from_seconds(options_.timeout_s),
-                        1});
+          seq, InFlight{std::move(r), now, now + net::duration_from_seconds(options_.timeout_s), attempts});
     }
     for (std::size_t k = 0; k < shards; ++k) {
       for (int i = 0; i < 1024; ++i) {

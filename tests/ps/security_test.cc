@@ -49,8 +49,15 @@ TEST(PsSecurity, OnlyClientsWithTheJobTokenCanPullOrPush) {
   for (const std::string& intruder_token : {std::string(), std::string("another-jobs-token-0123456789-abcdef")}) {
     auto context = intruder_token.empty() ? net::Context::create()
                                           : net::Context::create(1, net::CurveKeys::from_token(intruder_token));
-    // Through our own client: registering the table times out.
+    // Through our own client: registering the table times out. The request is sent after the
+    // shard has refused the handshake and the connection is gone (so the first send fails): it
+    // is retried until its deadline like any unanswered request, not failed at once.
+    const std::uint64_t refused = server_context->refused_handshakes();
     auto intruder = client_with(server.endpoint(), context, 1.5);
+    for (int i = 0; i < 500 && server_context->refused_handshakes() == refused; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     EXPECT_THROW(intruder->create_table(config), TimeoutError);
     // Through a raw socket: well-formed pull and push requests for the member's table get
     // no reply and change nothing.
