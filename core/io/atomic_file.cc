@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -192,6 +193,15 @@ void FileDescriptor::close(const std::filesystem::path& path) {
     int error_number = errno;
     throw IoError(fmt::format("cannot close {}: {}", path.string(), errno_text(error_number)));
   }
+}
+
+FileDescriptor open_retrying(const std::filesystem::path& path, int flags, unsigned mode) {
+  return FileDescriptor(
+      retry_eintr([&] { return ::open(path.c_str(), flags | O_CLOEXEC, static_cast<mode_t>(mode)); }));
+}
+
+bool flock_retrying(const FileDescriptor& fd, int operation) {
+  return retry_eintr([&] { return ::flock(fd.get(), operation); }) == 0;
 }
 
 FileDescriptor open_for_reading(const std::filesystem::path& path) {

@@ -38,6 +38,14 @@ class FileDescriptor {
   int fd_ = -1;
 };
 
+// open(2) with O_CLOEXEC added, retried on EINTR; an invalid descriptor, errno set, when it
+// fails (for callers that choose what a failure means: a lock file that cannot be made, say).
+FileDescriptor open_retrying(const std::filesystem::path& path, int flags, unsigned mode = 0);
+
+// flock(2) on `fd`, retried on EINTR: true when taken; false, errno set, when not (EWOULDBLOCK:
+// another open file holds it, under LOCK_NB).
+bool flock_retrying(const FileDescriptor& fd, int operation);
+
 // Opens `path` read-only; IoError naming the path and the errno text when that fails. A missing
 // file says "no such file" when its folder exists and names the missing folder otherwise.
 FileDescriptor open_for_reading(const std::filesystem::path& path);

@@ -135,24 +135,6 @@ std::string header_mismatch(const Header& h, const CtrCacheKey& key, std::uint64
   return {};
 }
 
-// ::open, retried on EINTR.
-io::FileDescriptor open_retrying(const fs::path& path, int flags, mode_t mode = 0) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-  } while (fd < 0 && errno == EINTR);
-  return io::FileDescriptor(fd);
-}
-
-// flock, retried on EINTR; false with errno set when it fails.
-bool flock_retrying(const io::FileDescriptor& fd, int operation) {
-  int status;
-  do {
-    status = ::flock(fd.get(), operation);
-  } while (status != 0 && errno == EINTR);
-  return status == 0;
-}
-
 // A regular file at `file`, opened for reading (non-blocking, so a FIFO put there does not hang
 // the open), its size and header; nullopt with the reason in `why_not` ("" when there is none).
 struct OpenedCache {
@@ -164,7 +146,7 @@ struct OpenedCache {
 std::optional<OpenedCache> open_cache(const fs::path& file, std::string& why_not) {
   why_not.clear();
   OpenedCache c;
-  c.fd = open_retrying(file, O_RDONLY | O_NONBLOCK);
+  c.fd = io::open_retrying(file, O_RDONLY | O_NONBLOCK);
   if (!c.fd.valid()) {
     if (errno != ENOENT) why_not = fmt::format("cannot be opened: {}", std::strerror(errno));
     return std::nullopt;
@@ -209,8 +191,8 @@ void remove_stale_caches(const fs::path& dir, const CtrCacheKey& key, const fs::
     std::string why_not;
     const std::optional<OpenedCache> c = open_cache(path, why_not);
     if (!c || !format_mismatch(c->header).empty() || !same_source_and_options(c->header, key)) continue;
-    const io::FileDescriptor users = open_retrying(users_path(path), O_RDONLY | O_CREAT, 0644);
-    if (users.valid() && !flock_retrying(users, LOCK_EX | LOCK_NB)) continue;  // mapped by a process
+    const io::FileDescriptor users = io::open_retrying(users_path(path), O_RDONLY | O_CREAT, 0644);
+    if (users.valid() && !io::flock_retrying(users, LOCK_EX | LOCK_NB)) continue;  // mapped by a process
     std::error_code failed;
     if (fs::remove(path, failed)) {
       log::get("data")->info("removed the stale column cache {} of {}", path.string(), key.source);
@@ -288,8 +270,8 @@ std::optional<MappedCtrColumns> MappedCtrColumns::open(const fs::path& file, con
   // Shared before the file is checked: from then on no builder removes it as stale. A folder
   // this process may not write (caches made by another user) has no lock to take, and no
   // builder of this user removes anything there either.
-  m.users_ = open_retrying(users_path(file), O_RDONLY | O_CREAT, 0644);
-  if (m.users_.valid() && !flock_retrying(m.users_, LOCK_SH)) m.users_ = io::FileDescriptor();
+  m.users_ = io::open_retrying(users_path(file), O_RDONLY | O_CREAT, 0644);
+  if (m.users_.valid() && !io::flock_retrying(m.users_, LOCK_SH)) m.users_ = io::FileDescriptor();
   std::optional<OpenedCache> c = open_cache(file, why_not);
   if (!c) return std::nullopt;
   const Header& h = c->header;
@@ -415,10 +397,11 @@ CachedCtrColumns load_ctr_cached(const fs::path& dir, const CtrCacheKey& key,
   auto logger = log::get("data");
   CachedCtrColumns result;
   result.file = ctr_cache_file(dir, key);
-  auto parsed_in_memory = [&](std::string why) {
+  // Columns kept in this process's memory instead of a cache, and why.
+  auto keep_parsed = [&](CtrColumns columns, std::string why) {
     result.how = CachedCtrColumns::How::parsed;
     result.why_parsed = std::move(why);
-    result.parsed = parse(report);
+    result.parsed = std::move(columns);
     return std::move(result);
   };
   // A load that parsed nothing reports what the build recorded, and the time to map.
@@ -436,19 +419,23 @@ CachedCtrColumns load_ctr_cached(const fs::path& dir, const CtrCacheKey& key,
 
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return parsed_in_memory(fmt::format("the cache folder {} cannot be created: {}", dir.string(), ec.message()));
+  if (ec) {
+    return keep_parsed(parse(report), fmt::format("the cache folder {} cannot be created: {}", dir.string(),
+                                                  ec.message()));
+  }
   std::string why_not;
   if (auto m = MappedCtrColumns::open(result.file, key, why_not)) return mapped(std::move(*m));
 
   // O_RDONLY: flock needs no write access, so a lock file this user may only read still works.
-  const io::FileDescriptor lock = open_retrying(lock_path(result.file), O_RDONLY | O_CREAT, 0644);
+  const io::FileDescriptor lock = io::open_retrying(lock_path(result.file), O_RDONLY | O_CREAT, 0644);
   if (!lock.valid()) {
-    return parsed_in_memory(fmt::format("its lock file {} cannot be opened: {}", lock_path(result.file).string(),
-                                        std::strerror(errno)));
+    const std::string why = fmt::format("its lock file {} cannot be opened: {}", lock_path(result.file).string(),
+                                        std::strerror(errno));
+    return keep_parsed(parse(report), why);
   }
   const auto wait_start = Clock::now();
   bool announced = false;
-  while (!flock_retrying(lock, LOCK_EX | LOCK_NB)) {
+  while (!io::flock_retrying(lock, LOCK_EX | LOCK_NB)) {
     if (errno != EWOULDBLOCK) {
       // A filesystem without flock (some network mounts): build without it. Two processes may
       // then both parse and write; each rename installs a whole, identical file.
@@ -474,35 +461,29 @@ CachedCtrColumns load_ctr_cached(const fs::path& dir, const CtrCacheKey& key,
   // Something else at the cache's name (a folder, a FIFO) is not replaced: AtomicFile would
   // write a FIFO in place, and block there until it had a reader.
   if (fs::exists(fs::symlink_status(result.file, ec)) && !fs::is_regular_file(fs::status(result.file, ec))) {
-    return parsed_in_memory(fmt::format("{} is not a regular file (remove it to have the cache made)",
-                                        result.file.string()));
+    return keep_parsed(parse(report), fmt::format("{} is not a regular file (remove it to have the cache made)",
+                                                  result.file.string()));
   }
   if (!why_not.empty()) logger->warn("column cache {}: {}; building it again", result.file.string(), why_not);
   remove_abandoned_temp_files(result.file);
   CtrColumns columns = parse(report);
-  auto keep_parsed = [&](std::string why) {
-    result.how = CachedCtrColumns::How::parsed;
-    result.why_parsed = std::move(why);
-    result.parsed = std::move(columns);
-    return std::move(result);
-  };
   // A source rewritten while it was parsed: its columns may mix both versions, and the key
   // (taken before) would name them the old one's.
   try {
     const CtrCacheKey after = CtrCacheKey::of(key.source, key.num_integer, key.num_categorical, key.skip_malformed,
                                               key.limit);
-    if (!(after == key)) return keep_parsed("the file changed while it was parsed");
+    if (!(after == key)) return keep_parsed(std::move(columns), "the file changed while it was parsed");
   } catch (const IoError& e) {
-    return keep_parsed(fmt::format("the file changed while it was parsed ({})", e.what()));
+    return keep_parsed(std::move(columns), fmt::format("the file changed while it was parsed ({})", e.what()));
   }
   try {
     write_ctr_cache(result.file, key, columns, report);
   } catch (const IoError& e) {
-    return keep_parsed(fmt::format("it cannot be written: {}", e.what()));
+    return keep_parsed(std::move(columns), fmt::format("it cannot be written: {}", e.what()));
   }
   remove_stale_caches(dir, key, result.file);
   auto m = MappedCtrColumns::open(result.file, key, why_not);
-  if (!m) return keep_parsed(fmt::format("the file just written cannot be read back: {}", why_not));
+  if (!m) return keep_parsed(std::move(columns), fmt::format("the file just written cannot be read back: {}", why_not));
   result.how = CachedCtrColumns::How::built;
   result.mapped = std::move(*m);
   return result;

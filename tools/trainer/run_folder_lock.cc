@@ -38,15 +38,11 @@ std::string holder_of(int fd) {
 
 RunFolderLock::RunFolderLock(const std::filesystem::path& run_folder) {
   const std::filesystem::path path = run_folder / ".lock";
-  fd_ = io::FileDescriptor(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  fd_ = io::open_retrying(path, O_RDWR | O_CREAT, 0644);
   if (!fd_.valid()) {
     throw IoError(fmt::format("cannot open {} (the run folder's lock): {}", path.string(), std::strerror(errno)));
   }
-  int status = 0;
-  do {
-    status = ::flock(fd_.get(), LOCK_EX | LOCK_NB);
-  } while (status != 0 && errno == EINTR);
-  if (status != 0) {
+  if (!io::flock_retrying(fd_, LOCK_EX | LOCK_NB)) {
     if (errno == EWOULDBLOCK) {
       throw ConfigError(fmt::format(
           "the run folder {} is in use by another job ({}): two jobs in one folder would mix their checkpoints "
