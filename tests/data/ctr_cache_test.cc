@@ -2,10 +2,11 @@
 // load reads exactly what a parse reads (plain and gzip'd, with malformed lines skipped); the
 // first load builds, later ones map; a changed source, other options, a damaged or foreign cache
 // file each lead to a rebuild, never to stale or wrong examples; an unusable folder falls back
-// to parsing; loads racing on one cache build it once; a lock held too long is an IoError
-// naming the lock file.
+// to parsing, and so does a cache file that cannot be written (a full disk); loads racing on one
+// cache build it once; a lock held too long is an IoError naming the lock file.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,8 +16,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -293,6 +296,45 @@ TEST(CtrCache, AnAbandonedTemporaryFileIsRemovedByTheNextBuild) {
   CriteoTsv built(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(built.load_how(), How::built);
   EXPECT_FALSE(fs::exists(abandoned));
+}
+
+TEST(CtrCache, ACacheThatCannotBeWrittenLeavesTheParsedColumnsInMemory) {
+  TempDir dir;
+  write_text(dir.file("f.tsv"), tsv_lines(3000, 1));
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  detail::CriteoLayout layout;
+  layout.num_integer = 3;
+  layout.num_categorical = 3;
+  layout.integer_names = {"I1", "I2", "I3"};
+  layout.categorical_names = {"C1", "C2", "C3"};
+  detail::CriteoLoadReport report;
+  const detail::CtrColumns parsed = detail::read_criteo_file(dir.file("f.tsv"), layout, {}, report);
+  // The cache file (about 40 KB) cannot grow past 16 KB, as on a full disk: writes beyond fail
+  // with EFBIG (SIGXFSZ ignored). Nothing in the window below writes any other file.
+  struct rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct rlimit small = saved;
+  small.rlim_cur = 16 * 1024;
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::optional<detail::CachedCtrColumns> loaded;
+  std::string error;
+  try {
+    loaded = detail::load_ctr_cached(dir.file("cache"), key, [&](detail::CriteoLoadReport&) { return parsed; }, report);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, previous_handler);
+  ASSERT_TRUE(loaded.has_value()) << error;
+  EXPECT_EQ(loaded->how, How::parsed);
+  EXPECT_THAT(loaded->why_parsed, HasSubstr("cannot be written"));
+  EXPECT_EQ(loaded->parsed.labels, parsed.labels);
+  EXPECT_EQ(loaded->parsed.categoricals, parsed.categoricals);
+  EXPECT_TRUE(cache_files(dir.file("cache")).empty());
+  for (const auto& entry : fs::directory_iterator(dir.file("cache"))) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr(".tmp-"))) << "a temporary file is left";
+  }
 }
 
 TEST(CtrCache, AFolderThatCannotBeMadeFallsBackToParsing) {
