@@ -78,6 +78,22 @@ std::vector<fs::path> sorted(std::vector<fs::path> paths) {
   return paths;
 }
 
+// Overwrites the bytes of `value` at `offset` of `file` (a header field of a cache file).
+template <class T>
+void overwrite_at(const fs::path& file, std::streamoff offset, T value) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.write(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// Why MappedCtrColumns::open refuses `file` as the cache of <dir>/f.tsv (3 + 3 columns), or
+// "<mapped>" when it maps it.
+std::string why_refused(const fs::path& file, const TempDir& dir) {
+  std::string why_not;
+  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
+  return detail::MappedCtrColumns::open(file, key, why_not).has_value() ? "<mapped>" : why_not;
+}
+
 // The cache files in `dir`, sorted.
 std::vector<fs::path> cache_files(const std::string& dir) {
   std::vector<fs::path> files;
@@ -208,16 +224,8 @@ TEST(CtrCache, ADamagedOrForeignCacheFileIsRebuilt) {
   EXPECT_EQ(after_garbage.load_how(), How::built);
   EXPECT_EQ(read_scrambled(after_garbage), reference);
 
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(8);
-    const std::uint32_t other_version = 99;
-    f.write(reinterpret_cast<const char*>(&other_version), 4);
-  }
-  std::string why_not;
-  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
-  EXPECT_FALSE(detail::MappedCtrColumns::open(file, key, why_not).has_value());
-  EXPECT_THAT(why_not, HasSubstr("format version 99"));
+  overwrite_at(file, 8, std::uint32_t{99});  // the header's format version
+  EXPECT_THAT(why_refused(file, dir), HasSubstr("format version 99"));
   CriteoTsv after_version(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(after_version.load_how(), How::built);
   EXPECT_EQ(read_scrambled(after_version), reference);
@@ -228,16 +236,8 @@ TEST(CtrCache, AHeaderWhoseCountOverrunsTheFileIsRefused) {
   write_text(dir.file("f.tsv"), tsv_lines(50, 1));
   const fs::path file = CriteoTsv(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0}).cache_file();
   // A count whose sections' sizes wrap around (the header's count is at byte 24).
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(24);
-    const std::int64_t huge = 709490156681136600;
-    f.write(reinterpret_cast<const char*>(&huge), 8);
-  }
-  std::string why_not;
-  const auto key = detail::CtrCacheKey::of(dir.file("f.tsv"), 3, 3, false, 0);
-  EXPECT_FALSE(detail::MappedCtrColumns::open(file, key, why_not).has_value());
-  EXPECT_THAT(why_not, HasSubstr("damaged (counts)"));
+  overwrite_at(file, 24, std::int64_t{709490156681136600});
+  EXPECT_THAT(why_refused(file, dir), HasSubstr("damaged (counts)"));
   CriteoTsv rebuilt(options_for(dir.file("f.tsv"), dir.file("cache")), {"train", 0});
   EXPECT_EQ(rebuilt.load_how(), How::built);
   EXPECT_EQ(read_scrambled(rebuilt), parsed_examples(dir.file("f.tsv")));
