@@ -1,6 +1,8 @@
 // ReLU kernels: branch-free element-wise loops, split across OpenMP threads for large tensors.
 #include "core/kernels/activation.h"
 
+#include "core/util/parallel_for.h"
+
 namespace aiacc::kernels {
 namespace {
 // Below this many elements thread start-up costs more than the loop itself.
@@ -9,15 +11,15 @@ constexpr std::int64_t kParallelMinElements = 1 << 15;
 
 template <class T>
 void relu_forward(std::int64_t count, const T* x, T* y) {
-#pragma omp parallel for simd schedule(static) if (count >= kParallelMinElements)
   // `x < 0 ? 0 : x` rather than max(x, 0) so a NaN input stays NaN.
-  for (std::int64_t i = 0; i < count; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];
+  util::parallel_for_simd(std::int64_t{0}, count, count >= kParallelMinElements,
+                          [=](std::int64_t i) { y[i] = x[i] < T(0) ? T(0) : x[i]; });
 }
 
 template <class T>
 void relu_backward(std::int64_t count, const T* y, const T* dy, T* dx) {
-#pragma omp parallel for simd schedule(static) if (count >= kParallelMinElements)
-  for (std::int64_t i = 0; i < count; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+  util::parallel_for_simd(std::int64_t{0}, count, count >= kParallelMinElements,
+                          [=](std::int64_t i) { dx[i] = y[i] > T(0) ? dy[i] : T(0); });
 }
 
 template void relu_forward<float>(std::int64_t, const float*, float*);

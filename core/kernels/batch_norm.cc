@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/util/parallel_for.h"
 
 namespace aiacc::kernels {
 namespace {
@@ -28,10 +29,8 @@ void for_channel_blocks(const BatchNormGeometry& g, Fn&& fn) {
   const std::int64_t wanted_blocks = std::min<std::int64_t>(channels, 4 * threads);
   const std::int64_t block = (channels + wanted_blocks - 1) / wanted_blocks;
   const std::int64_t num_blocks = (channels + block - 1) / block;
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (std::int64_t b = 0; b < num_blocks; ++b) {
-    fn(b * block, std::min(channels, (b + 1) * block));
-  }
+  util::parallel_for_dynamic(std::int64_t{0}, num_blocks, std::int64_t{1}, parallel,
+                             [&](std::int64_t b) { fn(b * block, std::min(channels, (b + 1) * block)); });
 }
 
 // Mean and sum of squared deviations (M2) of each channel in [c0, c1). Each [n, c] plane is

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/util/parallel_for.h"
 
 namespace aiacc::kernels {
 namespace {
@@ -55,14 +56,13 @@ void concat_columns(std::int64_t batch, std::span<const T* const> inputs,
                     std::span<const std::int64_t> widths, T* out) {
   AIACC_CHECK_EQ(inputs.size(), widths.size(), "concat: inputs vs widths");
   const std::int64_t total = total_width(widths);
-#pragma omp parallel for schedule(static) if (batch * total >= kMinParallelElements)
-  for (std::int64_t i = 0; i < batch; ++i) {
+  util::parallel_for(std::int64_t{0}, batch, batch * total >= kMinParallelElements, [&](std::int64_t i) {
     T* o = out + i * total;
     for (std::size_t k = 0; k < inputs.size(); ++k) {
       const T* in = inputs[k] + i * widths[k];
       o = std::copy(in, in + widths[k], o);
     }
-  }
+  });
 }
 
 template <class T>
@@ -70,14 +70,13 @@ void split_columns(std::int64_t batch, const T* grad_out, std::span<const std::i
                    std::span<T* const> grads) {
   AIACC_CHECK_EQ(grads.size(), widths.size(), "split: gradients vs widths");
   const std::int64_t total = total_width(widths);
-#pragma omp parallel for schedule(static) if (batch * total >= kMinParallelElements)
-  for (std::int64_t i = 0; i < batch; ++i) {
+  util::parallel_for(std::int64_t{0}, batch, batch * total >= kMinParallelElements, [&](std::int64_t i) {
     const T* g = grad_out + i * total;
     for (std::size_t k = 0; k < grads.size(); ++k) {
       if (grads[k] != nullptr) std::copy(g, g + widths[k], grads[k] + i * widths[k]);
       g += widths[k];
     }
-  }
+  });
 }
 
 Tensor concat_features(std::span<const Tensor> inputs) {

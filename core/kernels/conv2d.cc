@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/kernels/conv2d_direct.h"
 #include "core/kernels/gemm.h"
+#include "core/util/parallel_for.h"
 
 namespace aiacc::kernels {
 
@@ -478,8 +479,7 @@ template <class T>
 void conv2d_backward_bias(const Conv2dGeometry& g, const T* dy, T* db) {
   g.validate();
   const std::int64_t p = g.out_height() * g.out_width();
-#pragma omp parallel for schedule(static) if (g.batch * g.out_channels * p >= 1 << 15)
-  for (std::int64_t o = 0; o < g.out_channels; ++o) {
+  util::parallel_for(std::int64_t{0}, g.out_channels, g.batch * g.out_channels * p >= 1 << 15, [&](std::int64_t o) {
     double total = 0;
     for (std::int64_t n = 0; n < g.batch; ++n) {
       const T* row = dy + (n * g.out_channels + o) * p;
@@ -490,7 +490,7 @@ void conv2d_backward_bias(const Conv2dGeometry& g, const T* dy, T* db) {
       total += partial;
     }
     db[o] = static_cast<T>(total);
-  }
+  });
 }
 
 #define AIACC_INSTANTIATE_CONV2D(T)                                                         \

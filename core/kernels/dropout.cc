@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/util/parallel_for.h"
 #include "core/util/random.h"
 
 namespace aiacc::kernels {
@@ -21,21 +22,20 @@ void dropout_mask(std::int64_t count, double p, std::uint64_t seed, std::uint64_
   AIACC_CHECK_GE(count, 0, "dropout element count");
   const std::uint64_t stream_seed = seed ^ mix64(step);
   const std::int64_t num_chunks = (count + kDropoutChunk - 1) / kDropoutChunk;
-#pragma omp parallel for schedule(static) if (count >= kMinParallelElements)
-  for (std::int64_t chunk = 0; chunk < num_chunks; ++chunk) {
+  util::parallel_for(std::int64_t{0}, num_chunks, count >= kMinParallelElements, [&](std::int64_t chunk) {
     Rng rng(stream_seed, static_cast<std::uint64_t>(chunk));
     const std::int64_t end = std::min(count, (chunk + 1) * kDropoutChunk);
     // uniform() >= p keeps with probability 1 - p; p == 0 keeps all, p == 1 drops all.
     for (std::int64_t e = chunk * kDropoutChunk; e < end; ++e) mask[e] = rng.uniform() >= p;
-  }
+  });
 }
 
 template <class T>
 void dropout_apply(std::int64_t count, const T* x, const std::uint8_t* mask, double p, T* y) {
   AIACC_CHECK(p >= 0.0 && p <= 1.0, "dropout probability {} outside [0, 1]", p);
   const T scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-#pragma omp parallel for schedule(static) if (count >= kMinParallelElements)
-  for (std::int64_t e = 0; e < count; ++e) y[e] = mask[e] ? x[e] * scale : T(0);
+  util::parallel_for(std::int64_t{0}, count, count >= kMinParallelElements,
+                     [=](std::int64_t e) { y[e] = mask[e] ? x[e] * scale : T(0); });
 }
 
 template void dropout_apply<float>(std::int64_t, const float*, const std::uint8_t*, double, float*);

@@ -2,6 +2,8 @@
 // tensors.
 #include "core/kernels/elementwise.h"
 
+#include "core/util/parallel_for.h"
+
 namespace aiacc::kernels {
 namespace {
 // Below this many elements thread start-up costs more than the loop itself.
@@ -10,18 +12,17 @@ constexpr std::int64_t kParallelMinElements = 1 << 15;
 
 template <class T>
 void add(std::int64_t count, const T* a, const T* b, T* y) {
-#pragma omp parallel for simd schedule(static) if (count >= kParallelMinElements)
-  for (std::int64_t i = 0; i < count; ++i) y[i] = a[i] + b[i];
+  util::parallel_for_simd(std::int64_t{0}, count, count >= kParallelMinElements,
+                          [=](std::int64_t i) { y[i] = a[i] + b[i]; });
 }
 
 template <class T>
 void add_relu_forward(std::int64_t count, const T* a, const T* b, T* y) {
-#pragma omp parallel for simd schedule(static) if (count >= kParallelMinElements)
-  for (std::int64_t i = 0; i < count; ++i) {
+  util::parallel_for_simd(std::int64_t{0}, count, count >= kParallelMinElements, [=](std::int64_t i) {
     const T sum = a[i] + b[i];
     // `sum < 0 ? 0 : sum` rather than max(sum, 0) so a NaN stays NaN.
     y[i] = sum < T(0) ? T(0) : sum;
-  }
+  });
 }
 
 template void add<float>(std::int64_t, const float*, const float*, float*);

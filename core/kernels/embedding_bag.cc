@@ -3,12 +3,11 @@
 // counting sort (make_backward_plan) so each unique row is summed by one thread, in a fixed order.
 #include "core/kernels/embedding_bag.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <vector>
 
 #include "core/check.h"
+#include "core/util/parallel_for.h"
 
 namespace aiacc::kernels {
 namespace {
@@ -58,8 +57,7 @@ void embedding_bag_forward(const EmbeddingBagGeometry& g, BagMode mode, const T*
   AIACC_CHECK_GE(out_stride, g.dim, "embedding bag: output row stride");
   const std::int64_t d = g.dim;
   const bool parallel = (g.num_positions + g.batch) * d >= kMinParallelElements;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t i = 0; i < g.batch; ++i) {
+  util::parallel_for(std::int64_t{0}, g.batch, parallel, [&](std::int64_t i) {
     T* o = out + i * out_stride;
     std::fill(o, o + d, T(0));
     for (std::int64_t p = offsets[i]; p < offsets[i + 1]; ++p) {
@@ -70,7 +68,7 @@ void embedding_bag_forward(const EmbeddingBagGeometry& g, BagMode mode, const T*
     if (scale != T(1)) {
       for (std::int64_t j = 0; j < d; ++j) o[j] *= scale;
     }
-  }
+  });
 }
 
 EmbeddingBagBackwardPlan make_backward_plan(const EmbeddingBagGeometry& g,
@@ -109,8 +107,7 @@ void embedding_bag_backward_planned(const EmbeddingBagGeometry& g, BagMode mode,
   const std::int64_t u_count = g.num_unique;
   const bool parallel = (g.num_positions + u_count) * d >= kMinParallelElements;
   // Dynamic chunks: hot ids (a few rows used by most bags) would unbalance a static split.
-#pragma omp parallel for schedule(dynamic, 64) if (parallel)
-  for (std::int64_t u = 0; u < u_count; ++u) {
+  util::parallel_for_dynamic(std::int64_t{0}, u_count, std::int64_t{64}, parallel, [&](std::int64_t u) {
     T* grad = grad_unique_rows + u * d;
     std::fill(grad, grad + d, T(0));
     for (std::int64_t k = row_start[u]; k < row_start[u + 1]; ++k) {
@@ -119,7 +116,7 @@ void embedding_bag_backward_planned(const EmbeddingBagGeometry& g, BagMode mode,
       const auto scale = static_cast<T>(bag_scale(mode, offsets[i + 1] - offsets[i]));
       for (std::int64_t j = 0; j < d; ++j) grad[j] += scale * go[j];
     }
-  }
+  });
 }
 
 #define AIACC_INSTANTIATE_EMBEDDING_BAG(T)                                                \

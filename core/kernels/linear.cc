@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/kernels/gemm.h"
+#include "core/util/parallel_for.h"
 
 namespace aiacc::kernels {
 
@@ -20,8 +21,8 @@ void linear_forward(const LinearGeometry& g, const T* x, const T* w, const T* b,
   if (b != nullptr) {
     // Seed every row with the bias so the product can accumulate into it (beta = 1): one pass
     // over y instead of a second sweep after the GEMM.
-#pragma omp parallel for schedule(static) if (n * out >= 1 << 15)
-    for (std::int64_t row = 0; row < n; ++row) std::copy(b, b + out, y + row * out);
+    util::parallel_for(std::int64_t{0}, n, n * out >= 1 << 15,
+                       [&](std::int64_t row) { std::copy(b, b + out, y + row * out); });
   }
   gemm<T>(Trans::no, Trans::yes, n, out, in, T(1), x, w, b != nullptr ? T(1) : T(0), y);
 }
@@ -32,20 +33,16 @@ void bias_grad_rows(std::int64_t rows, std::int64_t cols, const T* dy, T* db) {
   // so reads stay contiguous and no reduction between threads is needed.
   constexpr std::int64_t kSlab = 256;
   const std::int64_t slabs = (cols + kSlab - 1) / kSlab;
-#pragma omp parallel if (rows * cols >= 1 << 15)
-  {
+  util::parallel_for(std::int64_t{0}, slabs, rows * cols >= 1 << 15, [&](std::int64_t s) {
     double acc[kSlab];
-#pragma omp for schedule(static)
-    for (std::int64_t s = 0; s < slabs; ++s) {
-      const std::int64_t begin = s * kSlab, end = std::min(cols, begin + kSlab);
-      std::fill(acc, acc + (end - begin), 0.0);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const T* row = dy + r * cols;
-        for (std::int64_t c = begin; c < end; ++c) acc[c - begin] += row[c];
-      }
-      for (std::int64_t c = begin; c < end; ++c) db[c] = static_cast<T>(acc[c - begin]);
+    const std::int64_t begin = s * kSlab, end = std::min(cols, begin + kSlab);
+    std::fill(acc, acc + (end - begin), 0.0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* row = dy + r * cols;
+      for (std::int64_t c = begin; c < end; ++c) acc[c - begin] += row[c];
     }
-  }
+    for (std::int64_t c = begin; c < end; ++c) db[c] = static_cast<T>(acc[c - begin]);
+  });
 }
 
 template <class T>

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/util/parallel_for.h"
 
 namespace aiacc::kernels {
 namespace {
@@ -36,10 +37,7 @@ double softmax_cross_entropy(std::int64_t batch, std::int64_t classes, const T* 
   const double inv_batch = 1.0 / static_cast<double>(batch);
   const double smooth_each = label_smoothing / static_cast<double>(classes);
   const double on_target = 1.0 - label_smoothing;
-  double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total) \
-    if (batch * classes >= kMinParallelElements)
-  for (std::int64_t i = 0; i < batch; ++i) {
+  const double total = util::parallel_sum(std::int64_t{0}, batch, batch * classes >= kMinParallelElements, [&](std::int64_t i) {
     const T* x = logits + i * classes;
     // Subtracting the row maximum keeps every exp() <= 1: no overflow for large logits.
     const double max_logit = *std::max_element(x, x + classes);
@@ -50,8 +48,6 @@ double softmax_cross_entropy(std::int64_t batch, std::int64_t classes, const T* 
     }
     const double log_sum_exp = max_logit + std::log(sum_exp);
     const std::int64_t y = labels[i];
-    // -sum_c q_c (x_c - lse) = lse - (1 - s) x_y - s/C sum_c x_c, since sum_c q_c = 1.
-    total += log_sum_exp - on_target * static_cast<double>(x[y]) - smooth_each * sum_logits;
     if (dlogits != nullptr) {
       T* d = dlogits + i * classes;
       for (std::int64_t c = 0; c < classes; ++c) {
@@ -59,7 +55,9 @@ double softmax_cross_entropy(std::int64_t batch, std::int64_t classes, const T* 
         d[c] = static_cast<T>((std::exp(static_cast<double>(x[c]) - log_sum_exp) - q) * inv_batch);
       }
     }
-  }
+    // -sum_c q_c (x_c - lse) = lse - (1 - s) x_y - s/C sum_c x_c, since sum_c q_c = 1.
+    return log_sum_exp - on_target * static_cast<double>(x[y]) - smooth_each * sum_logits;
+  });
   return total * inv_batch;
 }
 
@@ -76,18 +74,16 @@ double binary_cross_entropy_with_logits(std::int64_t batch, const T* logits, con
     }
   }
   const double inv_batch = 1.0 / static_cast<double>(batch);
-  double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total) if (batch >= kMinParallelElements)
-  for (std::int64_t i = 0; i < batch; ++i) {
+  const double total = util::parallel_sum(std::int64_t{0}, batch, batch >= kMinParallelElements, [&](std::int64_t i) {
     const double x = logits[i], t = targets[i];
     // exp(-|x|) <= 1 never overflows, and log1p keeps precision when it is tiny.
     const double e = std::exp(-std::abs(x));
-    total += std::max(x, 0.0) - x * t + std::log1p(e);
     if (dlogits != nullptr) {
       const double sigmoid = x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
       dlogits[i] = static_cast<T>((sigmoid - t) * inv_batch);
     }
-  }
+    return std::max(x, 0.0) - x * t + std::log1p(e);
+  });
   return total * inv_batch;
 }
 

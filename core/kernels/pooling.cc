@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/util/parallel_for.h"
 
 namespace aiacc::kernels {
 
@@ -47,8 +48,7 @@ void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, std::int64_t*
   g.validate();
   const std::int64_t planes = g.batch * g.channels, in_plane = g.height * g.width;
   const std::int64_t out_h = g.out_height(), out_w = g.out_width(), out_plane = out_h * out_w;
-#pragma omp parallel for schedule(static) if (planes * in_plane >= kParallelMinElements)
-  for (std::int64_t plane = 0; plane < planes; ++plane) {
+  util::parallel_for(std::int64_t{0}, planes, planes * in_plane >= kParallelMinElements, [&](std::int64_t plane) {
     const T* in = x + plane * in_plane;
     for (std::int64_t oh = 0; oh < out_h; ++oh) {
       for (std::int64_t ow = 0; ow < out_w; ++ow) {
@@ -71,7 +71,7 @@ void max_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, std::int64_t*
         argmax[out] = best_index;
       }
     }
-  }
+  });
 }
 
 template <class T>
@@ -80,14 +80,13 @@ void max_pool2d_backward(const Pool2dGeometry& g, const T* dy, const std::int64_
   const std::int64_t planes = g.batch * g.channels, in_plane = g.height * g.width;
   const std::int64_t out_plane = g.out_height() * g.out_width();
   // Each thread owns whole planes, so the scatter-add into dx has no races.
-#pragma omp parallel for schedule(static) if (planes * in_plane >= kParallelMinElements)
-  for (std::int64_t plane = 0; plane < planes; ++plane) {
+  util::parallel_for(std::int64_t{0}, planes, planes * in_plane >= kParallelMinElements, [&](std::int64_t plane) {
     T* grad_in = dx + plane * in_plane;
     std::fill(grad_in, grad_in + in_plane, T(0));
     const T* grad_out = dy + plane * out_plane;
     const std::int64_t* index = argmax + plane * out_plane;
     for (std::int64_t i = 0; i < out_plane; ++i) grad_in[index[i]] += grad_out[i];
-  }
+  });
 }
 
 template <class T>
@@ -98,8 +97,7 @@ void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y) {
   // Floor mode with pad <= kernel/2 never clips a window at the padded border, so the
   // count_include_pad divisor is always the full window size.
   const T inv_area = T(1) / static_cast<T>(g.kernel_h * g.kernel_w);
-#pragma omp parallel for schedule(static) if (planes * in_plane >= kParallelMinElements)
-  for (std::int64_t plane = 0; plane < planes; ++plane) {
+  util::parallel_for(std::int64_t{0}, planes, planes * in_plane >= kParallelMinElements, [&](std::int64_t plane) {
     const T* in = x + plane * in_plane;
     for (std::int64_t oh = 0; oh < out_h; ++oh) {
       for (std::int64_t ow = 0; ow < out_w; ++ow) {
@@ -111,7 +109,7 @@ void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y) {
         y[plane * out_plane + oh * out_w + ow] = sum * inv_area;
       }
     }
-  }
+  });
 }
 
 template <class T>
@@ -120,8 +118,7 @@ void avg_pool2d_backward(const Pool2dGeometry& g, const T* dy, T* dx) {
   const std::int64_t planes = g.batch * g.channels, in_plane = g.height * g.width;
   const std::int64_t out_h = g.out_height(), out_w = g.out_width(), out_plane = out_h * out_w;
   const T inv_area = T(1) / static_cast<T>(g.kernel_h * g.kernel_w);
-#pragma omp parallel for schedule(static) if (planes * in_plane >= kParallelMinElements)
-  for (std::int64_t plane = 0; plane < planes; ++plane) {
+  util::parallel_for(std::int64_t{0}, planes, planes * in_plane >= kParallelMinElements, [&](std::int64_t plane) {
     T* grad_in = dx + plane * in_plane;
     std::fill(grad_in, grad_in + in_plane, T(0));
     for (std::int64_t oh = 0; oh < out_h; ++oh) {
@@ -133,7 +130,7 @@ void avg_pool2d_backward(const Pool2dGeometry& g, const T* dy, T* dx) {
         }
       }
     }
-  }
+  });
 }
 
 template <class T>
@@ -142,14 +139,13 @@ void global_avg_pool_forward(std::int64_t batch, std::int64_t channels, std::int
   AIACC_CHECK(batch >= 0 && channels > 0 && spatial > 0,
               "global average pooling of N={} C={} H*W={}", batch, channels, spatial);
   const std::int64_t planes = batch * channels;
-#pragma omp parallel for schedule(static) if (planes * spatial >= kParallelMinElements)
-  for (std::int64_t plane = 0; plane < planes; ++plane) {
+  util::parallel_for(std::int64_t{0}, planes, planes * spatial >= kParallelMinElements, [&](std::int64_t plane) {
     const T* in = x + plane * spatial;
     double sum = 0;  // double: a float sum over a large plane would lose digits
 #pragma omp simd reduction(+ : sum)
     for (std::int64_t i = 0; i < spatial; ++i) sum += static_cast<double>(in[i]);
     y[plane] = static_cast<T>(sum / static_cast<double>(spatial));
-  }
+  });
 }
 
 template <class T>
@@ -159,10 +155,9 @@ void global_avg_pool_backward(std::int64_t batch, std::int64_t channels, std::in
               "global average pooling of N={} C={} H*W={}", batch, channels, spatial);
   const std::int64_t planes = batch * channels;
   const T inv_spatial = T(1) / static_cast<T>(spatial);
-#pragma omp parallel for schedule(static) if (planes * spatial >= kParallelMinElements)
-  for (std::int64_t plane = 0; plane < planes; ++plane) {
+  util::parallel_for(std::int64_t{0}, planes, planes * spatial >= kParallelMinElements, [&](std::int64_t plane) {
     std::fill_n(dx + plane * spatial, spatial, dy[plane] * inv_spatial);
-  }
+  });
 }
 
 #define AIACC_INSTANTIATE_POOLING(T)                                                              \

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/util/parallel_for.h"
 #include "core/util/random.h"
 
 namespace aiacc::models {
@@ -78,12 +79,12 @@ Tensor EmbeddingBag::gather_rows() const {
   const auto* table = static_cast<const std::uint8_t*>(table_.value().raw_data());
   auto* out = static_cast<std::uint8_t*>(unique_rows.raw_data());
   const std::int64_t* rows = dedup_.unique_ids.data();
-#pragma omp parallel for schedule(static) if (static_cast <std::size_t>(num_unique) * row_bytes >= \
-                                              kMinParallelGatherBytes)
-  for (std::int64_t u = 0; u < num_unique; ++u) {
-    std::memcpy(out + static_cast<std::size_t>(u) * row_bytes,
-                table + static_cast<std::size_t>(rows[u]) * row_bytes, row_bytes);
-  }
+  util::parallel_for(std::int64_t{0}, num_unique,
+                     static_cast<std::size_t>(num_unique) * row_bytes >= kMinParallelGatherBytes,
+                     [&](std::int64_t u) {
+                       std::memcpy(out + static_cast<std::size_t>(u) * row_bytes,
+                                   table + static_cast<std::size_t>(rows[u]) * row_bytes, row_bytes);
+                     });
   return unique_rows;
 }
 

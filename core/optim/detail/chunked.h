@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <span>
 
+#include "core/util/parallel_for.h"
+
 namespace aiacc::optim::detail {
 
 // 32 Ki floats (128 KiB): large enough to amortise the OpenMP fork, small enough to spread a
@@ -22,11 +24,10 @@ inline std::int64_t num_chunks(std::int64_t count) {
 template <class Body>
 void for_each_chunk(std::int64_t count, Body&& body) {
   const std::int64_t chunks = num_chunks(count);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (std::int64_t c = 0; c < chunks; ++c) {
+  util::parallel_for(std::int64_t{0}, chunks, chunks > 1, [&](std::int64_t c) {
     const std::int64_t begin = c * kChunkElements;
     body(c, begin, std::min(count, begin + kChunkElements));
-  }
+  });
 }
 
 // [begin, end) of `s`, or an empty span when `s` is empty (an absent state plane).
