@@ -5,6 +5,8 @@
 
 #include <utility>
 
+#include "core/util/cpus.h"
+
 namespace aiacc::data {
 
 void DataOptions::validate(const config::Node& node) const {
@@ -24,10 +26,15 @@ void check_data_files(const DataOptions& options) {
   }
 }
 
+std::int64_t resolve_prefetch_batches(std::int64_t configured, std::size_t cpus) {
+  if (configured != kAutoPrefetch) return configured;
+  return cpus == 1 ? 0 : 4;
+}
+
 LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed) {
   LoaderOptions loader;
   loader.batch_size = options.batch_size;
-  loader.prefetch_batches = options.prefetch_batches;
+  loader.prefetch_batches = resolve_prefetch_batches(options.prefetch_batches, util::allowed_cpus().size());
   loader.timeout_s = options.timeout_s;
   loader.seed = seed;
   if (training) {

@@ -9,6 +9,7 @@
 
 #include "core/config/node.h"
 #include "core/error.h"
+#include "core/util/cpus.h"
 #include "data/data_options.h"
 #include "tests/data/data_files.h"
 
@@ -36,12 +37,27 @@ TEST(DatasetRegistry, EveryBuiltInIsRegistered) {
   }
 }
 
+// -1 (the default) reads in the background except where the process may use one CPU only;
+// explicit depths are kept, and so is the auto choice on a machine that does not say.
+TEST(DataOptions, AutoPrefetchReadsOnTheTrainingThreadOfAOneCpuProcess) {
+  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 1), 0);
+  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 2), 4);
+  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 0), 4);
+  EXPECT_EQ(resolve_prefetch_batches(0, 8), 0);
+  EXPECT_EQ(resolve_prefetch_batches(7, 1), 7);
+  EXPECT_EQ(parse("prefetch_batches: 2").prefetch_batches, 2);
+  EXPECT_THAT(config_error("prefetch_batches: -2"), HasSubstr("prefetch_batches"));
+  // loader_options resolves it for the CPUs this test may run on.
+  const std::size_t cpus = util::allowed_cpus().size();
+  EXPECT_EQ(loader_options(parse("{}"), true, 1).prefetch_batches, cpus == 1 ? 0 : 4);
+}
+
 TEST(DataOptions, DefaultsAndTypedBlocks) {
   DataOptions defaults = parse("{}");
   EXPECT_EQ(defaults.batch_size, 64);
   EXPECT_TRUE(defaults.shuffle);
   EXPECT_TRUE(defaults.drop_last);
-  EXPECT_EQ(defaults.prefetch_batches, 4);
+  EXPECT_EQ(defaults.prefetch_batches, kAutoPrefetch);
   EXPECT_EQ(defaults.train.type, "idx_images");
   EXPECT_FALSE(defaults.augment.enabled());
 
