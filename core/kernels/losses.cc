@@ -37,7 +37,8 @@ double softmax_cross_entropy(std::int64_t batch, std::int64_t classes, const T* 
   const double inv_batch = 1.0 / static_cast<double>(batch);
   const double smooth_each = label_smoothing / static_cast<double>(classes);
   const double on_target = 1.0 - label_smoothing;
-  const double total = util::parallel_sum(std::int64_t{0}, batch, batch * classes >= kMinParallelElements, [&](std::int64_t i) {
+  const bool parallel = batch * classes >= kMinParallelElements;
+  const double total = util::parallel_sum(std::int64_t{0}, batch, parallel, [&](std::int64_t i) {
     const T* x = logits + i * classes;
     // Subtracting the row maximum keeps every exp() <= 1: no overflow for large logits.
     const double max_logit = *std::max_element(x, x + classes);

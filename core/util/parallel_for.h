@@ -1,12 +1,6 @@
-// Loops shared out over OpenMP's threads only where there are threads to share them with.
-//
-// An OpenMP parallel region costs libgomp a team start and an end barrier even when the team
-// has one thread (OMP_NUM_THREADS=1, a false if() clause, a region inside another), and that
-// barrier ends in a futex wake system call every time (1.2 us each on this project's VM). A
-// worker with one thread, the usual layout of one worker per core, paid it in every kernel
-// call: 37 regions a step, 13-16% of a Wide&Deep step on flights. These helpers run such a
-// loop as a plain loop on the calling thread instead, with the same iteration order (so a
-// one-thread sum adds in index order, as OpenMP's one-thread reduction does).
+// Loops shared out over OpenMP's threads only where there are threads to share them with:
+// libgomp ends even a one-thread region with a futex system call (1.2 us here, 37 regions a
+// flights step), so a one-thread worker runs these as plain loops, in index order.
 #pragma once
 
 #include <omp.h>
@@ -15,7 +9,10 @@ namespace aiacc::util {
 
 // Whether a parallel region would run on more than one thread: the caller's size test
 // (`large_enough`), more than one thread allowed, and not already inside a region (nested
-// regions get one thread).
+// regions get one thread unless nesting is enabled, which this project never does).
+//
+// Bodies must not throw: on the threaded path they run inside a region, which an exception
+// cannot leave (std::terminate), whatever the one-thread path would do.
 inline bool use_threads(bool large_enough = true) {
   return large_enough && omp_in_parallel() == 0 && omp_get_max_threads() > 1;
 }
