@@ -20,21 +20,27 @@ std::unique_ptr<Dataset> make_dataset(const DatasetOptions& options, const Datas
   return dataset_registry().create(options.type, options.options.block(options.type), context);
 }
 
-void check_data_files(const DataOptions& options) {
+std::vector<InputFile> data_files(const DataOptions& options) {
+  std::vector<InputFile> files;
   for (const auto& [split, dataset] : {std::pair{"train", &options.train}, std::pair{"test", &options.test}}) {
-    check_input_files(input_files(dataset->type, dataset->options.block(dataset->type), DatasetContext{split, 0}));
+    auto split_files = input_files(dataset->type, dataset->options.block(dataset->type), DatasetContext{split, 0});
+    files.insert(files.end(), split_files.begin(), split_files.end());
   }
+  return files;
 }
 
-std::int64_t resolve_prefetch_batches(std::int64_t configured, std::size_t cpus) {
+void check_data_files(const DataOptions& options) { check_input_files(data_files(options)); }
+
+std::int64_t resolve_prefetch_batches(std::int64_t configured, std::size_t cpus, bool host_compute) {
   if (configured != kAutoPrefetch) return configured;
-  return cpus == 1 ? 0 : 4;
+  return cpus == 1 && host_compute ? 0 : LoaderOptions{}.prefetch_batches;
 }
 
-LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed) {
+LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed, bool host_compute) {
   LoaderOptions loader;
   loader.batch_size = options.batch_size;
-  loader.prefetch_batches = resolve_prefetch_batches(options.prefetch_batches, util::allowed_cpus().size());
+  loader.prefetch_batches =
+      resolve_prefetch_batches(options.prefetch_batches, util::allowed_cpus().size(), host_compute);
   loader.timeout_s = options.timeout_s;
   loader.seed = seed;
   if (training) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/config/schema.h"
 #include "data/augment.h"
@@ -54,11 +55,12 @@ struct DataOptions {
             "runs the same number of steps (false: one worker only)");
     v.field("prefetch_batches", prefetch_batches, "batches read ahead in the background per loader "
             "(0: no background thread, each batch is read by the training thread when it needs it; -1: "
-            "4, or 0 where the process may run on one CPU only, as a pinned worker: a reader thread on "
-            "the training thread's only CPU can only take turns with it)",
+            "4, or 0 where a worker computing on the host may run on one CPU only, as a pinned one: a reader "
+            "thread there can only take turns with training)",
             config::in_range<std::int64_t>(kAutoPrefetch, 1024));
     v.field("timeout_s", timeout_s, "seconds to wait for the background reader's next batch before "
-            "failing (stalled storage; not applied with prefetch_batches 0)",
+            "failing (stalled storage; not applied where no background thread reads: prefetch_batches 0, or "
+            "-1 on one CPU)",
             config::greater_than(0.0));
     v.field("train", train, "the training split's dataset");
     v.field("test", test, "the evaluation split's dataset");
@@ -78,16 +80,24 @@ std::unique_ptr<Dataset> make_dataset(const DatasetOptions& options, const Datas
 // starts any. ConfigError naming the key and the path.
 void check_data_files(const DataOptions& options);
 
+// The files both splits read (input_files), train's first; empty for datasets that read none.
+std::vector<InputFile> data_files(const DataOptions& options);
+
 // Loader settings for one split. Training: data.shuffle, data.drop_last and data.augment.
 // Evaluation (training == false): in order, no augmentation, no dropped examples, so every
 // test example is scored exactly once across workers; workers may then run different numbers of
 // batches (by at most one), so evaluation metrics are summed across workers after the loop.
-LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed);
+// data.prefetch_batches is resolved for the CPUs this process may run on (allowed_cpus) and
+// `host_compute` (resolve_prefetch_batches).
+LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed,
+                             bool host_compute = true);
 
 // The read-ahead depth a loader uses for data.prefetch_batches = `configured`, in a process that
-// may run on `cpus` CPUs (0: unknown): kAutoPrefetch gives 0 on one CPU, where a background
-// reader only takes turns with training and every batch costs two thread hand-offs (flights on
-// one pinned core: 8-10% more samples/s without it), and 4 otherwise; other values stay.
-std::int64_t resolve_prefetch_batches(std::int64_t configured, std::size_t cpus);
+// may run on `cpus` CPUs (0: unknown) whose training thread computes on the host or not (a GPU
+// worker's waits on its device). kAutoPrefetch gives 0 for a host worker on one CPU, where a
+// background reader only takes turns with training at two thread hand-offs a batch (flights
+// on one pinned core: 8-10% more samples/s without it), else LoaderOptions' default (4).
+// Other values stay.
+std::int64_t resolve_prefetch_batches(std::int64_t configured, std::size_t cpus, bool host_compute);
 
 }  // namespace aiacc::data

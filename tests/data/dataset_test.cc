@@ -37,19 +37,21 @@ TEST(DatasetRegistry, EveryBuiltInIsRegistered) {
   }
 }
 
-// -1 (the default) reads in the background except where the process may use one CPU only;
-// explicit depths are kept, and so is the auto choice on a machine that does not say.
+// -1 (the default) reads in the background except where a host-computing process may use one
+// CPU only; explicit depths are kept, and so is the auto choice on a machine that does not say.
 TEST(DataOptions, AutoPrefetchReadsOnTheTrainingThreadOfAOneCpuProcess) {
-  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 1), 0);
-  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 2), 4);
-  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 0), 4);
-  EXPECT_EQ(resolve_prefetch_batches(0, 8), 0);
-  EXPECT_EQ(resolve_prefetch_batches(7, 1), 7);
+  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 1, true), 0);
+  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 1, false), 4);  // a GPU worker's thread waits
+  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 2, true), 4);
+  EXPECT_EQ(resolve_prefetch_batches(kAutoPrefetch, 0, true), 4);
+  EXPECT_EQ(resolve_prefetch_batches(0, 8, true), 0);
+  EXPECT_EQ(resolve_prefetch_batches(7, 1, true), 7);
   EXPECT_EQ(parse("prefetch_batches: 2").prefetch_batches, 2);
   EXPECT_THAT(config_error("prefetch_batches: -2"), HasSubstr("prefetch_batches"));
   // loader_options resolves it for the CPUs this test may run on.
   const std::size_t cpus = util::allowed_cpus().size();
   EXPECT_EQ(loader_options(parse("{}"), true, 1).prefetch_batches, cpus == 1 ? 0 : 4);
+  EXPECT_EQ(loader_options(parse("{}"), true, 1, /*host_compute=*/false).prefetch_batches, 4);
 }
 
 TEST(DataOptions, DefaultsAndTypedBlocks) {

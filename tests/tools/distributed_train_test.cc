@@ -955,6 +955,31 @@ TEST(DistributedTrain, StartUpCheckNamesWorkersReadingDataOfDifferentSizes) {
                                   "examples, 3 steps per epoch'"));
 }
 
+// The same examples count on both workers, but worker 1's training file is another one (a stale
+// copy on its host): the start-up check names the files, where the workers used to train on
+// different data without a word.
+TEST(DistributedTrain, StartUpCheckNamesWorkersReadingOtherFilesOfTheSameSize) {
+  const fs::path config = relative_data_job("datafiles", {{"datafiles0", 200}, {"datafiles1", 200}});
+  {
+    std::ofstream other(scratch() / "datafiles1" / "d" / "train.tsv");
+    for (int i = 0; i < 200; ++i) other << i % 2 << "\t10\t20\t30\ta" << i % 7 << "\tb" << i % 5 << "\n";
+  }
+  const auto size_of = [](const std::string& folder) {
+    return fmt::format("d/train.tsv, {} bytes", fs::file_size(scratch() / folder / "d" / "train.tsv"));
+  };
+  const std::string env = external_env(2, 43);
+  auto r = aiacc::testing::run_command(fmt::format(
+      "(cd {dir}1 && RANK=1 {env} {prog} {cfg} > {out}.1 2>&1 &); "
+      "cd {dir}0 && RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
+      fmt::arg("dir", (scratch() / "datafiles").string()), fmt::arg("env", env), fmt::arg("prog", g_program),
+      fmt::arg("cfg", config.string()), fmt::arg("out", (scratch() / "datafiles.out").string())));
+  EXPECT_THAT(r.output, HasSubstr("status 2"));
+  EXPECT_THAT(r.output, Not(HasSubstr("data size (data.train, data.test) of worker 1 differs")));
+  EXPECT_THAT(r.output, HasSubstr("the data file list (data.train, data.test) of worker 1 differs from worker 0's"));
+  EXPECT_THAT(r.output, HasSubstr(size_of("datafiles0")));
+  EXPECT_THAT(r.output, HasSubstr(size_of("datafiles1")));
+}
+
 // Under an outer launcher a worker that fails before it reaches the start-up data check (its
 // data missing on its host: started in another folder) tells the rendezvous store, and worker
 // 0, waiting there for its data size, stops at once naming it, not at cluster.start_timeout_s.

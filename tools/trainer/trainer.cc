@@ -80,7 +80,7 @@ LocalEmbeddingStoreOptions worker_store_options() {
 }
 
 data::LoaderOptions loader_options(const JobOptions& o, bool training) {
-  return data::loader_options(o.data, training, o.job.seed);
+  return data::loader_options(o.data, training, o.job.seed, /*host_compute=*/o.job.device == "cpu");
 }
 
 // Copies `saved` into `targets` by name. Every target must be present with the same shape and
@@ -270,6 +270,18 @@ std::string describe_examples(const InputSpec& spec) {
 
 // The test split must give what the model is built for from the train split: a job without a
 // data.test block otherwise evaluated on the default data set (Fashion-MNIST's test images).
+// One line per file the splits read, with its size: the same examples on every worker need the
+// same files, not only as many examples.
+std::string data_files_listing(const data::DataOptions& data) {
+  std::string listing;
+  for (const data::InputFile& file : data::data_files(data)) {
+    std::error_code error;
+    const std::uintmax_t bytes = std::filesystem::file_size(file.path, error);
+    listing += fmt::format("{}: {}, {}\n", file.key, file.path, error ? "size unknown" : fmt::format("{} bytes", bytes));
+  }
+  return listing;
+}
+
 void check_splits_agree(const data::DataOptions& data, const InputSpec& train, const InputSpec& test) {
   const std::string train_examples = describe_examples(train), test_examples = describe_examples(test);
   if (train_examples == test_examples) return;
@@ -946,12 +958,14 @@ Trainer::Trainer(const JobOptions& options, std::shared_ptr<ProcessGroup> group)
   const StepPlan steps = plan_steps(options, *s.train_data, s.rank(), s.workers());
   s.steps_per_epoch = steps.per_epoch;
   if (s.group && s.multi_worker()) {
-    // Workers that read different files (a relative path resolved elsewhere, a stale copy)
-    // would shard different orders, or train different step counts and wait for each other.
+    // Workers that read different files (a relative path resolved elsewhere, a stale copy, a
+    // pattern matching other files on another host) would shard different orders, or train
+    // different step counts and wait for each other.
     s.group->check_worker_agreement(
         "data size (data.train, data.test)",
         fmt::format("train: {} examples, {} steps per epoch\ntest: {} examples\n", s.train_data->size(),
                     s.steps_per_epoch, s.test_data->size()));
+    s.group->check_worker_agreement("data file list (data.train, data.test)", data_files_listing(options.data));
   }
   s.total_steps = steps.total;
   if (s.total_steps == 0) throw ConfigError(no_full_batch_error(options, s.train_data->size(), s.workers()));
@@ -1435,7 +1449,14 @@ TrainResult Trainer::run(const RunControl& control) {
   for (auto& [name, remote] : s.remote) remote->set_step(static_cast<std::uint64_t>(step));
   s.broadcast_model();
 
-  data::Loader loader(s.train_data, loader_options(o, true), s.rank(), s.workers());
+  const data::LoaderOptions train_loading = loader_options(o, true);
+  if (o.data.prefetch_batches == data::kAutoPrefetch) {
+    s.log->info("data.prefetch_batches -1: {}", train_loading.prefetch_batches == 0
+                                                    ? "batches read on the training thread (this worker may run on one CPU)"
+                                                    : fmt::format("{} batches read ahead by a background thread",
+                                                                  train_loading.prefetch_batches));
+  }
+  data::Loader loader(s.train_data, train_loading, s.rank(), s.workers());
   const Task task = s.train_data->spec().task;
   MetricMeter interval(task);
   MetricMeter step_meter(task);  // the step's micro-batches, merged into interval when the step is taken
