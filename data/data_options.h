@@ -33,7 +33,8 @@ struct DatasetOptions {
   }
 };
 
-// data.prefetch_batches: choose by the CPUs the process may run on (resolve_prefetch_batches).
+// data.prefetch_batches: chosen by the CPUs the process may run on and where it computes
+// (resolve_prefetch_batches).
 inline constexpr std::int64_t kAutoPrefetch = -1;
 
 struct DataOptions {

@@ -268,8 +268,6 @@ std::string describe_examples(const InputSpec& spec) {
   return out;
 }
 
-// The test split must give what the model is built for from the train split: a job without a
-// data.test block otherwise evaluated on the default data set (Fashion-MNIST's test images).
 // One line per file the splits read, with its size: the same examples on every worker need the
 // same files, not only as many examples.
 std::string data_files_listing(const data::DataOptions& data) {
@@ -282,6 +280,8 @@ std::string data_files_listing(const data::DataOptions& data) {
   return listing;
 }
 
+// The test split must give what the model is built for from the train split: a job without a
+// data.test block otherwise evaluated on the default data set (Fashion-MNIST's test images).
 void check_splits_agree(const data::DataOptions& data, const InputSpec& train, const InputSpec& test) {
   const std::string train_examples = describe_examples(train), test_examples = describe_examples(test);
   if (train_examples == test_examples) return;
