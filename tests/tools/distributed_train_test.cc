@@ -938,17 +938,24 @@ cluster: {{workers: 2, launcher: external{}}}
   return config;
 }
 
+// Runs `config` as ranks 0 and 1 under torchrun-style variables (`salt`: external_env's), rank r
+// in <scratch>/<name>r, so that relative data paths resolve to each folder's files. The output:
+// rank 0's exit status ("status N"), then both ranks' logs.
+aiacc::testing::CommandResult run_two_ranks_in_folders(const std::string& name, const fs::path& config, int salt) {
+  return aiacc::testing::run_command(fmt::format(
+      "(cd {dir}1 && RANK=1 {env} {prog} {cfg} > {out}.1 2>&1 &); "
+      "cd {dir}0 && RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
+      fmt::arg("dir", (scratch() / name).string()), fmt::arg("env", external_env(2, salt)),
+      fmt::arg("prog", g_program), fmt::arg("cfg", config.string()),
+      fmt::arg("out", (scratch() / (name + ".out")).string())));
+}
+
 // The same config whose relative data path resolves to files of different sizes on the two
 // workers (started in different folders): the start-up check names the data sizes, where the
 // workers used to train different step counts and fail later waiting for each other.
 TEST(DistributedTrain, StartUpCheckNamesWorkersReadingDataOfDifferentSizes) {
   const fs::path config = relative_data_job("datasize", {{"datasize0", 200}, {"datasize1", 100}});
-  const std::string env = external_env(2, 37);
-  auto r = aiacc::testing::run_command(fmt::format(
-      "(cd {dir}1 && RANK=1 {env} {prog} {cfg} > {out}.1 2>&1 &); "
-      "cd {dir}0 && RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
-      fmt::arg("dir", (scratch() / "datasize").string()), fmt::arg("env", env), fmt::arg("prog", g_program),
-      fmt::arg("cfg", config.string()), fmt::arg("out", (scratch() / "datasize.out").string())));
+  const auto r = run_two_ranks_in_folders("datasize", config, 37);
   EXPECT_THAT(r.output, HasSubstr("status 2"));
   EXPECT_THAT(r.output, HasSubstr("the data size (data.train, data.test) of worker 1 differs from worker 0's"));
   EXPECT_THAT(r.output, HasSubstr("worker 0 has 'train: 200 examples, 6 steps per epoch', it has 'train: 100 "
@@ -967,12 +974,7 @@ TEST(DistributedTrain, StartUpCheckNamesWorkersReadingOtherFilesOfTheSameSize) {
   const auto size_of = [](const std::string& folder) {
     return fmt::format("d/train.tsv, {} bytes", fs::file_size(scratch() / folder / "d" / "train.tsv"));
   };
-  const std::string env = external_env(2, 43);
-  auto r = aiacc::testing::run_command(fmt::format(
-      "(cd {dir}1 && RANK=1 {env} {prog} {cfg} > {out}.1 2>&1 &); "
-      "cd {dir}0 && RANK=0 {env} {prog} {cfg} > {out}.0 2>&1; echo status $?; sleep 1; cat {out}.0 {out}.1",
-      fmt::arg("dir", (scratch() / "datafiles").string()), fmt::arg("env", env), fmt::arg("prog", g_program),
-      fmt::arg("cfg", config.string()), fmt::arg("out", (scratch() / "datafiles.out").string())));
+  const auto r = run_two_ranks_in_folders("datafiles", config, 43);
   EXPECT_THAT(r.output, HasSubstr("status 2"));
   EXPECT_THAT(r.output, Not(HasSubstr("data size (data.train, data.test) of worker 1 differs")));
   EXPECT_THAT(r.output, HasSubstr("the data file list (data.train, data.test) of worker 1 differs from worker 0's"));
