@@ -106,14 +106,33 @@ void read_ctr_batch(std::span<const CtrColumnsView> parts, std::span<const std::
   allocate_ctr_batch(n, num_integer, num_categorical, batch);
   float* inputs = batch.inputs.data<float>();
   float* labels = batch.labels.data<float>();
+  // The part holding `index`: the last whose start is not above it (one part: the first).
+  auto part_of = [&](std::int64_t index) {
+    return parts.size() == 1
+               ? std::size_t{0}
+               : static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, index) - starts.begin() - 1);
+  };
+  // Shuffled examples are scattered over the columns: each one's four reads would wait for
+  // memory in turn. Asking for the example kPrefetchAhead positions on first keeps several in
+  // flight.
+  auto prefetch = [&](std::int64_t i) {
+    const std::int64_t index = indices[static_cast<std::size_t>(i)];
+    if (index < 0 || index >= total) return;  // reported when its turn comes
+    const std::size_t part = part_of(index);
+    const CtrColumnsView& columns = parts[part];
+    const auto row = static_cast<std::size_t>(index - starts[part]);
+    __builtin_prefetch(columns.labels + row);
+    __builtin_prefetch(columns.integers + row * ni);
+    __builtin_prefetch(columns.categoricals + row * nc);
+    __builtin_prefetch(columns.missing + row * columns.missing_stride());
+  };
+  constexpr std::int64_t kPrefetchAhead = 8;
+  for (std::int64_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch(i);
   for (std::int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) prefetch(i + kPrefetchAhead);
     const std::int64_t index = indices[static_cast<std::size_t>(i)];
     AIACC_CHECK(index >= 0 && index < total, "example index {} of {}", index, total);
-    // The part holding `index`: the last whose start is not above it (one part: the first).
-    const auto part =
-        parts.size() == 1
-            ? std::size_t{0}
-            : static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, index) - starts.begin() - 1);
+    const std::size_t part = part_of(index);
     const CtrColumnsView& columns = parts[part];
     const std::int64_t example = index - starts[part];
     const auto row = static_cast<std::size_t>(example);
