@@ -161,8 +161,8 @@ if ((dry)); then
 fi
 touch "$here/ran"
 status=$(cat "$here/run_status" 2>/dev/null || echo 0)
-# Per pair R: 1 worker 100 samples/s, 2 workers 160 - 20 R (E 0.7, 0.6), each independent job
-# 80 + 10 R (ceilings 0.9, 1.0).
+# Per pair R: 1 worker 100 samples/s, 2 workers 160 - 20 R (E 0.7, 0.6), the independent jobs
+# 90 + 10 R and 70 + 10 R (ceilings 0.9, 1.0; the slower job over one: 0.8, 0.9).
 repeat=${name##*-}
 [[ $name == bench-independent-* ]] && { repeat=${name#bench-independent-}; repeat=${repeat%-*}; }
 samples=100
@@ -183,6 +183,8 @@ if [[ $name == bench-independent-* ]]; then
   # --ceiling's jobs: each says its core, and waits (5 s at most) for the others of its set,
   # which must run at the same time, not one after another.
   samples=$((80 + 10 * repeat))
+  [[ $name == *-1 ]] && samples=$((samples + 10))
+  [[ $name == *-2 ]] && samples=$((samples - 10))
   echo "$name $(awk '/Cpus_allowed_list/ {print $2}' /proc/self/status)" >>"$here/independent"
   touch "$here/started-$name"
   set_prefix=${name%-*}
@@ -236,6 +238,10 @@ grep -qF "ceiling" "$work/out" && fail "train: the ceiling was reported without 
 train_fake 0 "" train "$work/job.yaml" --ceiling --repeat 2 --json "$work/ceiling.json"
 grep -qF "ceiling: 2 independent 1-worker jobs at once reach 0.900 of 2 x one alone (median; range 0.900-1.000); the median pair's E is 0.600 of its ceiling 1.000" "$work/out" ||
   fail "train --ceiling: no ceiling line: $(cat "$work/out" "$work/err")"
+# The synchronous ceiling: the slower independent job over the pair's 1-worker run (0.8, 0.9; not
+# the jobs' mean), the median pair's E (0.6) against its own (0.9).
+grep -qF "synchronous ceiling: the slowest of them reaches 0.800 of one alone (median; range 0.800-0.900), the most E can be when every step waits for the slowest core; the median pair's E is 0.667 of its 0.900" "$work/out" ||
+  fail "train --ceiling: no synchronous ceiling line: $(cat "$work/out" "$work/err")"
 # The CPUs this test may use, expanded ("0-2,4" -> 0 1 2 4); job i gets the i-th (round robin).
 cpus=()
 IFS=, read -ra ranges <<<"$(awk '/Cpus_allowed_list/ {print $2}' /proc/self/status)"
@@ -251,6 +257,10 @@ grep -qF '"ceiling_per_pair": [
  ]' "$work/ceiling.json" || fail "train --ceiling: the JSON lacks the ceilings: $(cat "$work/ceiling.json")"
 grep -qF '"scaling_efficiency_over_ceiling": 0.6' "$work/ceiling.json" ||
   fail "train --ceiling: the JSON lacks E over the ceiling: $(cat "$work/ceiling.json")"
+grep -qF '"sync_ceiling_per_pair": [
+  0.8,
+  0.9
+ ]' "$work/ceiling.json" || fail "train --ceiling: the JSON lacks the synchronous ceilings: $(cat "$work/ceiling.json")"
 
 # aiacc-bench accumulate: one batch of B x K against K micro-batches of B, each run told so;
 # samples/s and the largest process's peak memory of each, and their ratios.

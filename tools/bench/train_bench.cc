@@ -20,7 +20,9 @@
 // drifts by more than the effect. --ceiling adds, next to each pair's 1-worker run, N independent
 // 1-worker jobs at once (one per core): what N workers reach with no communication at all, so a
 // user can tell the machine's share of a low E (shared caches, memory bandwidth, a VM's
-// neighbours) from the distributed step's. The keys the bench sets for every run (bench_settings) are
+// neighbours) from the distributed step's; the slowest of those jobs over the 1-worker run is
+// the synchronous ceiling, as a synchronous step goes at its slowest worker's pace (a vCPU
+// slower than the others caps E there however cheap the communication). The keys the bench sets for every run (bench_settings) are
 // its own: a --set of one of them (or of a section holding one) is refused, as it would
 // silently change what is measured or where the bench reads the run's metrics. CONFIG with
 // those settings is first checked by aiacc-train --dry-run, so that a misspelt key ends the
@@ -82,7 +84,9 @@ E = throughput(N) / (N x throughput(1)).
   --ceiling          with each pair, also run N independent 1-worker jobs at once, one per
                      core: their summed samples/s over N x the pair's 1-worker run is the E
                      this machine allows with no communication at all (shared caches, memory
-                     bandwidth, a VM's neighbours), printed beside E
+                     bandwidth, a VM's neighbours), printed beside E; and the slowest
+                     job's samples/s over the 1-worker run's: the synchronous ceiling, as
+                     every synchronous step waits for the slowest worker's core
   --set KEY=VALUE    override a key of CONFIG (repeatable); the keys the bench sets itself
                      (cluster.workers, job.threads, train.max_steps, job.run_dir, job.name, ...)
                      are refused
@@ -378,9 +382,9 @@ RunFigures run_job(const Args& a, int workers, const fs::path& run_dir, const st
 }
 
 // Runs --workers independent 1-worker jobs at once, job i pinned to worker i's CPU (the CPUs the
-// N-worker run has), as runs `name`-1..N; returns their summed steady samples/s. When one fails
+// N-worker run has), as runs `name`-1..N; returns each one's steady samples/s. When one fails
 // (or cannot start) the others are stopped, not waited out: the bench then fails with its log.
-double run_independent(const Args& a, const fs::path& run_dir, const std::string& name) {
+std::vector<double> run_independent(const Args& a, const fs::path& run_dir, const std::string& name) {
   std::cout << "running " << a.workers << " independent 1-worker jobs at once, one per core: logs "
             << (run_dir / (name + "-*.log")).string() << std::endl;
   struct Job {
@@ -459,9 +463,9 @@ double run_independent(const Args& a, const fs::path& run_dir, const std::string
                                               failed->name),
                   fmt::format("its log {} (kept)", failed->log.string()), output);
   }
-  double total = 0;
-  for (const Job& job : jobs) total += read_figures(run_dir / job.name / "metrics.jsonl").samples_per_s;
-  return total;
+  std::vector<double> samples_per_s;
+  for (const Job& job : jobs) samples_per_s.push_back(read_figures(run_dir / job.name / "metrics.jsonl").samples_per_s);
+  return samples_per_s;
 }
 
 // The indices of `values` from the smallest value to the largest.
@@ -532,6 +536,9 @@ int run_pairs(const Args& a) {
     RunFigures one, many;
     double efficiency = 0;
     double ceiling = 0;  // --ceiling: the independent jobs' samples/s over N x one's
+    // --ceiling: the slowest independent job's samples/s over one's. A synchronous step waits
+    // for its slowest worker, so N workers on these cores reach at most N x that job's rate.
+    double sync_ceiling = 0;
   };
   std::vector<Pair> pairs;
   for (int r = 0; r < a.repeat; ++r) {
@@ -540,7 +547,7 @@ int run_pairs(const Args& a) {
     const auto many = [&] { return run_job(a, a.workers, run_dir, fmt::format("bench-{}w-{}", a.workers, r + 1)); };
     const auto independent = [&] { return run_independent(a, run_dir, fmt::format("bench-independent-{}", r + 1)); };
     Pair p;
-    double independent_samples_per_s = 0;
+    std::vector<double> independent_samples_per_s;
     // The independent jobs run next to the 1-worker run they are compared with.
     if (r % 2 == 0) {
       if (a.ceiling) independent_samples_per_s = independent();
@@ -552,7 +559,13 @@ int run_pairs(const Args& a) {
       if (a.ceiling) independent_samples_per_s = independent();
     }
     p.efficiency = p.many.samples_per_s / (a.workers * p.one.samples_per_s);
-    p.ceiling = independent_samples_per_s / (a.workers * p.one.samples_per_s);
+    if (a.ceiling) {
+      double total = 0;
+      for (double samples : independent_samples_per_s) total += samples;
+      p.ceiling = total / (a.workers * p.one.samples_per_s);
+      p.sync_ceiling = *std::min_element(independent_samples_per_s.begin(), independent_samples_per_s.end()) /
+                       p.one.samples_per_s;
+    }
     pairs.push_back(p);
   }
   // The pair with the median E (the lower middle one for an even count) is the one reported.
@@ -582,15 +595,25 @@ int run_pairs(const Args& a) {
                              "worker {} the slowest, {:.0f}% above worker {}\n",
                              fmt::join(pace->ms_per_step, " "), pace->slowest, 100 * pace->spread(), pace->fastest);
   }
-  std::vector<double> ceilings;
-  for (const auto& p : pairs) ceilings.push_back(p.ceiling);
+  std::vector<double> ceilings, sync_ceilings;
+  for (const auto& p : pairs) {
+    ceilings.push_back(p.ceiling);
+    sync_ceilings.push_back(p.sync_ceiling);
+  }
   std::sort(ceilings.begin(), ceilings.end());
+  std::sort(sync_ceilings.begin(), sync_ceilings.end());
   const double median_ceiling = ceilings[(ceilings.size() - 1) / 2];
+  const double median_sync_ceiling = sync_ceilings[(sync_ceilings.size() - 1) / 2];
   if (a.ceiling) {
     std::cout << fmt::format("ceiling: {} independent 1-worker jobs at once reach {:.3f} of {} x one alone (median; "
                              "range {:.3f}-{:.3f}); the median pair's E is {:.3f} of its ceiling {:.3f}\n",
                              a.workers, median_ceiling, a.workers, ceilings.front(), ceilings.back(),
                              efficiency / median.ceiling, median.ceiling);
+    std::cout << fmt::format("synchronous ceiling: the slowest of them reaches {:.3f} of one alone (median; range "
+                             "{:.3f}-{:.3f}), the most E can be when every step waits for the slowest core; the "
+                             "median pair's E is {:.3f} of its {:.3f}\n",
+                             median_sync_ceiling, sync_ceilings.front(), sync_ceilings.back(),
+                             efficiency / median.sync_ceiling, median.sync_ceiling);
   }
   std::cout << fmt::format("samples/s: after each run's first step (its start-up took {:.2f} s with 1 worker, {:.2f} s "
                            "with {})\n", one.warmup_seconds, many.warmup_seconds, a.workers);
@@ -601,9 +624,11 @@ int run_pairs(const Args& a) {
   if (!a.json.empty()) {
     nlohmann::json per_pair = nlohmann::json::array();
     nlohmann::json ceiling_per_pair = nlohmann::json::array();
+    nlohmann::json sync_ceiling_per_pair = nlohmann::json::array();
     for (const auto& p : pairs) {
       per_pair.push_back(p.efficiency);
       ceiling_per_pair.push_back(p.ceiling);
+      sync_ceiling_per_pair.push_back(p.sync_ceiling);
     }
     nlohmann::json out{{"benchmark", "train"}, {"config", a.config}, {"steps", a.steps},
                        {"threads_per_worker", a.threads}, {"workers", a.workers},
@@ -618,6 +643,10 @@ int run_pairs(const Args& a) {
       out["scaling_efficiency_over_ceiling"] = efficiency / median.ceiling;
       out["ceiling_per_pair"] = ceiling_per_pair;
       out["ceiling_of_median_pair"] = median.ceiling;
+      out["sync_ceiling"] = median_sync_ceiling;
+      out["scaling_efficiency_over_sync_ceiling"] = efficiency / median.sync_ceiling;
+      out["sync_ceiling_per_pair"] = sync_ceiling_per_pair;
+      out["sync_ceiling_of_median_pair"] = median.sync_ceiling;
     }
     write_output(a.json, out.dump(1) + "\n");
   }
