@@ -40,7 +40,7 @@ LoaderOptions loader_options(const DataOptions& options, bool training, std::uin
   LoaderOptions loader;
   loader.batch_size = options.batch_size;
   loader.prefetch_batches =
-      resolve_prefetch_batches(options.prefetch_batches, util::allowed_cpus().size(), host_compute);
+      resolve_prefetch_batches(options.prefetch_batches, util::usable_cpus(), host_compute);
   loader.timeout_s = options.timeout_s;
   loader.seed = seed;
   if (training) {

@@ -56,8 +56,8 @@ struct DataOptions {
             "runs the same number of steps (false: one worker only)");
     v.field("prefetch_batches", prefetch_batches, "batches read ahead in the background per loader "
             "(0: no background thread, each batch is read by the training thread when it needs it; -1: "
-            "4, or 0 where a worker computing on the host may run on one CPU only, as a pinned one: a reader "
-            "thread there can only take turns with training)",
+            "4, or 0 where a worker computing on the host can keep one CPU busy only, as a pinned one or one "
+            "in a container limited to one CPU: a reader thread there can only take turns with training)",
             config::in_range<std::int64_t>(kAutoPrefetch, 1024));
     v.field("timeout_s", timeout_s, "seconds to wait for the background reader's next batch before "
             "failing (stalled storage; not applied where no background thread reads: prefetch_batches 0, or "
@@ -88,8 +88,8 @@ std::vector<InputFile> data_files(const DataOptions& options);
 // Evaluation (training == false): in order, no augmentation, no dropped examples, so every
 // test example is scored exactly once across workers; workers may then run different numbers of
 // batches (by at most one), so evaluation metrics are summed across workers after the loop.
-// data.prefetch_batches is resolved for the CPUs this process may run on (allowed_cpus) and
-// `host_compute` (resolve_prefetch_batches).
+// data.prefetch_batches is resolved for the CPUs this process can keep busy (usable_cpus: its
+// affinity and its cgroup's CPU limit) and `host_compute` (resolve_prefetch_batches).
 LoaderOptions loader_options(const DataOptions& options, bool training, std::uint64_t seed,
                              bool host_compute = true);
 

@@ -157,7 +157,7 @@ void Communicator::update_spin() {
   int spin = options_.spin_us;
   if (spin < 0) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    const auto known = static_cast<long>(util::allowed_cpus().size());
+    const auto known = static_cast<long>(util::usable_cpus());
     const long allowed = known > 0 ? known : online;  // unknown: assume all
     const long threads = static_cast<long>(local_ranks().size()) * options_.streams;
     // Ranks that outnumber the cores still spin briefly: measured with 4 ranks on 2 cores, 20 us

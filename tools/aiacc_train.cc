@@ -222,6 +222,14 @@ int run(int argc, char** argv) {
     return 0;
   }
   check_eval_checkpoint();
+  if (job.job.threads == 0) {
+    // As a rank does (run_rank): OpenMP's own default would take every allowed core, however
+    // little CPU time a container's limit leaves them.
+    const auto threads = aiacc::trainer::default_compute_threads();
+    omp_set_num_threads(threads.count);
+    aiacc::log::get("trainer")->info("{} compute thread{} (job.threads 0): {}", threads.count,
+                                     threads.count == 1 ? "" : "s", threads.source);
+  }
   register_device(job, 0);
   aiacc::trainer::Trainer trainer(job);
   if (!eval_checkpoint.empty()) {

@@ -48,8 +48,8 @@ TEST(DataOptions, AutoPrefetchReadsOnTheTrainingThreadOfAOneCpuProcess) {
   EXPECT_EQ(resolve_prefetch_batches(7, 1, true), 7);
   EXPECT_EQ(parse("prefetch_batches: 2").prefetch_batches, 2);
   EXPECT_THAT(config_error("prefetch_batches: -2"), HasSubstr("prefetch_batches"));
-  // loader_options resolves it for the CPUs this test may run on.
-  const std::size_t cpus = util::allowed_cpus().size();
+  // loader_options resolves it for the CPUs this test can keep busy.
+  const std::size_t cpus = util::usable_cpus();
   EXPECT_EQ(loader_options(parse("{}"), true, 1).prefetch_batches, cpus == 1 ? 0 : 4);
   EXPECT_EQ(loader_options(parse("{}"), true, 1, /*host_compute=*/false).prefetch_batches, 4);
 }

@@ -33,6 +33,7 @@
 
 #include "core/error.h"
 #include "core/io/safetensors.h"
+#include "core/util/cpus.h"
 #include "core/net/rendezvous_client.h"
 #include "tests/testing/process.h"
 #include "tools/trainer/process_group.h"
@@ -372,6 +373,46 @@ TEST(DistributedTrain, ComputeThreadsFollowOmpNumThreadsAndPinning) {
                       "--set train.max_steps=1 --set cluster.pin_cores=true --set job.name=threads_pinned");
   ASSERT_EQ(pinned.status, 0) << pinned.output;
   EXPECT_THAT(pinned.output, HasSubstr("[worker 1] [trainer] 1 compute thread (job.threads 0)"));
+}
+
+// job.threads 0 and data.prefetch_batches -1 in a container limited to one CPU's time (a real
+// cgroup v1 cpu quota, as root): every core stays allowed, yet one process runs one compute
+// thread and reads its batches on the training thread, alone or as one of two ranks.
+TEST(DistributedTrain, ComputeThreadsAndReadAheadFitACgroupCpuLimit) {
+  const fs::path cpu_hierarchy = "/sys/fs/cgroup/cpu";
+  const fs::path group = cpu_hierarchy / fmt::format("aiacc-train-test-{}", ::getpid());
+  std::error_code error;
+  if (::geteuid() != 0 || !fs::exists(cpu_hierarchy / "cpu.cfs_quota_us") || !fs::create_directory(group, error)) {
+    GTEST_SKIP() << "needs root and a writable cgroup v1 cpu hierarchy at " << cpu_hierarchy.string();
+  }
+  std::ofstream(group / "cpu.cfs_period_us") << "100000\n";
+  std::ofstream(group / "cpu.cfs_quota_us") << "100000\n";
+  // The program (then "$0") moves itself into the group before it starts.
+  const std::string in_group =
+      fmt::format("sh -c 'echo $$ > {} && exec \"$0\" \"$@\"'", (group / "cgroup.procs").string());
+  const std::string steps = "--set train.max_steps=1 --set data.prefetch_batches=-1";
+  const auto alone = train("cgroup_limit", mlp_job("cgroup_limit", 32, "  workers: 1\n"), "", in_group, steps);
+  const auto ranks = train("cgroup_limit2", mlp_job("cgroup_limit2", 32, "  workers: 2\n"), "", in_group, steps);
+  // Unconfined, one process here runs a thread per allowed CPU.
+  const auto free = train("cgroup_free", mlp_job("cgroup_free", 32, "  workers: 1\n"), "", "", steps);
+  fs::remove(group, error);
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  EXPECT_THAT(alone.output, HasSubstr("1 compute thread (job.threads 0): this host's"));
+  EXPECT_THAT(alone.output, HasSubstr("cut to 1 by its cgroup's CPU limit of 1 CPU"));
+  EXPECT_THAT(alone.output, HasSubstr("batches read on the training thread (this worker can keep one CPU busy only)"));
+  ASSERT_EQ(ranks.status, 0) << ranks.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_THAT(ranks.output, HasSubstr(fmt::format("[worker {}] [trainer] 1 compute thread (job.threads 0): this "
+                                                    "host's", rank)));
+    EXPECT_THAT(ranks.output, HasSubstr(fmt::format("[worker {}] [trainer] data.prefetch_batches -1: batches read on "
+                                                    "the training thread", rank)));
+  }
+  ASSERT_EQ(free.status, 0) << free.output;
+  const std::size_t allowed = aiacc::util::allowed_cpus().size();
+  if (allowed > 1 && !aiacc::util::cgroup_cpu_limit()) {
+    EXPECT_THAT(free.output, HasSubstr(fmt::format("{} compute threads (job.threads 0): this host's", allowed)));
+    EXPECT_THAT(free.output, HasSubstr("batches read ahead by a background thread"));
+  }
 }
 
 // A job resumed with another worker count or batch size continues at the same place of the

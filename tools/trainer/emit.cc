@@ -404,7 +404,8 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: status.podIP
-{token_env}          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
+{token_env}          # job.threads 0 runs as many compute threads as limits.cpu allows (rounded up):
+          # resources: {{limits: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: 1}}}}
           volumeMounts:
             - {{name: config, mountPath: {pod_config_folder}, readOnly: true}}
             # - {{name: runs, mountPath: {pod_run_dir}}}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -97,9 +98,15 @@ std::optional<int> local_process_count() {
 
 ComputeThreads default_compute_threads(std::optional<int> ranks_on_host) {
   if (const auto threads = omp_num_threads()) return {*threads, "OMP_NUM_THREADS"};
-  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int processes = 1;
   std::string source = fmt::format("this host's {} cores", machine);
+  // A container's CPU limit (docker --cpus, a Kubernetes limits.cpu) leaves every core allowed:
+  // threads for all of them would share the limit's time and be throttled in turn.
+  if (const auto limit = util::cgroup_cpu_limit(); limit && std::ceil(*limit - 1e-9) < machine) {
+    machine = std::max(1, static_cast<int>(std::ceil(*limit - 1e-9)));
+    source += fmt::format(" cut to {} by its cgroup's CPU limit of {:g} CPU{}", machine, *limit, *limit == 1 ? "" : "s");
+  }
   if (const auto local = launcher_local_count()) {
     processes = local->second;
     source += fmt::format(" shared by {} processes ({})", processes, local->first);

@@ -229,7 +229,8 @@ struct ComputeThreads {
 // says (local_process_count), else as counted at the rendezvous store (`ranks_on_host`: a
 // hand-made torchrun-style environment without LOCAL_WORLD_SIZE), else this process alone; and
 // no more than the CPUs the launcher confined it to (cluster.pin_cores, srun's
-// --cpus-per-task, a container's cpuset).
+// --cpus-per-task, a container's cpuset). The machine's cores are first cut to its cgroup's
+// CPU limit, rounded up (util::cgroup_cpu_limit: docker --cpus, Kubernetes limits.cpu).
 ComputeThreads default_compute_threads(std::optional<int> ranks_on_host = std::nullopt);
 
 }  // namespace aiacc::trainer

@@ -1452,7 +1452,7 @@ TrainResult Trainer::run(const RunControl& control) {
   const data::LoaderOptions train_loading = loader_options(o, true);
   if (o.data.prefetch_batches == data::kAutoPrefetch) {
     s.log->info("data.prefetch_batches -1: {}", train_loading.prefetch_batches == 0
-                                                    ? "batches read on the training thread (this worker may run on one CPU)"
+                                                    ? "batches read on the training thread (this worker can keep one CPU busy only)"
                                                     : fmt::format("{} batches read ahead by a background thread",
                                                                   train_loading.prefetch_batches));
   }
