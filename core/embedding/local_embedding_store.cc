@@ -318,6 +318,29 @@ void LocalEmbeddingStore::push(std::span<const std::int64_t> ids, const float* g
   });
 }
 
+void LocalEmbeddingStore::rows_of(std::span<const std::int64_t> ids, float** rows) {
+  if (ids.empty()) return;
+  AIACC_CHECK(rows != nullptr, "embedding table {}: row addresses into a null array", spec_.name);
+  // The rows are prefetched whole: the caller updates them next.
+  for_each_row(ids, static_cast<std::size_t>(dim_ + state_floats_), [&](std::size_t i, float* row) { rows[i] = row; });
+}
+
+void LocalEmbeddingStore::push_rows(std::span<float* const> rows, const float* grads, double lr) {
+  if (rows.empty()) return;
+  AIACC_CHECK(grads != nullptr, "embedding table {}: push of a null gradient", spec_.name);
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(partitions_.size());
+  for (const auto& part : partitions_) locks.emplace_back(part->mutex);
+  const auto row_floats = static_cast<std::size_t>(dim_ + state_floats_);
+  const auto dim = static_cast<std::size_t>(dim_);
+  const std::size_t n = rows.size();
+  for (std::size_t i = 0; i < std::min(n, kRowPrefetchDistance); ++i) prefetch_row(rows[i], row_floats);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kRowPrefetchDistance < n) prefetch_row(rows[i + kRowPrefetchDistance], row_floats);
+    optimizer_.update_row(rows[i], rows[i] + dim_, grads + i * dim, dim_, lr);
+  }
+}
+
 std::int64_t LocalEmbeddingStore::num_rows() const {
   std::int64_t total = 0;
   for (const auto& part : partitions_) {

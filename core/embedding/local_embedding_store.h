@@ -74,6 +74,15 @@ class LocalEmbeddingStore final : public EmbeddingStore {
   // gradient for stateful rules. Blocks until applied.
   void push(std::span<const std::int64_t> ids, const float* grads, double lr) override;
 
+  // Row addresses for a caller that updates the same rows step after step (a replicated table's
+  // merged update, tools/trainer): rows_of() finds each id's row, creating missing ones as pull()
+  // would, and writes its address ([value D | optimiser state S]) to rows[i]; push_rows() applies
+  // the sparse optimiser to rows so found with gradient rows grads[i] [D], without looking them
+  // up again. A row keeps its address until load_rows() replaces the table's contents (rows are
+  // never moved or freed before). push_rows() locks every partition; rows must be distinct.
+  void rows_of(std::span<const std::int64_t> ids, float** rows);
+  void push_rows(std::span<float* const> rows, const float* grads, double lr);
+
   std::int64_t num_rows() const override;
 
   // "<name>.ids" i64 [R], "<name>.values" f32 [R, D], "<name>.state" f32 [R, S], rows sorted by

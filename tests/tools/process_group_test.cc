@@ -7,65 +7,28 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <chrono>
 #include <latch>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "core/error.h"
-#include "core/io/atomic_file.h"
 #include "core/tensor.h"
+#include "tests/testing/loopback_group.h"
 #include "tests/testing/run_ranks.h"
 #include "tools/trainer/process_group.h"
 
 namespace aiacc::trainer {
 namespace {
 
+using aiacc::testing::free_port;
+using aiacc::testing::loopback_cluster;
+using aiacc::testing::loopback_role;
 using aiacc::testing::run_ranks;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr double kRingTimeoutS = 1.5;
-
-// A loopback port nothing listens on now, for worker 0's rendezvous store.
-int free_port() {
-  io::FileDescriptor fd(::socket(AF_INET, SOCK_STREAM, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("free_port: no loopback port");
-  }
-  return ntohs(address.sin_port);
-}
-
-ClusterOptions cluster_of(int workers) {
-  ClusterOptions cluster;
-  cluster.workers = workers;
-  cluster.launcher = "external";
-  cluster.start_timeout_s = 20;
-  cluster.security.curve = false;
-  cluster.ring.comm.timeout_s = kRingTimeoutS;
-  cluster.ring.comm.channel.connect_timeout_s = 20;
-  return cluster;
-}
-
-ProcessRole role_of(int rank, int world, int port) {
-  ProcessRole role;
-  role.rank = rank;
-  role.world_size = world;
-  role.local_rank = rank;
-  role.rendezvous = fmt::format("127.0.0.1:{}", port);
-  role.serves_rendezvous = rank == 0;
-  return role;
-}
 
 // Runs `world` workers: worker `frozen` joins the job, then stays away from the collective
 // (as a stopped process would) until the others are done; every other worker runs
@@ -77,7 +40,7 @@ std::vector<std::string> timeouts_with_a_frozen_worker(int world, int frozen,
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   std::latch others_done(world - 1);
   run_ranks(world, [&](int rank) {
-    ProcessGroup group(cluster_of(world), role_of(rank, world, port));
+    ProcessGroup group(loopback_cluster(world, kRingTimeoutS), loopback_role(rank, world, port));
     if (rank == frozen) {
       others_done.wait();
       return;

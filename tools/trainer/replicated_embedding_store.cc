@@ -11,11 +11,43 @@
 namespace aiacc::trainer {
 namespace {
 
-// How many rows ahead the merge asks for a slot: enough misses in flight to cover one.
-constexpr std::size_t kMergePrefetchDistance = 16;
+// How many rows ahead a probe asks for its slot: enough misses in flight to cover one.
+constexpr std::size_t kPrefetchDistance = 16;
+constexpr std::size_t kHeaderBytes = 32;  // known, new, lr, the sender's indexed rows
+
+std::size_t round8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
 // One table's part of a message, padded to 8 bytes so the next part's 64-bit fields stay aligned.
-std::size_t part_bytes(std::size_t rows, std::size_t dim) { return (16 + rows * 8 + rows * dim * 4 + 7) / 8 * 8; }
+std::size_t part_bytes(std::size_t known, std::size_t fresh, std::size_t dim) {
+  return round8(kHeaderBytes + round8(known * 4) + fresh * 8 + (known + fresh) * dim * 4);
+}
+
+// Fibonacci hashing of an id into a power-of-two table of 2^(64 - shift) slots: the top bits of
+// the product, which every bit of the id reaches.
+std::size_t home_slot(std::int64_t id, int shift) {
+  return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift);
+}
+
+int shift_for(std::size_t capacity) { return 64 - std::countr_zero(capacity); }
+
+// The slot holding `id` in `slots`, or the empty one where it would go.
+template <class Slot>
+std::size_t find_slot(const std::vector<Slot>& slots, std::int64_t id, int shift) {
+  const std::size_t mask = slots.size() - 1;
+  std::size_t h = home_slot(id, shift);
+  while (slots[h].index != 0 && slots[h].id != id) h = (h + 1) & mask;
+  return h;
+}
+
+// Row copies and sums of a few floats each (dim 1 for a wide model's weights): plain loops,
+// where memcpy's call per row cost more than the copy.
+void copy_row(float* to, const float* from, std::size_t dim) {
+  for (std::size_t j = 0; j < dim; ++j) to[j] = from[j];
+}
+
+void add_row(float* to, const float* from, std::size_t dim) {
+  for (std::size_t j = 0; j < dim; ++j) to[j] += from[j];
+}
 
 }  // namespace
 
@@ -32,15 +64,84 @@ void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const flo
   lr_ = lr;
 }
 
-void ReplicatedEmbeddingStore::take_pending(std::vector<std::byte>& message) {
-  const std::size_t at = message.size();
-  const auto count = static_cast<std::int64_t>(ids_.size());
-  message.resize(at + part_bytes(ids_.size(), static_cast<std::size_t>(spec().dim)));
-  std::byte* p = message.data() + at;
-  std::memcpy(p, &count, 8);
-  std::memcpy(p + 8, &lr_, 8);
-  std::memcpy(p + 16, ids_.data(), ids_.size() * 8);
-  std::memcpy(p + 16 + ids_.size() * 8, grads_.data(), grads_.size() * 4);
+void ReplicatedEmbeddingStore::load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) {
+  replica_.load_rows(rows);
+  clear_indices();  // the rows' addresses changed
+}
+
+std::int64_t ReplicatedEmbeddingStore::index_of(std::int64_t id) const {
+  if (index_slots_.empty()) return -1;
+  const IdSlot& slot = index_slots_[find_slot(index_slots_, id, shift_for(index_slots_.size()))];
+  return slot.index == 0 ? -1 : static_cast<std::int64_t>(slot.index) - 1;
+}
+
+void ReplicatedEmbeddingStore::add_index(std::int64_t id, float* row) {
+  if (2 * (row_of_index_.size() + 1) > index_slots_.size()) {
+    // Rehash into twice the slots (at most half full after this add).
+    std::vector<IdSlot> grown(std::max<std::size_t>(64, 2 * index_slots_.size()));
+    const int shift = shift_for(grown.size());
+    for (const IdSlot& slot : index_slots_) {
+      if (slot.index != 0) grown[find_slot(grown, slot.id, shift)] = slot;
+    }
+    index_slots_ = std::move(grown);
+  }
+  if (row_of_index_.size() >= UINT32_MAX - 1) {
+    throw InternalError(fmt::format("replicated table '{}': more than 2^32 rows to number", spec().name));
+  }
+  IdSlot& slot = index_slots_[find_slot(index_slots_, id, shift_for(index_slots_.size()))];
+  slot.id = id;
+  slot.index = static_cast<std::uint32_t>(row_of_index_.size() + 1);
+  row_of_index_.push_back(row);
+  merge_of_index_.push_back(0);
+}
+
+void ReplicatedEmbeddingStore::clear_indices() {
+  index_slots_.clear();
+  row_of_index_.clear();
+  merge_of_index_.clear();
+}
+
+std::size_t ReplicatedEmbeddingStore::classify_pending() {
+  const std::size_t n = ids_.size();
+  known_positions_.clear();
+  new_positions_.clear();
+  known_indices_.clear();
+  if (!index_slots_.empty()) {
+    const int shift = shift_for(index_slots_.size());
+    for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) __builtin_prefetch(&index_slots_[home_slot(ids_[i], shift)]);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n) __builtin_prefetch(&index_slots_[home_slot(ids_[i + kPrefetchDistance], shift)]);
+      const IdSlot& slot = index_slots_[find_slot(index_slots_, ids_[i], shift)];
+      if (slot.index != 0) {
+        known_positions_.push_back(static_cast<std::uint32_t>(i));
+        known_indices_.push_back(slot.index - 1);
+      } else {
+        new_positions_.push_back(static_cast<std::uint32_t>(i));
+      }
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) new_positions_.push_back(static_cast<std::uint32_t>(i));
+  }
+  return part_bytes(known_positions_.size(), new_positions_.size(), static_cast<std::size_t>(spec().dim));
+}
+
+void ReplicatedEmbeddingStore::write_pending(std::byte* p) {
+  const auto dim = static_cast<std::size_t>(spec().dim);
+  const std::size_t known = known_positions_.size(), fresh = new_positions_.size();
+  const std::uint64_t header[4] = {known, fresh, std::bit_cast<std::uint64_t>(lr_), row_of_index_.size()};
+  std::memcpy(p, header, kHeaderBytes);
+  p += kHeaderBytes;
+  std::memcpy(p, known_indices_.data(), known * 4);
+  p += round8(known * 4);
+  auto* new_ids = reinterpret_cast<std::int64_t*>(p);
+  for (std::size_t k = 0; k < fresh; ++k) new_ids[k] = ids_[new_positions_[k]];
+  auto* grads = reinterpret_cast<float*>(p + fresh * 8);
+  for (const auto& positions : {&known_positions_, &new_positions_}) {
+    for (std::uint32_t i : *positions) {
+      copy_row(grads, grads_.data() + i * dim, dim);
+      grads += dim;
+    }
+  }
   ids_.clear();
   grads_.clear();
 }
@@ -49,108 +150,140 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
                                      std::vector<std::size_t>& offsets) {
   const auto dim = static_cast<std::size_t>(spec().dim);
   // Row counts come from other workers: each is checked against the bytes its message holds
-  // before anything is sized from it, and every worker must have pushed at the same rate.
-  std::size_t total = 0;
+  // before anything is sized from it, every worker must have pushed at the same rate, and all
+  // must number the table's rows alike.
+  std::size_t total = 0, total_new = 0;
   double lr = 0;
   bool any = false;
-  part_rows_.assign(messages.size(), 0);
+  part_rows_.assign(messages.size(), {});
   for (std::size_t w = 0; w < messages.size(); ++w) {
-    if (messages[w].size() < offsets[w] + 16) {
+    if (messages[w].size() < offsets[w] + kHeaderBytes) {
       throw CommError(fmt::format("replicated table '{}': short message from worker {}", spec().name, w));
     }
-    std::int64_t n = 0;
-    std::memcpy(&n, messages[w].data() + offsets[w], 8);
-    const std::size_t room = (messages[w].size() - offsets[w] - 16) / (8 + 4 * dim);
-    if (n < 0 || static_cast<std::uint64_t>(n) > room) {
-      throw CommError(fmt::format("replicated table '{}': worker {} sent {} rows in a message with room "
-                                  "for {}", spec().name, w, n, room));
+    std::uint64_t header[4];
+    std::memcpy(header, messages[w].data() + offsets[w], kHeaderBytes);
+    const std::size_t left = messages[w].size() - offsets[w];
+    // Bounded before part_bytes() multiplies them: any larger count would not fit anyway.
+    if (header[0] > left || header[1] > left || part_bytes(header[0], header[1], dim) > left) {
+      throw CommError(fmt::format("replicated table '{}': worker {} sent {} indexed and {} new rows in a "
+                                  "message of {} bytes", spec().name, w, header[0], header[1], left));
     }
-    part_rows_[w] = static_cast<std::size_t>(n);
-    total += static_cast<std::size_t>(n);
-    double worker_lr = 0;
-    std::memcpy(&worker_lr, messages[w].data() + offsets[w] + 8, 8);
-    if (n > 0 && any && worker_lr != lr) {
+    if (header[3] != row_of_index_.size()) {
+      throw InternalError(fmt::format("replicated table '{}': worker {} numbers {} rows, this worker {}: the "
+                                      "replicas have diverged", spec().name, w, header[3], row_of_index_.size()));
+    }
+    // Checked here, not while merging: a throw there would leave merge slots set.
+    const auto* indices = reinterpret_cast<const std::uint32_t*>(messages[w].data() + offsets[w] + kHeaderBytes);
+    for (std::size_t i = 0; i < header[0]; ++i) {
+      if (indices[i] >= row_of_index_.size()) {
+        throw CommError(fmt::format("replicated table '{}': worker {} sent row index {} of {}", spec().name, w,
+                                    indices[i], row_of_index_.size()));
+      }
+    }
+    part_rows_[w] = {header[0], header[1]};
+    total += header[0] + header[1];
+    total_new += header[1];
+    const double worker_lr = std::bit_cast<double>(header[2]);
+    const bool pushed = header[0] + header[1] > 0;
+    if (pushed && any && worker_lr != lr) {
       throw InternalError(fmt::format("replicated table '{}': workers pushed at different learning "
                                       "rates ({} vs {})", spec().name, lr, worker_lr));
     }
-    if (n > 0) {
+    if (pushed) {
       lr = worker_lr;
       any = true;
     }
   }
   if (!any) {
-    for (std::size_t w = 0; w < messages.size(); ++w) offsets[w] += part_bytes(0, dim);
+    for (std::size_t w = 0; w < messages.size(); ++w) offsets[w] += part_bytes(0, 0, dim);
     return;
   }
-  // Open addressing over a power-of-two table at most half full: id -> merged index (+1; 0 is
-  // empty). Several times faster than std::unordered_map for the few thousand ids of a step.
-  // The scratch is kept between steps; only the slots this step used are cleared afterwards.
-  std::size_t capacity = std::max<std::size_t>(merge_slots_.size(), 16);
-  while (capacity < 2 * total) capacity *= 2;
-  if (capacity != merge_slots_.size()) merge_slots_.assign(capacity, MergeSlot{});
-  // Sized up front: nothing below allocates, so nothing leaves the slots half cleared.
-  merged_ids_.resize(total);
-  merged_.resize(total * dim);
-  used_slots_.resize(total);
-  std::size_t merged_rows = 0;
-  // Fibonacci hashing: the top bits of the product, which every bit of the id reaches.
-  const int shift = 64 - std::countr_zero(capacity);
-  auto home = [&](std::int64_t id) {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift);
-  };
+  // Sized up front: nothing below allocates, so nothing leaves the merge slots half cleared.
+  std::size_t capacity = std::max<std::size_t>(new_slots_.size(), 16);
+  while (capacity < 2 * total_new) capacity *= 2;
+  if (capacity != new_slots_.size()) new_slots_.assign(capacity, IdSlot{});
+  const int new_shift = shift_for(capacity);
+  merged_known_.resize(total - total_new);
+  merged_known_grads_.resize((total - total_new) * dim);
+  merged_new_.resize(total_new);
+  merged_new_grads_.resize(total_new * dim);
+  used_new_slots_.resize(total_new);
+  std::size_t known_rows = 0, new_rows = 0;
   for (std::size_t w = 0; w < messages.size(); ++w) {
-    const auto& message = messages[w];
-    std::size_t& offset = offsets[w];
-    const std::size_t n = part_rows_[w];  // as checked above (not read again from the sender's memory)
-    const auto* ids = reinterpret_cast<const std::int64_t*>(message.data() + offset + 16);
-    const auto* grads = reinterpret_cast<const float*>(message.data() + offset + 16 + n * 8);
-    offset += part_bytes(n, dim);
-    // The merge slots are cold after the step's compute and probed in random order: each
-    // probe waited for its miss alone until the slots of the ids a few positions ahead were
-    // asked for first.
-    for (std::size_t i = 0; i < std::min(n, kMergePrefetchDistance); ++i) __builtin_prefetch(&merge_slots_[home(ids[i])]);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i + kMergePrefetchDistance < n) __builtin_prefetch(&merge_slots_[home(ids[i + kMergePrefetchDistance])]);
-      const std::int64_t id = ids[i];
-      const float* g = grads + i * dim;
-      std::size_t h = home(id);
-      while (merge_slots_[h].index != 0 && merge_slots_[h].id != id) h = (h + 1) & (capacity - 1);
-      MergeSlot& slot = merge_slots_[h];
-      if (slot.index == 0) {
-        // A new id: its row is this worker's gradient (scaled once it is complete, below).
-        slot.id = id;
-        slot.index = static_cast<std::uint32_t>(merged_rows + 1);
-        merged_ids_[merged_rows] = id;
-        used_slots_[merged_rows] = static_cast<std::uint32_t>(h);
-        float* row = merged_.data() + merged_rows * dim;
-        for (std::size_t j = 0; j < dim; ++j) row[j] = g[j];
-        ++merged_rows;
+    const std::byte* part = messages[w].data() + offsets[w];
+    const auto [known, fresh] = part_rows_[w];  // as checked above (not read again from the sender's memory)
+    offsets[w] += part_bytes(known, fresh, dim);
+    const auto* indices = reinterpret_cast<const std::uint32_t*>(part + kHeaderBytes);
+    const auto* ids = reinterpret_cast<const std::int64_t*>(part + kHeaderBytes + round8(known * 4));
+    const auto* grads = reinterpret_cast<const float*>(part + kHeaderBytes + round8(known * 4) + fresh * 8);
+    for (std::size_t i = 0; i < known; ++i) {
+      const std::uint32_t index = indices[i];  // below row_of_index_.size(), as checked above
+      std::uint32_t& merged = merge_of_index_[index];
+      if (merged == 0) {
+        merged_known_[known_rows] = index;
+        copy_row(merged_known_grads_.data() + known_rows * dim, grads + i * dim, dim);
+        merged = static_cast<std::uint32_t>(++known_rows);
       } else {
-        float* row = merged_.data() + (slot.index - 1) * dim;
-        for (std::size_t j = 0; j < dim; ++j) row[j] += g[j];
+        add_row(merged_known_grads_.data() + (merged - 1) * dim, grads + i * dim, dim);
+      }
+    }
+    grads += known * dim;
+    // New rows by id, through the id table (cold after the step's compute: prefetched ahead).
+    for (std::size_t i = 0; i < std::min(fresh, kPrefetchDistance); ++i) __builtin_prefetch(&new_slots_[home_slot(ids[i], new_shift)]);
+    for (std::size_t i = 0; i < fresh; ++i) {
+      if (i + kPrefetchDistance < fresh) __builtin_prefetch(&new_slots_[home_slot(ids[i + kPrefetchDistance], new_shift)]);
+      const std::size_t h = find_slot(new_slots_, ids[i], new_shift);
+      IdSlot& slot = new_slots_[h];
+      if (slot.index == 0) {
+        slot.id = ids[i];
+        merged_new_[new_rows] = ids[i];
+        used_new_slots_[new_rows] = static_cast<std::uint32_t>(h);
+        copy_row(merged_new_grads_.data() + new_rows * dim, grads + i * dim, dim);
+        slot.index = static_cast<std::uint32_t>(++new_rows);
+      } else {
+        add_row(merged_new_grads_.data() + (slot.index - 1) * dim, grads + i * dim, dim);
       }
     }
   }
-  merged_ids_.resize(merged_rows);
-  for (std::size_t r = 0; r < merged_rows; ++r) merge_slots_[used_slots_[r]].index = 0;
+  merged_known_.resize(known_rows);
+  merged_new_.resize(new_rows);
+  for (std::size_t r = 0; r < new_rows; ++r) new_slots_[used_new_slots_[r]].index = 0;
   const float scale = 1.0f / static_cast<float>(messages.size());
-  const std::size_t merged_floats = merged_ids_.size() * dim;
-  for (std::size_t j = 0; j < merged_floats; ++j) merged_[j] *= scale;
+  for (std::size_t j = 0; j < known_rows * dim; ++j) merged_known_grads_[j] *= scale;
+  for (std::size_t j = 0; j < new_rows * dim; ++j) merged_new_grads_[j] *= scale;
   trace::Span span("compute", trace::enabled() ? "sparse optimizer " + spec().name : std::string(),
-                   {{"rows", merged_ids_.size()}});
-  replica_.push(merged_ids_, merged_.data(), lr);
+                   {{"rows", known_rows + new_rows}, {"new rows", new_rows}});
+  merged_known_rows_.resize(known_rows);
+  for (std::size_t r = 0; r < known_rows; ++r) {
+    merged_known_rows_[r] = row_of_index_[merged_known_[r]];
+    merge_of_index_[merged_known_[r]] = 0;
+  }
+  replica_.push_rows(merged_known_rows_, merged_known_grads_.data(), lr);
+  if (new_rows > 0) {
+    // Numbered in merge order: the same on every replica, as all merge the same messages.
+    merged_new_rows_.resize(new_rows);
+    replica_.rows_of(merged_new_, merged_new_rows_.data());
+    for (std::size_t r = 0; r < new_rows; ++r) add_index(merged_new_[r], merged_new_rows_[r]);
+    replica_.push_rows(merged_new_rows_, merged_new_grads_.data(), lr);
+  }
 }
 
 double ReplicatedEmbeddingStore::synchronize(const std::vector<ReplicatedEmbeddingStore*>& tables,
                                              ProcessGroup& group) {
   if (tables.empty()) return 0.0;
-  std::vector<std::byte> message;
-  for (auto* table : tables) table->take_pending(message);
+  // Kept between steps: grown when a step needs more, never zero-filled again (a fresh vector
+  // grown table by table moved and cleared its bytes each step).
+  thread_local std::vector<std::byte> message;
+  std::vector<std::size_t> sizes;
+  std::size_t total = 0;
+  for (auto* table : tables) total += sizes.emplace_back(table->classify_pending());
+  if (message.size() < total) message.resize(total);
+  for (std::size_t t = 0, at = 0; t < tables.size(); at += sizes[t], ++t) tables[t]->write_pending(message.data() + at);
   std::vector<std::span<const std::byte>> messages;  // read in place: valid until the next allgather
   const auto gather_start = std::chrono::steady_clock::now();
   {
-    trace::Span span("allgather", "replicated rows", {{"bytes", message.size()}});
-    messages = group.allgather(message);
+    trace::Span span("allgather", "replicated rows", {{"bytes", total}});
+    messages = group.allgather(std::span<const std::byte>(message.data(), total));
   }
   const double gather_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();

@@ -4,6 +4,15 @@
 // every worker's rows and applies one merged update: gradients of an id summed in worker
 // order and divided by the number of workers, exactly like an all-reduced dense gradient. All
 // replicas apply identical updates, so they stay bitwise equal.
+//
+// Rows are named by a dense index after their first update: every replica numbers a table's
+// rows in the order its merged updates first reach them, identically, since all apply the same
+// messages in the same order. A row's index is a direct slot of the merge and the replica row's
+// address is kept with it, so a step's known rows cost one lookup (their index, when pushed),
+// not three (the merge, and the store's lookup when updated); only rows updated for the first
+// time go by id. Flights, two workers, traces alternated with the build before: the exchange
+// and update took 31-54 us a step at the median, against 58-85. Each message carries the sender's row count, and a replica whose numbering differs is
+// an error, never a silent misread.
 #pragma once
 
 #include <cstddef>
@@ -34,32 +43,57 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   // The replica's raw row bytes (rows x (dim + optimiser state) x 4), as placement estimates them.
   std::size_t replica_bytes() const { return replica_.row_bytes(); }
   std::vector<std::pair<std::string, Tensor>> save_rows() const override { return replica_.save_rows(); }
-  void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override { replica_.load_rows(rows); }
+  // Replaces the replica's rows; the dense numbering starts again (as on every worker, which all
+  // load the same checkpoint).
+  void load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) override;
 
  private:
-  // This step's rows as [count i64][lr f64][ids i64 x count][grads f32 x count x dim], padded
-  // to 8 bytes.
-  void take_pending(std::vector<std::byte>& message);
+  // An open-addressing table (a power of two, at most half full) from id to index + 1 (0 is
+  // empty). Id and index share a slot: one cache line fetched per probe, not two.
+  struct IdSlot {
+    std::int64_t id = 0;
+    std::uint32_t index = 0;
+  };
+  // This step's rows go out as [known u64][new u64][lr f64][indexed rows' count u64][known
+  // indices u32, padded to 8][new ids i64][grads f32 x (known + new) x dim, known rows first],
+  // padded to 8. classify_pending() sorts them into known and new and returns those bytes;
+  // write_pending() writes them there and clears the step's rows.
+  std::size_t classify_pending();
+  void write_pending(std::byte* part);
   // Applies the merged rows of every worker's message part for this table; advances `offsets`.
   void apply(const std::vector<std::span<const std::byte>>& messages, std::vector<std::size_t>& offsets);
+  // The index of `id`, or -1 before its first update.
+  std::int64_t index_of(std::int64_t id) const;
+  void add_index(std::int64_t id, float* row);
+  // Forgets every index (the replica's rows were replaced).
+  void clear_indices();
 
   LocalEmbeddingStore replica_;
   ProcessGroup& group_;
   std::vector<std::int64_t> ids_;
   std::vector<float> grads_;
   double lr_ = 0;
-  // apply()'s scratch, kept between steps: the merged rows, and an open-addressing table from
-  // id to merged row (index + 1; 0 is empty) whose used slots are cleared after each step. Id
-  // and index share a slot: one cache line fetched per probe, not two.
-  struct MergeSlot {
-    std::int64_t id = 0;
-    std::uint32_t index = 0;
+  // The dense numbering: id -> index, and each index's row in the replica.
+  std::vector<IdSlot> index_slots_;
+  std::vector<float*> row_of_index_;
+  // apply()'s scratch, kept between steps. Known rows merge through merge_of_index_ (per index:
+  // merged position + 1, 0 none; the used ones are cleared after each step), new rows through
+  // an id table like the index's, also cleared after each step.
+  std::vector<std::uint32_t> merge_of_index_;
+  std::vector<std::uint32_t> merged_known_;
+  std::vector<float> merged_known_grads_;
+  std::vector<float*> merged_known_rows_;
+  std::vector<IdSlot> new_slots_;
+  std::vector<std::uint32_t> used_new_slots_;
+  std::vector<std::int64_t> merged_new_;
+  std::vector<float> merged_new_grads_;
+  std::vector<float*> merged_new_rows_;
+  // classify_pending()'s scratch: the positions of this step's known and new rows, and the indices.
+  std::vector<std::uint32_t> known_positions_, new_positions_, known_indices_;
+  struct PartCounts {
+    std::size_t known = 0, fresh = 0;
   };
-  std::vector<std::int64_t> merged_ids_;
-  std::vector<float> merged_;
-  std::vector<MergeSlot> merge_slots_;
-  std::vector<std::uint32_t> used_slots_;
-  std::vector<std::size_t> part_rows_;  // each worker's row count, as validated
+  std::vector<PartCounts> part_rows_;  // each worker's row counts, as validated
 };
 
 }  // namespace aiacc::trainer
