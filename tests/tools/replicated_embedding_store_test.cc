@@ -111,7 +111,14 @@ void expect_equal_rows(const std::map<std::string, Tensor>& got, const std::map<
   }
 }
 
-TEST(ReplicatedEmbeddingStore, EveryReplicaEqualsOneStoreGivenTheAveragedGradient) {
+class ReplicatedEmbeddingStoreNumbering : public ::testing::TestWithParam<std::size_t> {};
+
+// Every row numbered (the default cap is far above the 60 ids here), or only the first 25 to
+// be updated: the others then go by id every step.
+INSTANTIATE_TEST_SUITE_P(NumberedRows, ReplicatedEmbeddingStoreNumbering,
+                         ::testing::Values(ReplicatedEmbeddingStore::kMaxNumberedRows, std::size_t{25}));
+
+TEST_P(ReplicatedEmbeddingStoreNumbering, EveryReplicaEqualsOneStoreGivenTheAveragedGradient) {
   constexpr int kSteps = 6;
   constexpr int kLoadAfter = 3;  // steps before the checkpoint's rows are loaded
   const double lr = 0.1;
@@ -128,7 +135,7 @@ TEST(ReplicatedEmbeddingStore, EveryReplicaEqualsOneStoreGivenTheAveragedGradien
   const int port = free_port();
   run_ranks(kWorkers, [&](int rank) {
     ProcessGroup group(loopback_cluster(kWorkers, 20), loopback_role(rank, kWorkers, port));
-    ReplicatedEmbeddingStore store(table_spec(), adagrad(), group);
+    ReplicatedEmbeddingStore store(table_spec(), adagrad(), group, {}, GetParam());
     auto& after = replica_after[static_cast<std::size_t>(rank)];
     for (int step = 0; step < kSteps; ++step) {
       if (step == kLoadAfter) store.load_rows(checkpoint);

@@ -54,8 +54,9 @@ void add_row(float* to, const float* from, std::size_t dim) {
 ReplicatedEmbeddingStore::ReplicatedEmbeddingStore(const EmbeddingTableSpec& spec,
                                                    const optim::OptimizerOptions& optimizer,
                                                    ProcessGroup& group,
-                                                   const LocalEmbeddingStoreOptions& replica_options)
-    : replica_(spec, optimizer, replica_options), group_(group) {}
+                                                   const LocalEmbeddingStoreOptions& replica_options,
+                                                   std::size_t max_numbered_rows)
+    : replica_(spec, optimizer, replica_options), group_(group), max_numbered_rows_(max_numbered_rows) {}
 
 void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
   const auto dim = static_cast<std::size_t>(spec().dim);
@@ -263,7 +264,9 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
     // Numbered in merge order: the same on every replica, as all merge the same messages.
     merged_new_rows_.resize(new_rows);
     replica_.rows_of(merged_new_, merged_new_rows_.data());
-    for (std::size_t r = 0; r < new_rows; ++r) add_index(merged_new_[r], merged_new_rows_[r]);
+    for (std::size_t r = 0; r < new_rows && row_of_index_.size() < max_numbered_rows_; ++r) {
+      add_index(merged_new_[r], merged_new_rows_[r]);
+    }
     replica_.push_rows(merged_new_rows_, merged_new_grads_.data(), lr);
   }
 }

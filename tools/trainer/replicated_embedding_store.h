@@ -11,7 +11,10 @@
 // address is kept with it, so a step's known rows cost one lookup (their index, when pushed),
 // not three (the merge, and the store's lookup when updated); only rows updated for the first
 // time go by id. Flights, two workers, traces alternated with the build before: the exchange
-// and update took 31-54 us a step at the median, against 58-85. Each message carries the sender's row count, and a replica whose numbering differs is
+// and update took 31-54 us a step at the median, against 58-85. A table numbers at most
+// max_numbered_rows rows (by default 65536, the first its updates reach: in CTR data mostly
+// the frequent ones), so the numbering costs a few MiB at most however big the table grows
+// (about 50 bytes a row: more than a dim-1 row itself); rows past it go by id every step. Each message carries the sender's row count, and a replica whose numbering differs is
 // an error, never a silent misread.
 #pragma once
 
@@ -28,8 +31,11 @@ namespace aiacc::trainer {
 
 class ReplicatedEmbeddingStore final : public EmbeddingStore {
  public:
+  static constexpr std::size_t kMaxNumberedRows = std::size_t{1} << 16;
+  // `max_numbered_rows` must be the same on every worker (tests lower it).
   ReplicatedEmbeddingStore(const EmbeddingTableSpec& spec, const optim::OptimizerOptions& optimizer,
-                           ProcessGroup& group, const LocalEmbeddingStoreOptions& replica_options = {});
+                           ProcessGroup& group, const LocalEmbeddingStoreOptions& replica_options = {},
+                           std::size_t max_numbered_rows = kMaxNumberedRows);
   const EmbeddingTableSpec& spec() const override { return replica_.spec(); }
   void pull(std::span<const std::int64_t> ids, float* rows) override { replica_.pull(ids, rows); }
   void set_read_only(bool on) override { replica_.set_read_only(on); }
@@ -70,6 +76,7 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
 
   LocalEmbeddingStore replica_;
   ProcessGroup& group_;
+  std::size_t max_numbered_rows_;
   std::vector<std::int64_t> ids_;
   std::vector<float> grads_;
   double lr_ = 0;
