@@ -108,7 +108,8 @@ struct ServerOptions {
     v.field("num_shards", num_shards, "number of shards", config::at_least(1));
     v.field("num_partitions", num_partitions, "store partitions per table (parallelism)",
             config::in_range(1, 4096));
-    v.field("num_threads", num_threads, "OpenMP threads per request (0: one per core)",
+    v.field("num_threads", num_threads, "OpenMP threads per request (0: OMP_NUM_THREADS, else one per "
+            "CPU this process can keep busy: its affinity, cut to its container's CPU limit)",
             config::at_least(0));
     v.field("wait_timeout_s", wait_timeout_s, "seconds a staleness-held pull may wait",
             config::greater_than(0.0));

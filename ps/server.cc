@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/diff.h"
+#include "core/util/cpus.h"
 #include "core/config/suggest.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -93,7 +95,15 @@ class PsServer::Impl {
     label_ = fmt::format("ps shard {} of {} ({})", options_.shard, options_.num_shards, endpoint_);
     if (initial != nullptr) restore(*initial, initial->path);  // no request thread yet: no lock needed
     incarnation_ = random_process_id();
-    log_->info("{}: serving (incarnation {:016x})", label_, incarnation_);
+    // 0 threads: OMP_NUM_THREADS where set, else the CPUs this process can keep busy. OpenMP's
+    // own default takes every allowed core, however little time a container's limit leaves them.
+    request_threads_ = options_.num_threads;
+    if (request_threads_ == 0 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+      request_threads_ = static_cast<int>(std::max<std::size_t>(1, util::usable_cpus()));
+    }
+    log_->info("{}: serving (incarnation {:016x}, {})", label_, incarnation_,
+               request_threads_ > 0 ? fmt::format("{} thread{} a request", request_threads_, request_threads_ == 1 ? "" : "s")
+                                    : std::string("OMP_NUM_THREADS threads a request"));
     thread_ = std::thread([this] { run(); });
   }
 
@@ -174,7 +184,7 @@ class PsServer::Impl {
  private:
   void run() {
     // Parallel regions this thread starts (the store's partition loops) use this many threads.
-    if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
+    if (request_threads_ > 0) omp_set_num_threads(request_threads_);
     try {
       auto last_log = net::Clock::now();
       std::vector<net::Message> parts;
@@ -836,6 +846,7 @@ class PsServer::Impl {
   std::optional<net::Clock::time_point> below_expected_since_;
   std::string endpoint_;
   std::string label_;
+  int request_threads_ = 0;  // OpenMP threads of a request (0: OMP_NUM_THREADS decides)
   mutable std::mutex mutex_;  // tables_ and their state: the request thread vs stats/checkpoints
   std::map<std::uint64_t, std::unique_ptr<TableState>> tables_;
   struct Registration {

@@ -42,6 +42,8 @@ constexpr const char* kUsage =
     "  an address of this machine, an interface name or * (all); or ipc://PATH.\n"
     "--endpoint-file: written (atomically) with the bound endpoint once the shard serves.\n"
     "--load reads this shard's file of a checkpoint folder (ps-shard-0000K-of-0000N) before serving.\n"
+    "--threads: OpenMP threads a request uses (default 0: OMP_NUM_THREADS, else one per CPU this process\n"
+    "  can keep busy: its affinity, cut to its container's CPU limit).\n"
     "--wait-timeout-s: how long a bounded table's pull may be held, and (x 0.8) a sync step may wait\n"
     "for its slowest worker; give the clients' timeout (default 300, as ps::ClientOptions::timeout_s).\n";
 

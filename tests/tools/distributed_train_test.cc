@@ -375,9 +375,10 @@ TEST(DistributedTrain, ComputeThreadsFollowOmpNumThreadsAndPinning) {
   EXPECT_THAT(pinned.output, HasSubstr("[worker 1] [trainer] 1 compute thread (job.threads 0)"));
 }
 
-// job.threads 0 and data.prefetch_batches -1 in a container limited to one CPU's time (a real
-// cgroup v1 cpu quota, as root): every core stays allowed, yet one process runs one compute
-// thread and reads its batches on the training thread, alone or as one of two ranks.
+// job.threads 0, data.prefetch_batches -1 and cluster.ps.threads 0 (a shard's) in a container
+// limited to one CPU's time (a real cgroup v1 cpu quota, as root): every core stays allowed, yet
+// one process runs one compute thread and reads its batches on the training thread, alone or
+// as one of two ranks, and a parameter-server shard answers each request with one thread.
 TEST(DistributedTrain, ComputeThreadsAndReadAheadFitACgroupCpuLimit) {
   const fs::path cpu_hierarchy = "/sys/fs/cgroup/cpu";
   const fs::path group = cpu_hierarchy / fmt::format("aiacc-train-test-{}", ::getpid());
@@ -393,8 +394,14 @@ TEST(DistributedTrain, ComputeThreadsAndReadAheadFitACgroupCpuLimit) {
   const std::string steps = "--set train.max_steps=1 --set data.prefetch_batches=-1";
   const auto alone = train("cgroup_limit", mlp_job("cgroup_limit", 32, "  workers: 1\n"), "", in_group, steps);
   const auto ranks = train("cgroup_limit2", mlp_job("cgroup_limit2", 32, "  workers: 2\n"), "", in_group, steps);
+  // A parameter-server shard's requests: one thread under the limit too.
+  const std::string with_server = "  workers: 1\n  servers: 1\n  placement: [{match: '*', place: ps}]\n";
+  const std::string shard_threads = steps + " --set cluster.ps.threads=0";
+  const auto served = train("cgroup_ps", wide_deep_job("cgroup_ps", 32, with_server), "", in_group, shard_threads);
   // Unconfined, one process here runs a thread per allowed CPU.
   const auto free = train("cgroup_free", mlp_job("cgroup_free", 32, "  workers: 1\n"), "", "", steps);
+  const auto free_served =
+      train("cgroup_ps_free", wide_deep_job("cgroup_ps_free", 32, with_server), "", "", shard_threads);
   fs::remove(group, error);
   ASSERT_EQ(alone.status, 0) << alone.output;
   EXPECT_THAT(alone.output, HasSubstr("1 compute thread (job.threads 0): this host's"));
@@ -407,11 +414,16 @@ TEST(DistributedTrain, ComputeThreadsAndReadAheadFitACgroupCpuLimit) {
     EXPECT_THAT(ranks.output, HasSubstr(fmt::format("[worker {}] [trainer] data.prefetch_batches -1: batches read on "
                                                     "the training thread", rank)));
   }
+  ASSERT_EQ(served.status, 0) << served.output;
+  EXPECT_THAT(served.output, HasSubstr("[server 0] [ps] ps shard 0 of 1"));
+  EXPECT_THAT(served.output, HasSubstr(", 1 thread a request)"));
   ASSERT_EQ(free.status, 0) << free.output;
+  ASSERT_EQ(free_served.status, 0) << free_served.output;
   const std::size_t allowed = aiacc::util::allowed_cpus().size();
   if (allowed > 1 && !aiacc::util::cgroup_cpu_limit()) {
     EXPECT_THAT(free.output, HasSubstr(fmt::format("{} compute threads (job.threads 0): this host's", allowed)));
     EXPECT_THAT(free.output, HasSubstr("batches read ahead by a background thread"));
+    EXPECT_THAT(free_served.output, HasSubstr(fmt::format(", {} threads a request)", allowed)));
   }
 }
 

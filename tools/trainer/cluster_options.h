@@ -90,7 +90,8 @@ struct PsOptions {
             config::at_least(0));
     v.field("partitions", partitions, "store partitions per table on each shard",
             config::in_range(1, 4096));
-    v.field("threads", threads, "compute threads of each shard process", config::at_least(0));
+    v.field("threads", threads, "compute threads of each shard process (0: OMP_NUM_THREADS, else one per CPU "
+            "it can keep busy: its affinity, cut to its container's CPU limit)", config::at_least(0));
     v.field("timeout_s", timeout_s, "seconds a pull or push may take before the job fails",
             config::greater_than(0.0));
     v.field("reconnect_grace_s", reconnect_grace_s,
