@@ -1,5 +1,6 @@
 // util::cgroup_cpu_limit and usable_cpus: the CPU time a container allows, read from cgroup v2
 // and v1 layouts written to a temporary folder, and, as root, from a real cgroup this test makes.
+// The limits here are exact in binary (quota / period), so they compare with ==.
 #include "core/util/cpus.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace aiacc::util {
@@ -37,9 +39,7 @@ class CgroupLayout : public ::testing::Test {
 TEST_F(CgroupLayout, V2ContainerReadsItsOwnCgroupAtTheMountPoint) {
   write("v2/cpu.max", "150000 100000\n");
   const std::string mounts = "40 30 0:37 / " + at("v2") + " rw,relatime - cgroup2 cgroup2 rw\n";
-  const auto limit = cgroup_cpu_limit("0::/\n", mounts);
-  ASSERT_TRUE(limit.has_value());
-  EXPECT_DOUBLE_EQ(*limit, 1.5);
+  EXPECT_EQ(cgroup_cpu_limit("0::/\n", mounts), std::optional(1.5));
 }
 
 TEST_F(CgroupLayout, V2TakesTheLowestLimitAlongThePathToTheMountPoint) {
@@ -51,13 +51,11 @@ TEST_F(CgroupLayout, V2TakesTheLowestLimitAlongThePathToTheMountPoint) {
   write("v2/kubepods/pod1/c1/cpu.max", "300000 100000\n");
   write("v2/kubepods/pod1/c2/cpu.max", "max 100000\n");
   const std::string mounts = "40 30 0:37 / " + at("v2") + " rw - cgroup2 cgroup2 rw\n";
-  const auto limit = cgroup_cpu_limit("0::/kubepods/pod1/c1\n", mounts);
-  ASSERT_TRUE(limit.has_value());
-  EXPECT_DOUBLE_EQ(*limit, 2.0);
-  EXPECT_DOUBLE_EQ(cgroup_cpu_limit("0::/kubepods/pod1/c2\n", mounts).value_or(0), 2.0);
+  EXPECT_EQ(cgroup_cpu_limit("0::/kubepods/pod1/c1\n", mounts), std::optional(2.0));
+  EXPECT_EQ(cgroup_cpu_limit("0::/kubepods/pod1/c2\n", mounts), std::optional(2.0));
   // Above the mount point nothing is read: a limit there is not this hierarchy's.
   write("cpu.max", "10000 100000\n");
-  EXPECT_DOUBLE_EQ(cgroup_cpu_limit("0::/kubepods/pod1/c1\n", mounts).value_or(0), 2.0);
+  EXPECT_EQ(cgroup_cpu_limit("0::/kubepods/pod1/c1\n", mounts), std::optional(2.0));
 }
 
 TEST_F(CgroupLayout, V1ReadsTheCpuControllersHierarchyOnly) {
@@ -71,9 +69,7 @@ TEST_F(CgroupLayout, V1ReadsTheCpuControllersHierarchyOnly) {
   const std::string mounts = "31 30 0:28 / " + at("cpu") + " rw,relatime - cgroup cgroup rw,cpu\n" +
                              "32 30 0:29 / " + at("cpuacct") + " rw,relatime - cgroup cgroup rw,cpuacct\n" +
                              "40 30 0:37 / " + at("unified") + " rw,relatime - cgroup2 cgroup2 rw\n";
-  const auto limit = cgroup_cpu_limit("2:cpuacct:/job\n1:cpu:/job\n0::/job\n", mounts);
-  ASSERT_TRUE(limit.has_value());
-  EXPECT_DOUBLE_EQ(*limit, 0.5);
+  EXPECT_EQ(cgroup_cpu_limit("2:cpuacct:/job\n1:cpu:/job\n0::/job\n", mounts), std::optional(0.5));
 }
 
 TEST_F(CgroupLayout, V1ContainerWhoseCgroupIsTheMountsRoot) {
@@ -83,9 +79,7 @@ TEST_F(CgroupLayout, V1ContainerWhoseCgroupIsTheMountsRoot) {
   write("cpu,cpuacct/cpu.cfs_period_us", "100000\n");
   const std::string mounts = "31 30 0:28 /docker/abc " + at("cpu,cpuacct") +
                              " rw,nosuid master:12 - cgroup cgroup rw,cpu,cpuacct\n";
-  const auto limit = cgroup_cpu_limit("3:cpu,cpuacct:/docker/abc\n", mounts);
-  ASSERT_TRUE(limit.has_value());
-  EXPECT_DOUBLE_EQ(*limit, 3.0);
+  EXPECT_EQ(cgroup_cpu_limit("3:cpu,cpuacct:/docker/abc\n", mounts), std::optional(3.0));
 }
 
 TEST_F(CgroupLayout, NoLimitOrUnreadableFilesGiveNone) {
