@@ -98,7 +98,8 @@ class PsServer::Impl {
     // 0 threads: OMP_NUM_THREADS where set, else the CPUs this process can keep busy. OpenMP's
     // own default takes every allowed core, however little time a container's limit leaves them.
     request_threads_ = options_.num_threads;
-    if (request_threads_ == 0 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const char* omp_threads = std::getenv("OMP_NUM_THREADS");
+    if (request_threads_ == 0 && (omp_threads == nullptr || *omp_threads == '\0')) {
       request_threads_ = static_cast<int>(std::max<std::size_t>(1, util::usable_cpus()));
     }
     log_->info("{}: serving (incarnation {:016x}, {})", label_, incarnation_,

@@ -156,7 +156,12 @@ void Communicator::update_spin() {
   if (!tcp_) return;
   int spin = options_.spin_us;
   if (spin < 0) {
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    // A container's CPU limit is shared by every rank in it: the cores this host's ranks can
+    // keep busy at once, as for the affinity below.
+    if (const auto limit = util::cgroup_cpu_limit()) {
+      online = std::min(online, std::max(1L, static_cast<long>(std::ceil(*limit - 1e-9))));
+    }
     const auto known = static_cast<long>(util::usable_cpus());
     const long allowed = known > 0 ? known : online;  // unknown: assume all
     const long threads = static_cast<long>(local_ranks().size()) * options_.streams;

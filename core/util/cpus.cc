@@ -41,6 +41,22 @@ std::optional<double> number(std::string_view text) {
   return static_cast<double>(value);
 }
 
+// A mount table field as written: the kernel writes a space, tab, newline or backslash as a
+// backslash and three octal digits (a space: \040).
+std::string unescape_mount_field(std::string_view field) {
+  std::string out;
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    const auto octal = [&](std::size_t k) { return field[k] >= '0' && field[k] <= '7'; };
+    if (field[i] == '\\' && i + 3 < field.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out.push_back(static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(field[i]);
+    }
+  }
+  return out;
+}
+
 // One cgroup's own limit in CPUs: v2 "cpu.max" ("max 100000" or "QUOTA PERIOD"), v1
 // cpu.cfs_quota_us (-1: none) over cpu.cfs_period_us.
 std::optional<double> limit_in(const fs::path& folder, bool v2) {
@@ -110,13 +126,15 @@ std::optional<double> cgroup_cpu_limit(std::string_view self_cgroup, std::string
     if ((!v2 && !v1_cpu) || !path) continue;
     // The process's cgroup relative to the mount's root; a container that sees its own cgroup
     // as the mount's root has a path outside it, and its limit is at the mount point itself.
-    const std::string root(fields[3]);
-    const fs::path top{std::string(fields[4])};
+    const std::string root = unescape_mount_field(fields[3]);
+    const fs::path top{unescape_mount_field(fields[4])};
     fs::path folder = top;
     if (path->compare(0, root.size(), root) == 0 && (root == "/" || path->size() == root.size() || (*path)[root.size()] == '/')) {
-      const fs::path below = fs::path(path->substr(root == "/" ? 1 : root.size())).relative_path();
+      const fs::path below = fs::path(path->substr(root == "/" ? 1 : root.size())).lexically_normal().relative_path();
+      // A path that climbs ("..": a cgroup outside this namespace's root) is not followed.
+      const bool climbs = !below.empty() && *below.begin() == "..";
       std::error_code error;
-      if (!below.empty() && fs::is_directory(top / below, error)) folder = top / below;
+      if (!below.empty() && !climbs && fs::is_directory(top / below, error)) folder = top / below;
     }
     if (const auto limit = lowest_limit(folder.lexically_normal(), top.lexically_normal(), v2);
         limit && (!lowest || *limit < *lowest)) {

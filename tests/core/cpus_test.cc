@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "tests/testing/cpu_quota_group.h"
+
 namespace aiacc::util {
 namespace {
 
@@ -82,6 +84,19 @@ TEST_F(CgroupLayout, V1ContainerWhoseCgroupIsTheMountsRoot) {
   EXPECT_EQ(cgroup_cpu_limit("3:cpu,cpuacct:/docker/abc\n", mounts), std::optional(3.0));
 }
 
+TEST_F(CgroupLayout, EscapedMountPointsAndPathsThatClimb) {
+  // The mount table writes a space in a mount point as \040.
+  write("cg v2/cpu.max", "250000 100000\n");
+  write("cg v2/job/cpu.max", "max 100000\n");
+  const std::string escaped = at("cg v2").replace(at("cg v2").find(' '), 1, "\\040");
+  EXPECT_EQ(cgroup_cpu_limit("0::/job\n", "40 30 0:37 / " + escaped + " rw - cgroup2 cgroup2 rw\n"),
+            std::optional(2.5));
+  // A cgroup outside the namespace's root ("/../x") is not looked for above the mount point.
+  write("outside/cpu.max", "10000 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit("0::/../outside\n", "40 30 0:37 / " + escaped + " rw - cgroup2 cgroup2 rw\n"),
+            std::optional(2.5));
+}
+
 TEST_F(CgroupLayout, NoLimitOrUnreadableFilesGiveNone) {
   write("v2/cpu.max", "max 100000\n");
   const std::string mounts = "40 30 0:37 / " + at("v2") + " rw - cgroup2 cgroup2 rw\n";
@@ -101,25 +116,19 @@ TEST(UsableCpus, ACgroupQuotaOfOneCpuLeavesOneUsable) {
   if (!cgroup_cpu_limit().has_value()) {
     EXPECT_EQ(usable_cpus(), allowed);
   }
-  const fs::path cpu_hierarchy = "/sys/fs/cgroup/cpu";
-  const fs::path group = cpu_hierarchy / ("aiacc-cpus-test-" + std::to_string(::getpid()));
-  std::error_code error;
-  if (::geteuid() != 0 || !fs::exists(cpu_hierarchy / "cpu.cfs_quota_us") || !fs::create_directory(group, error)) {
-    GTEST_SKIP() << "needs root and a writable cgroup v1 cpu hierarchy at " << cpu_hierarchy.string();
-  }
-  std::ofstream(group / "cpu.cfs_period_us") << "100000\n";
-  std::ofstream(group / "cpu.cfs_quota_us") << "100000\n";
+  aiacc::testing::CpuQuotaGroup group("aiacc-cpus-test", 100000);
+  if (!group.why_not().empty()) GTEST_SKIP() << group.why_not();
   const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << "fork failed";
   if (child == 0) {
-    std::ofstream(group / "cgroup.procs") << ::getpid() << "\n";
+    std::ofstream(group.procs()) << ::getpid() << "\n";
     const auto limit = cgroup_cpu_limit();
     const bool ok = limit.has_value() && std::fabs(*limit - 1.0) < 1e-12 && usable_cpus() == 1;
     ::_exit(ok ? 0 : 1);
   }
   int status = 0;
-  ::waitpid(child, &status, 0);
-  fs::remove(group, error);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child in " << group.string()
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child in " << group.procs().string()
                                                              << " did not see a one-CPU limit";
 }
 

@@ -183,8 +183,10 @@ if [[ $name == bench-independent-* ]]; then
   # --ceiling's jobs: each says its core, and waits (5 s at most) for the others of its set,
   # which must run at the same time, not one after another.
   samples=$((80 + 10 * repeat))
-  [[ $name == *-1 ]] && samples=$((samples + 10))
-  [[ $name == *-2 ]] && samples=$((samples - 10))
+  # The slower job is the second in the first set and the first in the second, so only the
+  # slowest of a set gives the synchronous ceilings below, not the last.
+  slower=$((repeat == 1 ? 2 : 1))
+  if [[ $name == *-$slower ]]; then samples=$((samples - 10)); else samples=$((samples + 10)); fi
   echo "$name $(awk '/Cpus_allowed_list/ {print $2}' /proc/self/status)" >>"$here/independent"
   touch "$here/started-$name"
   set_prefix=${name%-*}

@@ -35,6 +35,7 @@
 #include "core/io/safetensors.h"
 #include "core/util/cpus.h"
 #include "core/net/rendezvous_client.h"
+#include "tests/testing/cpu_quota_group.h"
 #include "tests/testing/process.h"
 #include "tools/trainer/process_group.h"
 
@@ -380,17 +381,15 @@ TEST(DistributedTrain, ComputeThreadsFollowOmpNumThreadsAndPinning) {
 // one process runs one compute thread and reads its batches on the training thread, alone or
 // as one of two ranks, and a parameter-server shard answers each request with one thread.
 TEST(DistributedTrain, ComputeThreadsAndReadAheadFitACgroupCpuLimit) {
-  const fs::path cpu_hierarchy = "/sys/fs/cgroup/cpu";
-  const fs::path group = cpu_hierarchy / fmt::format("aiacc-train-test-{}", ::getpid());
-  std::error_code error;
-  if (::geteuid() != 0 || !fs::exists(cpu_hierarchy / "cpu.cfs_quota_us") || !fs::create_directory(group, error)) {
-    GTEST_SKIP() << "needs root and a writable cgroup v1 cpu hierarchy at " << cpu_hierarchy.string();
-  }
-  std::ofstream(group / "cpu.cfs_period_us") << "100000\n";
-  std::ofstream(group / "cpu.cfs_quota_us") << "100000\n";
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: a one-CPU limit cuts nothing";
+  aiacc::testing::CpuQuotaGroup group("aiacc-train-test", 100000);
+  if (!group.why_not().empty()) GTEST_SKIP() << group.why_not();
+  // What the launcher's environment may say about threads is not this test's.
+  const std::string env = "env -u OMP_NUM_THREADS -u LOCAL_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_SIZE "
+                          "-u SLURM_NTASKS_PER_NODE -u AIACC_LOCAL_WORLD_SIZE";
   // The program (then "$0") moves itself into the group before it starts.
   const std::string in_group =
-      fmt::format("sh -c 'echo $$ > {} && exec \"$0\" \"$@\"'", (group / "cgroup.procs").string());
+      fmt::format("{} sh -c 'echo $$ > {} && exec \"$0\" \"$@\"'", env, group.procs().string());
   const std::string steps = "--set train.max_steps=1 --set data.prefetch_batches=-1";
   const auto alone = train("cgroup_limit", mlp_job("cgroup_limit", 32, "  workers: 1\n"), "", in_group, steps);
   const auto ranks = train("cgroup_limit2", mlp_job("cgroup_limit2", 32, "  workers: 2\n"), "", in_group, steps);
@@ -399,10 +398,9 @@ TEST(DistributedTrain, ComputeThreadsAndReadAheadFitACgroupCpuLimit) {
   const std::string shard_threads = steps + " --set cluster.ps.threads=0";
   const auto served = train("cgroup_ps", wide_deep_job("cgroup_ps", 32, with_server), "", in_group, shard_threads);
   // Unconfined, one process here runs a thread per allowed CPU.
-  const auto free = train("cgroup_free", mlp_job("cgroup_free", 32, "  workers: 1\n"), "", "", steps);
+  const auto free = train("cgroup_free", mlp_job("cgroup_free", 32, "  workers: 1\n"), "", env, steps);
   const auto free_served =
-      train("cgroup_ps_free", wide_deep_job("cgroup_ps_free", 32, with_server), "", "", shard_threads);
-  fs::remove(group, error);
+      train("cgroup_ps_free", wide_deep_job("cgroup_ps_free", 32, with_server), "", env, shard_threads);
   ASSERT_EQ(alone.status, 0) << alone.output;
   EXPECT_THAT(alone.output, HasSubstr("1 compute thread (job.threads 0): this host's"));
   EXPECT_THAT(alone.output, HasSubstr("cut to 1 by its cgroup's CPU limit of 1 CPU"));

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/embedding/local_embedding_store.h"
 #include "core/error.h"
 #include "tests/testing/loopback_group.h"
@@ -29,13 +31,20 @@ using aiacc::testing::loopback_role;
 using aiacc::testing::run_ranks;
 using ::testing::HasSubstr;
 
-constexpr int kWorkers = 2;
-constexpr std::int64_t kDim = 3;
+// Three workers: 1/3 is not exact, so the scale's rounding is the same in both or the test fails.
+constexpr int kWorkers = 3;
 
-EmbeddingTableSpec table_spec() {
+// Two tables, so each worker's message holds two parts one after the other.
+struct Table {
+  const char* name;
+  std::int64_t dim;
+};
+constexpr Table kTables[] = {{"deep.C1", 3}, {"wide.C1", 1}};
+
+EmbeddingTableSpec table_spec(const Table& table) {
   EmbeddingTableSpec spec;
-  spec.name = "deep.C1";
-  spec.dim = kDim;
+  spec.name = table.name;
+  spec.dim = table.dim;
   spec.seed = 7;
   return spec;
 }
@@ -47,42 +56,43 @@ optim::OptimizerOptions adagrad() {
   return options;
 }
 
-// Worker w's ids at `step`: overlapping ranges that move on, so each step has rows both
-// workers update, rows one updates, rows updated before and rows never seen, in an order
-// that is not sorted.
-std::vector<std::int64_t> ids_of(int worker, int step) {
+// Worker w's ids of table t at `step`: 40 positions over 30 ids in an order that moves on, so
+// each step has ids one worker pushes twice, rows several workers update and rows one updates,
+// in an order that is not sorted; the first step and the one after the load number them.
+std::vector<std::int64_t> ids_of(int worker, int step, int t) {
   std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < 40; ++i) ids.push_back(((i * 7 + worker * 13 + step * 5) % 60) * 1000003 + 11);
+  for (std::int64_t i = 0; i < 40; ++i) ids.push_back(((i * 7 + worker * 13 + step * 5 + t * 3) % 30) * 1000003 + 11);
   return ids;
 }
 
-// A gradient value that differs for every (worker, step, id position, column).
-float grad_of(int worker, int step, std::size_t position, std::int64_t column) {
-  return 0.01f * static_cast<float>((worker + 1) * 31 + step * 7 + static_cast<int>(position) * 3 + column) - 0.5f;
-}
-
-std::vector<float> grads_of(int worker, int step) {
+// A gradient value that differs for every (worker, step, table, position, column).
+std::vector<float> grads_of(int worker, int step, int t) {
   std::vector<float> grads;
-  for (std::size_t p = 0; p < ids_of(worker, step).size(); ++p) {
-    for (std::int64_t c = 0; c < kDim; ++c) grads.push_back(grad_of(worker, step, p, c));
+  for (std::size_t p = 0; p < ids_of(worker, step, t).size(); ++p) {
+    for (std::int64_t c = 0; c < kTables[t].dim; ++c) {
+      grads.push_back(0.01f * static_cast<float>((worker + 1) * 31 + step * 7 + t * 5 + static_cast<int>(p) * 3 + c) -
+                      0.5f);
+    }
   }
   return grads;
 }
 
-// The reference: one store given, per step, each id's gradients summed in worker order and
-// divided by the worker count (the merged update the replicas must apply).
-void reference_step(LocalEmbeddingStore& store, int step, double lr) {
+// The reference: one store given, per step, each id's gradients summed in worker order (and a
+// worker's positions in order) and multiplied by 1 / the worker count: the merged update the
+// replicas must apply.
+void reference_step(LocalEmbeddingStore& store, int step, int t, double lr) {
+  const auto dim = static_cast<std::size_t>(kTables[t].dim);
   std::vector<std::int64_t> order;
   std::map<std::int64_t, std::vector<float>> sums;
   for (int w = 0; w < kWorkers; ++w) {
-    const auto ids = ids_of(w, step);
-    const auto grads = grads_of(w, step);
+    const auto ids = ids_of(w, step, t);
+    const auto grads = grads_of(w, step, t);
     for (std::size_t p = 0; p < ids.size(); ++p) {
-      auto [it, fresh] = sums.try_emplace(ids[p], std::vector<float>(kDim, 0.0f));
+      auto [it, fresh] = sums.try_emplace(ids[p], std::vector<float>(dim, 0.0f));
       if (fresh) order.push_back(ids[p]);
-      for (std::int64_t c = 0; c < kDim; ++c) {
-        float& sum = it->second[static_cast<std::size_t>(c)];
-        sum = fresh ? grads[p * kDim + c] : sum + grads[p * kDim + c];
+      for (std::size_t c = 0; c < dim; ++c) {
+        float& sum = it->second[c];
+        sum = fresh ? grads[p * dim + c] : sum + grads[p * dim + c];
       }
     }
   }
@@ -113,49 +123,69 @@ void expect_equal_rows(const std::map<std::string, Tensor>& got, const std::map<
 
 class ReplicatedEmbeddingStoreNumbering : public ::testing::TestWithParam<std::size_t> {};
 
-// Every row numbered (the default cap is far above the 60 ids here), or only the first 25 to
+// Every row numbered (the default cap is far above the 30 ids here), or only the first 20 to
 // be updated: the others then go by id every step.
 INSTANTIATE_TEST_SUITE_P(NumberedRows, ReplicatedEmbeddingStoreNumbering,
-                         ::testing::Values(ReplicatedEmbeddingStore::kMaxNumberedRows, std::size_t{25}));
+                         ::testing::Values(ReplicatedEmbeddingStore::kMaxNumberedRows, std::size_t{20}));
 
 TEST_P(ReplicatedEmbeddingStoreNumbering, EveryReplicaEqualsOneStoreGivenTheAveragedGradient) {
   constexpr int kSteps = 6;
   constexpr int kLoadAfter = 3;  // steps before the checkpoint's rows are loaded
+  constexpr std::size_t kNumTables = std::size(kTables);
   const double lr = 0.1;
-  // The reference, and the rows a checkpoint taken after kLoadAfter steps holds.
-  LocalEmbeddingStore reference(table_spec(), adagrad());
-  std::vector<std::map<std::string, Tensor>> reference_after(kSteps);
-  std::vector<std::pair<std::string, Tensor>> checkpoint;
+  // The references (one store per table), their rows after each step, and the rows a
+  // checkpoint taken after kLoadAfter steps holds.
+  std::vector<std::unique_ptr<LocalEmbeddingStore>> reference;
+  for (const Table& table : kTables) reference.push_back(std::make_unique<LocalEmbeddingStore>(table_spec(table), adagrad()));
+  std::vector<std::vector<std::map<std::string, Tensor>>> reference_after(kNumTables);
+  std::vector<std::vector<std::pair<std::string, Tensor>>> checkpoint(kNumTables);
   for (int step = 0; step < kSteps; ++step) {
-    reference_step(reference, step, lr);
-    reference_after[static_cast<std::size_t>(step)] = rows_by_name(reference);
-    if (step + 1 == kLoadAfter) checkpoint = reference.save_rows();
+    for (std::size_t t = 0; t < kNumTables; ++t) {
+      reference_step(*reference[t], step, static_cast<int>(t), lr);
+      reference_after[t].push_back(rows_by_name(*reference[t]));
+      if (step + 1 == kLoadAfter) checkpoint[t] = reference[t]->save_rows();
+    }
   }
-  std::vector<std::vector<std::map<std::string, Tensor>>> replica_after(kWorkers);
+  // replica_after[w][t][step]
+  std::vector<std::vector<std::vector<std::map<std::string, Tensor>>>> replica_after(
+      kWorkers, std::vector<std::vector<std::map<std::string, Tensor>>>(kNumTables));
   const int port = free_port();
   run_ranks(kWorkers, [&](int rank) {
     ProcessGroup group(loopback_cluster(kWorkers, 20), loopback_role(rank, kWorkers, port));
-    ReplicatedEmbeddingStore store(table_spec(), adagrad(), group, {}, GetParam());
-    auto& after = replica_after[static_cast<std::size_t>(rank)];
+    std::vector<std::unique_ptr<ReplicatedEmbeddingStore>> stores;
+    std::vector<ReplicatedEmbeddingStore*> tables;
+    for (const Table& table : kTables) {
+      stores.push_back(std::make_unique<ReplicatedEmbeddingStore>(table_spec(table), adagrad(), group,
+                                                                  LocalEmbeddingStoreOptions{}, GetParam()));
+      tables.push_back(stores.back().get());
+    }
     for (int step = 0; step < kSteps; ++step) {
-      if (step == kLoadAfter) store.load_rows(checkpoint);
-      const auto ids = ids_of(rank, step);
-      std::vector<float> rows(ids.size() * kDim);
-      store.pull(ids, rows.data());  // creates this worker's new rows in its own order
-      const auto grads = grads_of(rank, step);
-      // Pushed in two parts, as micro-batches would: merged like one.
-      const std::size_t half = ids.size() / 2;
-      store.push(std::span(ids).first(half), grads.data(), lr);
-      store.push(std::span(ids).subspan(half), grads.data() + half * kDim, lr);
-      ReplicatedEmbeddingStore::synchronize({&store}, group);
-      after.push_back(rows_by_name(store));
+      for (std::size_t t = 0; t < kNumTables; ++t) {
+        ReplicatedEmbeddingStore& store = *stores[t];
+        const auto dim = static_cast<std::size_t>(kTables[t].dim);
+        if (step == kLoadAfter) store.load_rows(checkpoint[t]);
+        const auto ids = ids_of(rank, step, static_cast<int>(t));
+        std::vector<float> rows(ids.size() * dim);
+        store.pull(ids, rows.data());  // creates this worker's new rows in its own order
+        const auto grads = grads_of(rank, step, static_cast<int>(t));
+        // Pushed in two parts, as micro-batches would: merged like one.
+        const std::size_t half = ids.size() / 2;
+        store.push(std::span(ids).first(half), grads.data(), lr);
+        store.push(std::span(ids).subspan(half), grads.data() + half * dim, lr);
+      }
+      ReplicatedEmbeddingStore::synchronize(tables, group);
+      for (std::size_t t = 0; t < kNumTables; ++t) {
+        replica_after[static_cast<std::size_t>(rank)][t].push_back(rows_by_name(*stores[t]));
+      }
     }
   });
   for (int w = 0; w < kWorkers; ++w) {
-    for (int step = 0; step < kSteps; ++step) {
-      expect_equal_rows(replica_after[static_cast<std::size_t>(w)][static_cast<std::size_t>(step)],
-                        reference_after[static_cast<std::size_t>(step)],
-                        "worker " + std::to_string(w) + " after step " + std::to_string(step + 1));
+    for (std::size_t t = 0; t < kNumTables; ++t) {
+      for (int step = 0; step < kSteps; ++step) {
+        expect_equal_rows(replica_after[static_cast<std::size_t>(w)][t][static_cast<std::size_t>(step)],
+                          reference_after[t][static_cast<std::size_t>(step)],
+                          fmt::format("worker {}, table {}, after step {}", w, kTables[t].name, step + 1));
+      }
     }
   }
 }
@@ -165,11 +195,11 @@ TEST(ReplicatedEmbeddingStore, ReplicasNumberingTheirRowsDifferentlyStopNamingTh
   const int port = free_port();
   run_ranks(kWorkers, [&](int rank) {
     ProcessGroup group(loopback_cluster(kWorkers, 20), loopback_role(rank, kWorkers, port));
-    ReplicatedEmbeddingStore store(table_spec(), adagrad(), group);
-    const auto ids = ids_of(0, 0);
-    const auto grads = grads_of(0, 0);
+    ReplicatedEmbeddingStore store(table_spec(kTables[0]), adagrad(), group);
+    const auto ids = ids_of(0, 0, 0);  // 30 distinct ids
+    const auto grads = grads_of(0, 0, 0);
     store.push(ids, grads.data(), 0.1);
-    ReplicatedEmbeddingStore::synchronize({&store}, group);  // both number the 40 rows
+    ReplicatedEmbeddingStore::synchronize({&store}, group);  // all number the 30 rows
     if (rank == 1) store.load_rows(store.save_rows());       // worker 1 alone starts again
     store.push(ids, grads.data(), 0.1);
     try {
@@ -178,8 +208,11 @@ TEST(ReplicatedEmbeddingStore, ReplicasNumberingTheirRowsDifferentlyStopNamingTh
       errors[static_cast<std::size_t>(rank)] = e.what();
     }
   });
-  EXPECT_THAT(errors[0], HasSubstr("replicated table 'deep.C1': worker 1 numbers 0 rows, this worker 40"));
-  EXPECT_THAT(errors[1], HasSubstr("replicated table 'deep.C1': worker 0 numbers 40 rows, this worker 0"));
+  EXPECT_THAT(errors[0], HasSubstr("replicated table 'deep.C1': worker 1 numbers 0 rows (hash 0000000000000000), "
+                                   "this worker 30 (hash "));
+  EXPECT_THAT(errors[1], HasSubstr("replicated table 'deep.C1': worker 0 numbers 30 rows (hash "));
+  EXPECT_THAT(errors[1], HasSubstr("this worker 0 (hash 0000000000000000): the replicas have diverged"));
+  EXPECT_THAT(errors[2], HasSubstr("worker 1 numbers 0 rows"));
 }
 
 }  // namespace

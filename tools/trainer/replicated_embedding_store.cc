@@ -7,13 +7,14 @@
 
 #include "core/error.h"
 #include "core/trace.h"
+#include "core/util/random.h"
 
 namespace aiacc::trainer {
 namespace {
 
 // How many rows ahead a probe asks for its slot: enough misses in flight to cover one.
 constexpr std::size_t kPrefetchDistance = 16;
-constexpr std::size_t kHeaderBytes = 32;  // known, new, lr, the sender's indexed rows
+constexpr std::size_t kHeaderBytes = 40;  // known, new, lr, the sender's numbered rows and their hash
 
 std::size_t round8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
@@ -56,7 +57,9 @@ ReplicatedEmbeddingStore::ReplicatedEmbeddingStore(const EmbeddingTableSpec& spe
                                                    ProcessGroup& group,
                                                    const LocalEmbeddingStoreOptions& replica_options,
                                                    std::size_t max_numbered_rows)
-    : replica_(spec, optimizer, replica_options), group_(group), max_numbered_rows_(max_numbered_rows) {}
+    : replica_(spec, optimizer, replica_options),
+      group_(group),
+      max_numbered_rows_(std::min<std::size_t>(max_numbered_rows, UINT32_MAX - 1)) {}
 
 void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
   const auto dim = static_cast<std::size_t>(spec().dim);
@@ -68,12 +71,6 @@ void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const flo
 void ReplicatedEmbeddingStore::load_rows(const std::vector<std::pair<std::string, Tensor>>& rows) {
   replica_.load_rows(rows);
   clear_indices();  // the rows' addresses changed
-}
-
-std::int64_t ReplicatedEmbeddingStore::index_of(std::int64_t id) const {
-  if (index_slots_.empty()) return -1;
-  const IdSlot& slot = index_slots_[find_slot(index_slots_, id, shift_for(index_slots_.size()))];
-  return slot.index == 0 ? -1 : static_cast<std::int64_t>(slot.index) - 1;
 }
 
 void ReplicatedEmbeddingStore::add_index(std::int64_t id, float* row) {
@@ -94,12 +91,14 @@ void ReplicatedEmbeddingStore::add_index(std::int64_t id, float* row) {
   slot.index = static_cast<std::uint32_t>(row_of_index_.size() + 1);
   row_of_index_.push_back(row);
   merge_of_index_.push_back(0);
+  numbering_hash_ = mix64(numbering_hash_ ^ mix64(static_cast<std::uint64_t>(id)));
 }
 
 void ReplicatedEmbeddingStore::clear_indices() {
   index_slots_.clear();
   row_of_index_.clear();
   merge_of_index_.clear();
+  numbering_hash_ = 0;
 }
 
 std::size_t ReplicatedEmbeddingStore::classify_pending() {
@@ -129,7 +128,8 @@ std::size_t ReplicatedEmbeddingStore::classify_pending() {
 void ReplicatedEmbeddingStore::write_pending(std::byte* p) {
   const auto dim = static_cast<std::size_t>(spec().dim);
   const std::size_t known = known_positions_.size(), fresh = new_positions_.size();
-  const std::uint64_t header[4] = {known, fresh, std::bit_cast<std::uint64_t>(lr_), row_of_index_.size()};
+  const std::uint64_t header[5] = {known, fresh, std::bit_cast<std::uint64_t>(lr_), row_of_index_.size(),
+                                   numbering_hash_};
   std::memcpy(p, header, kHeaderBytes);
   p += kHeaderBytes;
   std::memcpy(p, known_indices_.data(), known * 4);
@@ -157,28 +157,36 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
   double lr = 0;
   bool any = false;
   part_rows_.assign(messages.size(), {});
+  known_indices_.clear();
   for (std::size_t w = 0; w < messages.size(); ++w) {
     if (messages[w].size() < offsets[w] + kHeaderBytes) {
       throw CommError(fmt::format("replicated table '{}': short message from worker {}", spec().name, w));
     }
-    std::uint64_t header[4];
+    std::uint64_t header[5];
     std::memcpy(header, messages[w].data() + offsets[w], kHeaderBytes);
     const std::size_t left = messages[w].size() - offsets[w];
-    // Bounded before part_bytes() multiplies them: any larger count would not fit anyway.
-    if (header[0] > left || header[1] > left || part_bytes(header[0], header[1], dim) > left) {
-      throw CommError(fmt::format("replicated table '{}': worker {} sent {} indexed and {} new rows in a "
+    // Bounded before part_bytes() multiplies them: a row takes at least 4 x dim bytes, so no
+    // count that fits can overflow it.
+    if (header[0] > (left - kHeaderBytes) / 4 / dim || header[1] > (left - kHeaderBytes) / 4 / dim ||
+        header[0] + header[1] > (left - kHeaderBytes) / 4 / dim || part_bytes(header[0], header[1], dim) > left) {
+      throw CommError(fmt::format("replicated table '{}': worker {} sent {} numbered and {} new rows in a "
                                   "message of {} bytes", spec().name, w, header[0], header[1], left));
     }
-    if (header[3] != row_of_index_.size()) {
-      throw InternalError(fmt::format("replicated table '{}': worker {} numbers {} rows, this worker {}: the "
-                                      "replicas have diverged", spec().name, w, header[3], row_of_index_.size()));
+    if (header[3] != row_of_index_.size() || header[4] != numbering_hash_) {
+      throw InternalError(fmt::format("replicated table '{}': worker {} numbers {} rows (hash {:016x}), this worker "
+                                      "{} (hash {:016x}): the replicas have diverged", spec().name, w, header[3],
+                                      header[4], row_of_index_.size(), numbering_hash_));
     }
-    // Checked here, not while merging: a throw there would leave merge slots set.
-    const auto* indices = reinterpret_cast<const std::uint32_t*>(messages[w].data() + offsets[w] + kHeaderBytes);
-    for (std::size_t i = 0; i < header[0]; ++i) {
-      if (indices[i] >= row_of_index_.size()) {
-        throw CommError(fmt::format("replicated table '{}': worker {} sent row index {} of {}", spec().name, w,
-                                    indices[i], row_of_index_.size()));
+    // Copied out once and checked here: read again from the sender's (shared) memory while
+    // merging, an index could change under the check, and a throw there would leave merge
+    // slots set.
+    const std::size_t first = known_indices_.size();
+    known_indices_.resize(first + header[0]);
+    std::memcpy(known_indices_.data() + first, messages[w].data() + offsets[w] + kHeaderBytes, header[0] * 4);
+    for (std::size_t i = first; i < known_indices_.size(); ++i) {
+      if (known_indices_[i] >= row_of_index_.size()) {
+        throw CommError(fmt::format("replicated table '{}': worker {} sent row number {} of {}", spec().name, w,
+                                    known_indices_[i], row_of_index_.size()));
       }
     }
     part_rows_[w] = {header[0], header[1]};
@@ -199,7 +207,7 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
     for (std::size_t w = 0; w < messages.size(); ++w) offsets[w] += part_bytes(0, 0, dim);
     return;
   }
-  // Sized up front: nothing below allocates, so nothing leaves the merge slots half cleared.
+  // Sized up front: nothing allocates until the merge slots are cleared again.
   std::size_t capacity = std::max<std::size_t>(new_slots_.size(), 16);
   while (capacity < 2 * total_new) capacity *= 2;
   if (capacity != new_slots_.size()) new_slots_.assign(capacity, IdSlot{});
@@ -209,16 +217,17 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
   merged_new_.resize(total_new);
   merged_new_grads_.resize(total_new * dim);
   used_new_slots_.resize(total_new);
+  merged_known_rows_.resize(total - total_new);
   std::size_t known_rows = 0, new_rows = 0;
+  const std::uint32_t* indices = known_indices_.data();  // every worker's, in worker order, as checked above
   for (std::size_t w = 0; w < messages.size(); ++w) {
     const std::byte* part = messages[w].data() + offsets[w];
     const auto [known, fresh] = part_rows_[w];  // as checked above (not read again from the sender's memory)
     offsets[w] += part_bytes(known, fresh, dim);
-    const auto* indices = reinterpret_cast<const std::uint32_t*>(part + kHeaderBytes);
     const auto* ids = reinterpret_cast<const std::int64_t*>(part + kHeaderBytes + round8(known * 4));
     const auto* grads = reinterpret_cast<const float*>(part + kHeaderBytes + round8(known * 4) + fresh * 8);
     for (std::size_t i = 0; i < known; ++i) {
-      const std::uint32_t index = indices[i];  // below row_of_index_.size(), as checked above
+      const std::uint32_t index = indices[i];
       std::uint32_t& merged = merge_of_index_[index];
       if (merged == 0) {
         merged_known_[known_rows] = index;
@@ -228,6 +237,7 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
         add_row(merged_known_grads_.data() + (merged - 1) * dim, grads + i * dim, dim);
       }
     }
+    indices += known;
     grads += known * dim;
     // New rows by id, through the id table (cold after the step's compute: prefetched ahead).
     for (std::size_t i = 0; i < std::min(fresh, kPrefetchDistance); ++i) __builtin_prefetch(&new_slots_[home_slot(ids[i], new_shift)]);
@@ -246,19 +256,20 @@ void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte
       }
     }
   }
-  merged_known_.resize(known_rows);
-  merged_new_.resize(new_rows);
+  // The merge slots are cleared before anything else can throw.
   for (std::size_t r = 0; r < new_rows; ++r) new_slots_[used_new_slots_[r]].index = 0;
+  for (std::size_t r = 0; r < known_rows; ++r) {
+    merged_known_rows_[r] = row_of_index_[merged_known_[r]];
+    merge_of_index_[merged_known_[r]] = 0;
+  }
+  merged_known_.resize(known_rows);
+  merged_known_rows_.resize(known_rows);
+  merged_new_.resize(new_rows);
   const float scale = 1.0f / static_cast<float>(messages.size());
   for (std::size_t j = 0; j < known_rows * dim; ++j) merged_known_grads_[j] *= scale;
   for (std::size_t j = 0; j < new_rows * dim; ++j) merged_new_grads_[j] *= scale;
   trace::Span span("compute", trace::enabled() ? "sparse optimizer " + spec().name : std::string(),
                    {{"rows", known_rows + new_rows}, {"new rows", new_rows}});
-  merged_known_rows_.resize(known_rows);
-  for (std::size_t r = 0; r < known_rows; ++r) {
-    merged_known_rows_[r] = row_of_index_[merged_known_[r]];
-    merge_of_index_[merged_known_[r]] = 0;
-  }
   replica_.push_rows(merged_known_rows_, merged_known_grads_.data(), lr);
   if (new_rows > 0) {
     // Numbered in merge order: the same on every replica, as all merge the same messages.

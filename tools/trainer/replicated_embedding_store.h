@@ -2,8 +2,8 @@
 // replica (a LocalEmbeddingStore); push() only records this worker's row gradients, and
 // synchronize() (once per step, after backward, on every worker in the same order) all-gathers
 // every worker's rows and applies one merged update: gradients of an id summed in worker
-// order and divided by the number of workers, exactly like an all-reduced dense gradient. All
-// replicas apply identical updates, so they stay bitwise equal.
+// order and multiplied by 1 / the number of workers, as an all-reduced dense gradient is
+// averaged. All replicas apply identical updates, so they stay bitwise equal.
 //
 // Rows are named by a dense index after their first update: every replica numbers a table's
 // rows in the order its merged updates first reach them, identically, since all apply the same
@@ -14,8 +14,10 @@
 // and update took 31-54 us a step at the median, against 58-85. A table numbers at most
 // max_numbered_rows rows (by default 65536, the first its updates reach: in CTR data mostly
 // the frequent ones), so the numbering costs a few MiB at most however big the table grows
-// (about 50 bytes a row: more than a dim-1 row itself); rows past it go by id every step. Each message carries the sender's row count, and a replica whose numbering differs is
-// an error, never a silent misread.
+// (about 50 bytes a row: more than a dim-1 row itself); rows past it go by id every step.
+// Each message carries the sender's count of numbered rows and a hash of their ids in order,
+// so replicas whose numberings differ stop with an error naming the worker, rather than apply
+// one worker's gradients to another's rows.
 #pragma once
 
 #include <cstddef>
@@ -60,16 +62,14 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
     std::int64_t id = 0;
     std::uint32_t index = 0;
   };
-  // This step's rows go out as [known u64][new u64][lr f64][indexed rows' count u64][known
-  // indices u32, padded to 8][new ids i64][grads f32 x (known + new) x dim, known rows first],
+  // This step's rows go out as [known u64][new u64][lr f64][numbered rows u64][their hash u64]
+  // [known indices u32, padded to 8][new ids i64][grads f32 x (known + new) x dim, known rows first],
   // padded to 8. classify_pending() sorts them into known and new and returns those bytes;
   // write_pending() writes them there and clears the step's rows.
   std::size_t classify_pending();
   void write_pending(std::byte* part);
   // Applies the merged rows of every worker's message part for this table; advances `offsets`.
   void apply(const std::vector<std::span<const std::byte>>& messages, std::vector<std::size_t>& offsets);
-  // The index of `id`, or -1 before its first update.
-  std::int64_t index_of(std::int64_t id) const;
   void add_index(std::int64_t id, float* row);
   // Forgets every index (the replica's rows were replaced).
   void clear_indices();
@@ -83,6 +83,7 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   // The dense numbering: id -> index, and each index's row in the replica.
   std::vector<IdSlot> index_slots_;
   std::vector<float*> row_of_index_;
+  std::uint64_t numbering_hash_ = 0;  // of the numbered ids in order: replicas compare it each step
   // apply()'s scratch, kept between steps. Known rows merge through merge_of_index_ (per index:
   // merged position + 1, 0 none; the used ones are cleared after each step), new rows through
   // an id table like the index's, also cleared after each step.
@@ -95,7 +96,8 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
   std::vector<std::int64_t> merged_new_;
   std::vector<float> merged_new_grads_;
   std::vector<float*> merged_new_rows_;
-  // classify_pending()'s scratch: the positions of this step's known and new rows, and the indices.
+  // classify_pending()'s scratch: the positions of this step's known and new rows, and the
+  // indices; apply() reuses known_indices_ for every worker's indices, copied out of the messages.
   std::vector<std::uint32_t> known_positions_, new_positions_, known_indices_;
   struct PartCounts {
     std::size_t known = 0, fresh = 0;
