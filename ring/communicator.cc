@@ -1,7 +1,6 @@
 #include "ring/communicator.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <numeric>
 #include <string_view>
@@ -159,11 +158,9 @@ void Communicator::update_spin() {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     // A container's CPU limit is shared by every rank in it: the cores this host's ranks can
     // keep busy at once, as for the affinity below.
-    if (const auto limit = util::cgroup_cpu_limit()) {
-      online = std::min(online, std::max(1L, static_cast<long>(std::ceil(*limit - 1e-9))));
-    }
-    const auto known = static_cast<long>(util::usable_cpus());
-    const long allowed = known > 0 ? known : online;  // unknown: assume all
+    if (const auto limit = util::cgroup_cpu_limit()) online = std::min(online, static_cast<long>(util::cpus_within(*limit)));
+    const auto known = static_cast<long>(util::allowed_cpus().size());
+    const long allowed = known > 0 ? std::min(known, online) : online;  // unknown: assume all
     const long threads = static_cast<long>(local_ranks().size()) * options_.streams;
     // Ranks that outnumber the cores still spin briefly: measured with 4 ranks on 2 cores, 20 us
     // took 1-16 MiB 10-40% faster than sleeping at once (a woken rank waits for a core), where

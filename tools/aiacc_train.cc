@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -61,6 +62,14 @@ void register_device(const aiacc::trainer::JobOptions& job, int local_rank) {
   }
 }
 
+// job.threads 0: the compute threads default_compute_threads() gives, set and logged.
+void use_default_compute_threads(std::optional<int> ranks_on_host) {
+  const auto threads = aiacc::trainer::default_compute_threads(ranks_on_host);
+  omp_set_num_threads(threads.count);
+  aiacc::log::get("trainer")->info("{} compute thread{} (job.threads 0): {}", threads.count,
+                                   threads.count == 1 ? "" : "s", threads.source);
+}
+
 // One process of a distributed job: a worker trains, a server serves its shard.
 int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::ProcessRole& role,
              const std::string& eval_checkpoint) {
@@ -75,12 +84,7 @@ int run_rank(const aiacc::trainer::JobOptions& job, const aiacc::trainer::Proces
   // sparse optimiser state decays like a worker's.
   trainer::apply_float_mode(job);
   auto group = std::make_shared<trainer::ProcessGroup>(cluster, role);
-  if (job.job.threads == 0) {
-    const auto threads = trainer::default_compute_threads(group->ranks_on_host());
-    omp_set_num_threads(threads.count);
-    log::get("trainer")->info("{} compute thread{} (job.threads 0): {}", threads.count, threads.count == 1 ? "" : "s",
-                              threads.source);
-  }
+  if (job.job.threads == 0) use_default_compute_threads(group->ranks_on_host());
   try {
     group->check_agreement("resolved configuration", trainer::agreement_yaml(job));
     if (!group->is_worker()) {
@@ -222,14 +226,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   check_eval_checkpoint();
-  if (job.job.threads == 0) {
-    // As a rank does (run_rank): OpenMP's own default would take every allowed core, however
-    // little CPU time a container's limit leaves them.
-    const auto threads = aiacc::trainer::default_compute_threads();
-    omp_set_num_threads(threads.count);
-    aiacc::log::get("trainer")->info("{} compute thread{} (job.threads 0): {}", threads.count,
-                                     threads.count == 1 ? "" : "s", threads.source);
-  }
+  // As a rank does (run_rank): OpenMP's own default would take every allowed core, however
+  // little CPU time a container's limit leaves them.
+  if (job.job.threads == 0) use_default_compute_threads(std::nullopt);
   register_device(job, 0);
   aiacc::trainer::Trainer trainer(job);
   if (!eval_checkpoint.empty()) {

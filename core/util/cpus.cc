@@ -148,12 +148,15 @@ std::optional<double> cgroup_cpu_limit() {
   return cgroup_cpu_limit(read_text("/proc/self/cgroup"), read_text("/proc/self/mountinfo"));
 }
 
+std::size_t cpus_within(double limit) {
+  return static_cast<std::size_t>(std::max(1.0, std::ceil(limit - 1e-9)));  // 2.0000000001: 2
+}
+
 std::size_t usable_cpus() {
   const std::size_t allowed = allowed_cpus().size();
   const auto limit = cgroup_cpu_limit();
   if (!limit) return allowed;
-  const auto limited = static_cast<std::size_t>(std::max(1.0, std::ceil(*limit - 1e-9)));
-  return allowed == 0 ? limited : std::min(allowed, limited);
+  return allowed == 0 ? cpus_within(*limit) : std::min(allowed, cpus_within(*limit));
 }
 
 }  // namespace aiacc::util

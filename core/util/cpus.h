@@ -24,8 +24,12 @@ std::optional<double> cgroup_cpu_limit();
 // read under the mount points the mount table names (tests pass their own folders).
 std::optional<double> cgroup_cpu_limit(std::string_view self_cgroup, std::string_view self_mountinfo);
 
-// How many CPUs this process can keep busy at once: allowed_cpus().size(), or the cgroup's
-// limit rounded up when that is lower (1.5 CPUs of time: 2 threads can use it). 0: unknown.
+// The CPUs a limit of `limit` CPUs' time can keep busy: rounded up (1.5 CPUs of time: 2
+// threads can use it), at least 1.
+std::size_t cpus_within(double limit);
+
+// How many CPUs this process can keep busy at once: allowed_cpus().size(), or the CPUs within
+// its cgroup's limit when that is lower. 0: unknown.
 std::size_t usable_cpus();
 
 }  // namespace aiacc::util

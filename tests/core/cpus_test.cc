@@ -109,6 +109,14 @@ TEST_F(CgroupLayout, NoLimitOrUnreadableFilesGiveNone) {
   EXPECT_FALSE(cgroup_cpu_limit("0::/\n", "").has_value());
 }
 
+TEST(CpusWithin, ALimitKeepsItsCpusRoundedUpAndAtLeastOneBusy) {
+  EXPECT_EQ(cpus_within(1.0), 1u);
+  EXPECT_EQ(cpus_within(1.5), 2u);
+  EXPECT_EQ(cpus_within(2.0 + 1e-12), 2u);  // quota / period rounding, not a third CPU
+  EXPECT_EQ(cpus_within(0.25), 1u);
+  EXPECT_EQ(cpus_within(8.0), 8u);
+}
+
 // As root: a child process moved into a real cgroup with one CPU's time sees a limit of 1 and
 // one usable CPU, however many CPUs its affinity allows.
 TEST(UsableCpus, ACgroupQuotaOfOneCpuLeavesOneUsable) {

@@ -22,9 +22,10 @@
 // user can tell the machine's share of a low E (shared caches, memory bandwidth, a VM's
 // neighbours) from the distributed step's; the slowest of those jobs over the 1-worker run is
 // the synchronous ceiling, as a synchronous step goes at its slowest worker's pace (a vCPU
-// slower than the others caps E there however cheap the communication). The keys the bench sets for every run (bench_settings) are
-// its own: a --set of one of them (or of a section holding one) is refused, as it would
-// silently change what is measured or where the bench reads the run's metrics. CONFIG with
+// slower than the others caps E there however cheap the communication). The keys the bench
+// sets for every run (bench_settings) are its own: a --set of one of them (or of a section
+// holding one) is refused, as it would silently change what is measured or where the bench
+// reads the run's metrics. CONFIG with
 // those settings is first checked by aiacc-train --dry-run, so that a misspelt key ends the
 // bench at once, with aiacc-train's message, rather than in a log after a run started.
 //

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -103,8 +102,8 @@ ComputeThreads default_compute_threads(std::optional<int> ranks_on_host) {
   std::string source = fmt::format("this host's {} cores", machine);
   // A container's CPU limit (docker --cpus, a Kubernetes limits.cpu) leaves every core allowed:
   // threads for all of them would share the limit's time and be throttled in turn.
-  if (const auto limit = util::cgroup_cpu_limit(); limit && std::ceil(*limit - 1e-9) < machine) {
-    machine = std::max(1, static_cast<int>(std::ceil(*limit - 1e-9)));
+  if (const auto limit = util::cgroup_cpu_limit(); limit && util::cpus_within(*limit) < static_cast<std::size_t>(machine)) {
+    machine = static_cast<int>(util::cpus_within(*limit));
     source += fmt::format(" cut to {} by its cgroup's CPU limit of {:g} CPU{}", machine, *limit, *limit == 1 ? "" : "s");
   }
   if (const auto local = launcher_local_count()) {
