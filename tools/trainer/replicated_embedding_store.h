@@ -9,7 +9,7 @@
 // rows in the order its merged updates first reach them, identically, since all apply the same
 // messages in the same order. A row's index is a direct slot of the merge and the replica row's
 // address is kept with it, so a step's known rows cost one lookup (their index, when pushed),
-// not three (the merge, and the store's lookup when updated); only rows updated for the first
+// not two (the merge table's, then the store's when updated); only rows updated for the first
 // time go by id. Flights, two workers, traces alternated with the build before: the exchange
 // and update took 31-54 us a step at the median, against 58-85. A table numbers at most
 // max_numbered_rows rows (by default 65536, the first its updates reach: in CTR data mostly
