@@ -3,6 +3,8 @@
 // loopback. Rows reach the merge by id on their first update and by their dense index after it;
 // either way every replica must equal the reference bit for bit, over steps that mix known,
 // new and repeated ids, and after a checkpoint's rows are loaded (which renumbers the rows).
+// Pulls read numbered rows by index and must return the reference's values; a push of the ids
+// just pulled takes the pull's indices, unless the numbering changed in between.
 // Replicas that number their rows differently stop with an error naming the worker.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -139,16 +141,29 @@ TEST_P(ReplicatedEmbeddingStoreNumbering, EveryReplicaEqualsOneStoreGivenTheAver
   for (const Table& table : kTables) reference.push_back(std::make_unique<LocalEmbeddingStore>(table_spec(table), adagrad()));
   std::vector<std::vector<std::map<std::string, Tensor>>> reference_after(kNumTables);
   std::vector<std::vector<std::pair<std::string, Tensor>>> checkpoint(kNumTables);
+  // What each worker's pull must read before each step: expected_pull[w][t][step] (read-only
+  // pulls leave the reference's rows as they are and give an absent row its initial values).
+  std::vector<std::vector<std::vector<std::vector<float>>>> expected_pull(
+      kWorkers, std::vector<std::vector<std::vector<float>>>(kNumTables));
   for (int step = 0; step < kSteps; ++step) {
     for (std::size_t t = 0; t < kNumTables; ++t) {
+      reference[t]->set_read_only(true);
+      for (int w = 0; w < kWorkers; ++w) {
+        const auto ids = ids_of(w, step, static_cast<int>(t));
+        auto& rows = expected_pull[static_cast<std::size_t>(w)][t].emplace_back(ids.size() * static_cast<std::size_t>(kTables[t].dim));
+        reference[t]->pull(ids, rows.data());
+      }
+      reference[t]->set_read_only(false);
       reference_step(*reference[t], step, static_cast<int>(t), lr);
       reference_after[t].push_back(rows_by_name(*reference[t]));
       if (step + 1 == kLoadAfter) checkpoint[t] = reference[t]->save_rows();
     }
   }
-  // replica_after[w][t][step]
+  // replica_after[w][t][step], pulled[w][t][step]
   std::vector<std::vector<std::vector<std::map<std::string, Tensor>>>> replica_after(
       kWorkers, std::vector<std::vector<std::map<std::string, Tensor>>>(kNumTables));
+  std::vector<std::vector<std::vector<std::vector<float>>>> pulled(
+      kWorkers, std::vector<std::vector<std::vector<float>>>(kNumTables));
   const int port = free_port();
   run_ranks(kWorkers, [&](int rank) {
     ProcessGroup group(loopback_cluster(kWorkers, 20), loopback_role(rank, kWorkers, port));
@@ -163,15 +178,22 @@ TEST_P(ReplicatedEmbeddingStoreNumbering, EveryReplicaEqualsOneStoreGivenTheAver
       for (std::size_t t = 0; t < kNumTables; ++t) {
         ReplicatedEmbeddingStore& store = *stores[t];
         const auto dim = static_cast<std::size_t>(kTables[t].dim);
-        if (step == kLoadAfter) store.load_rows(checkpoint[t]);
         const auto ids = ids_of(rank, step, static_cast<int>(t));
-        std::vector<float> rows(ids.size() * dim);
-        store.pull(ids, rows.data());  // creates this worker's new rows in its own order
+        // Creates this worker's new rows in its own order; numbered rows are read by index.
+        std::vector<float>& rows = pulled[static_cast<std::size_t>(rank)][t].emplace_back(ids.size() * dim);
+        store.pull(ids, rows.data());
+        // Loaded between the pull and the push: the indices the pull found belong to the
+        // numbering the load ends (the rows' values are the same as the checkpoint's).
+        if (step == kLoadAfter) store.load_rows(checkpoint[t]);
         const auto grads = grads_of(rank, step, static_cast<int>(t));
-        // Pushed in two parts, as micro-batches would: merged like one.
-        const std::size_t half = ids.size() / 2;
-        store.push(std::span(ids).first(half), grads.data(), lr);
-        store.push(std::span(ids).subspan(half), grads.data() + half * dim, lr);
+        if (step == 1 || step == 4) {
+          // Pushed in two parts, as micro-batches would: merged like one, each row looked up.
+          const std::size_t half = ids.size() / 2;
+          store.push(std::span(ids).first(half), grads.data(), lr);
+          store.push(std::span(ids).subspan(half), grads.data() + half * dim, lr);
+        } else {
+          store.push(ids, grads.data(), lr);  // the ids pulled: their indices come from the pull
+        }
       }
       ReplicatedEmbeddingStore::synchronize(tables, group);
       for (std::size_t t = 0; t < kNumTables; ++t) {
@@ -185,6 +207,11 @@ TEST_P(ReplicatedEmbeddingStoreNumbering, EveryReplicaEqualsOneStoreGivenTheAver
         expect_equal_rows(replica_after[static_cast<std::size_t>(w)][t][static_cast<std::size_t>(step)],
                           reference_after[t][static_cast<std::size_t>(step)],
                           fmt::format("worker {}, table {}, after step {}", w, kTables[t].name, step + 1));
+        const auto& got = pulled[static_cast<std::size_t>(w)][t][static_cast<std::size_t>(step)];
+        const auto& want = expected_pull[static_cast<std::size_t>(w)][t][static_cast<std::size_t>(step)];
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+            << fmt::format("worker {}, table {}, pulled before step {}", w, kTables[t].name, step + 1);
       }
     }
   }

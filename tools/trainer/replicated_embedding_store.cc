@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/trace.h"
 #include "core/util/random.h"
@@ -61,8 +62,67 @@ ReplicatedEmbeddingStore::ReplicatedEmbeddingStore(const EmbeddingTableSpec& spe
       group_(group),
       max_numbered_rows_(std::min<std::size_t>(max_numbered_rows, UINT32_MAX - 1)) {}
 
+void ReplicatedEmbeddingStore::pull(std::span<const std::int64_t> ids, float* rows) {
+  const std::size_t n = ids.size();
+  pulled_ids_.assign(ids.begin(), ids.end());
+  pulled_indices_.assign(n, kNotNumbered);
+  pulled_generation_ = numbering_generation_;
+  if (n == 0) return;
+  AIACC_CHECK(rows != nullptr, "replicated table {}: pull into a null buffer", spec().name);
+  const auto dim = static_cast<std::size_t>(spec().dim);
+  pulled_rows_.assign(n, nullptr);
+  unnumbered_ids_.clear();
+  unnumbered_positions_.clear();
+  if (!index_slots_.empty()) {
+    const int shift = shift_for(index_slots_.size());
+    for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) __builtin_prefetch(&index_slots_[home_slot(ids[i], shift)]);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n) __builtin_prefetch(&index_slots_[home_slot(ids[i + kPrefetchDistance], shift)]);
+      const IdSlot& slot = index_slots_[find_slot(index_slots_, ids[i], shift)];
+      if (slot.index != 0) {
+        pulled_indices_[i] = slot.index - 1;
+        pulled_rows_[i] = row_of_index_[slot.index - 1];
+      } else {
+        unnumbered_ids_.push_back(ids[i]);
+        unnumbered_positions_.push_back(static_cast<std::uint32_t>(i));
+      }
+    }
+    // The numbered rows, each asked for a few ahead (scattered over the replica's arena).
+    for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
+      if (pulled_rows_[i] != nullptr) __builtin_prefetch(pulled_rows_[i]);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i + kPrefetchDistance < n && pulled_rows_[i + kPrefetchDistance] != nullptr) {
+        __builtin_prefetch(pulled_rows_[i + kPrefetchDistance]);
+      }
+      if (pulled_rows_[i] != nullptr) copy_row(rows + i * dim, pulled_rows_[i], dim);
+    }
+  } else {
+    unnumbered_ids_.assign(ids.begin(), ids.end());
+    unnumbered_positions_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) unnumbered_positions_[i] = static_cast<std::uint32_t>(i);
+  }
+  if (unnumbered_ids_.empty()) return;
+  // The replica creates rows it does not hold yet (or, read-only, returns their initial values).
+  unnumbered_rows_.resize(unnumbered_ids_.size() * dim);
+  replica_.pull(unnumbered_ids_, unnumbered_rows_.data());
+  for (std::size_t k = 0; k < unnumbered_positions_.size(); ++k) {
+    copy_row(rows + unnumbered_positions_[k] * dim, unnumbered_rows_.data() + k * dim, dim);
+  }
+}
+
 void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
   const auto dim = static_cast<std::size_t>(spec().dim);
+  if (ids_.empty()) pushed_generation_ = numbering_generation_;
+  // The pull's indices serve when these are the ids it pulled, under the numbering it saw, and
+  // the step's earlier pushes (gradient accumulation) hold indices of that numbering too.
+  const bool as_pulled = pulled_generation_ == numbering_generation_ && pushed_generation_ == numbering_generation_ &&
+                         std::ranges::equal(ids, pulled_ids_);
+  if (as_pulled) {
+    pushed_indices_.insert(pushed_indices_.end(), pulled_indices_.begin(), pulled_indices_.end());
+  } else {
+    pushed_indices_.insert(pushed_indices_.end(), ids.size(), kLookUp);
+  }
   ids_.insert(ids_.end(), ids.begin(), ids.end());
   grads_.insert(grads_.end(), grads, grads + ids.size() * dim);
   lr_ = lr;
@@ -92,6 +152,7 @@ void ReplicatedEmbeddingStore::add_index(std::int64_t id, float* row) {
   row_of_index_.push_back(row);
   merge_of_index_.push_back(0);
   numbering_hash_ = mix64(numbering_hash_ ^ mix64(static_cast<std::uint64_t>(id)));
+  ++numbering_generation_;
 }
 
 void ReplicatedEmbeddingStore::clear_indices() {
@@ -99,6 +160,7 @@ void ReplicatedEmbeddingStore::clear_indices() {
   row_of_index_.clear();
   merge_of_index_.clear();
   numbering_hash_ = 0;
+  ++numbering_generation_;
 }
 
 std::size_t ReplicatedEmbeddingStore::classify_pending() {
@@ -106,21 +168,25 @@ std::size_t ReplicatedEmbeddingStore::classify_pending() {
   known_positions_.clear();
   new_positions_.clear();
   known_indices_.clear();
-  if (!index_slots_.empty()) {
-    const int shift = shift_for(index_slots_.size());
-    for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) __builtin_prefetch(&index_slots_[home_slot(ids_[i], shift)]);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i + kPrefetchDistance < n) __builtin_prefetch(&index_slots_[home_slot(ids_[i + kPrefetchDistance], shift)]);
-      const IdSlot& slot = index_slots_[find_slot(index_slots_, ids_[i], shift)];
-      if (slot.index != 0) {
-        known_positions_.push_back(static_cast<std::uint32_t>(i));
-        known_indices_.push_back(slot.index - 1);
-      } else {
-        new_positions_.push_back(static_cast<std::uint32_t>(i));
+  // Indices the pulls found are good while the numbering has not changed since; the rest, or all
+  // where it has (the rows were replaced since), are looked up.
+  if (pushed_generation_ != numbering_generation_) std::fill(pushed_indices_.begin(), pushed_indices_.end(), kLookUp);
+  const int shift = index_slots_.empty() ? 0 : shift_for(index_slots_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t index = pushed_indices_[i];
+    if (index == kLookUp) {
+      index = kNotNumbered;
+      if (!index_slots_.empty()) {
+        const IdSlot& slot = index_slots_[find_slot(index_slots_, ids_[i], shift)];
+        if (slot.index != 0) index = slot.index - 1;
       }
     }
-  } else {
-    for (std::size_t i = 0; i < n; ++i) new_positions_.push_back(static_cast<std::uint32_t>(i));
+    if (index != kNotNumbered) {
+      known_positions_.push_back(static_cast<std::uint32_t>(i));
+      known_indices_.push_back(index);
+    } else {
+      new_positions_.push_back(static_cast<std::uint32_t>(i));
+    }
   }
   return part_bytes(known_positions_.size(), new_positions_.size(), static_cast<std::size_t>(spec().dim));
 }
@@ -145,6 +211,7 @@ void ReplicatedEmbeddingStore::write_pending(std::byte* p) {
   }
   ids_.clear();
   grads_.clear();
+  pushed_indices_.clear();
 }
 
 void ReplicatedEmbeddingStore::apply(const std::vector<std::span<const std::byte>>& messages,
