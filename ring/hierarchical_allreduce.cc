@@ -180,9 +180,10 @@ void HierarchicalAllreduce::run_scattered(net::Deadline deadline) {
         slot_inputs_[static_cast<std::size_t>(l)] = (l == local_index_ ? chunk_data(c) : scattered_slot(c, l)) + at;
       }
       if (slice.size() > 0) {
-        std::byte* sum = scattered_result(c) + at;
-        detail::sum_scaled(buffer_.dtype, sum, slot_inputs_.data(), local_size, static_cast<std::size_t>(slice.size()), factor);
-        std::memcpy(chunk_data(c) + at, sum, static_cast<std::size_t>(slice.size()) * element);
+        // Into the shared result and this rank's own buffer at once (its input there is read
+        // before each sum is stored over it).
+        detail::sum_scaled_and_copy(buffer_.dtype, scattered_result(c) + at, chunk_data(c) + at, slot_inputs_.data(),
+                                    local_size, static_cast<std::size_t>(slice.size()), factor);
       }
     }
     if (step >= 2) {

@@ -200,24 +200,42 @@ bool encode(const WireFormat& format, const void* buffer, std::byte* wire, std::
   return true;
 }
 
+// With `copy` (not null) each sum is stored there too, after both of its inputs were read: copy
+// may be one of them.
 template <class T>
-void sum_two_scaled(T* buffer, const std::byte* first, const std::byte* second, std::size_t count, double factor) {
+void sum_two_scaled(T* buffer, T* copy, const std::byte* first, const std::byte* second, std::size_t count,
+                    double factor) {
   const auto f = static_cast<T>(factor);
-  if (factor == 1.0) {
-    for (std::size_t i = 0; i < count; ++i) buffer[i] = load<T>(first + i * sizeof(T)) + load<T>(second + i * sizeof(T));
+  auto sum = [&](std::size_t i) { return load<T>(first + i * sizeof(T)) + load<T>(second + i * sizeof(T)); };
+  if (copy != nullptr && factor == 1.0) {
+    for (std::size_t i = 0; i < count; ++i) buffer[i] = copy[i] = sum(i);
+  } else if (copy != nullptr) {
+    for (std::size_t i = 0; i < count; ++i) buffer[i] = copy[i] = sum(i) * f;
+  } else if (factor == 1.0) {
+    for (std::size_t i = 0; i < count; ++i) buffer[i] = sum(i);
   } else {
-    for (std::size_t i = 0; i < count; ++i) buffer[i] = (load<T>(first + i * sizeof(T)) + load<T>(second + i * sizeof(T))) * f;
+    for (std::size_t i = 0; i < count; ++i) buffer[i] = sum(i) * f;
   }
 }
 
 void sum_scaled(DType dtype, void* buffer, const std::byte* const* inputs, int num_inputs, std::size_t count,
                 double factor) {
-  if (num_inputs == 2 && dtype == DType::f32) return sum_two_scaled(static_cast<float*>(buffer), inputs[0], inputs[1], count, factor);
-  if (num_inputs == 2 && dtype == DType::f64) return sum_two_scaled(static_cast<double*>(buffer), inputs[0], inputs[1], count, factor);
+  sum_scaled_and_copy(dtype, buffer, nullptr, inputs, num_inputs, count, factor);
+}
+
+void sum_scaled_and_copy(DType dtype, void* buffer, void* copy, const std::byte* const* inputs, int num_inputs,
+                         std::size_t count, double factor) {
+  if (num_inputs == 2 && dtype == DType::f32) {
+    return sum_two_scaled(static_cast<float*>(buffer), static_cast<float*>(copy), inputs[0], inputs[1], count, factor);
+  }
+  if (num_inputs == 2 && dtype == DType::f64) {
+    return sum_two_scaled(static_cast<double*>(buffer), static_cast<double*>(copy), inputs[0], inputs[1], count, factor);
+  }
   const WireFormat format{dtype, WireType::kNative};
   if (num_inputs > 0) decode(format, buffer, inputs[0], count);
   for (int k = 1; k < num_inputs; ++k) accumulate(format, buffer, inputs[k], count);
   if (factor != 1.0) scale(dtype, buffer, count, factor);
+  if (copy != nullptr && count > 0) std::memcpy(copy, buffer, count * dtype_size(dtype));
 }
 
 void scale(DType dtype, void* buffer, std::size_t count, double factor) {
