@@ -109,10 +109,15 @@ std::string format_mismatch(const Header& h) {
   return {};
 }
 
-bool same_source_and_options(const Header& h, const CtrCacheKey& key) {
+// The same source path and load options, whichever parser wrote it.
+bool same_source_and_load_options(const Header& h, const CtrCacheKey& key) {
   return std::string_view(h.source.data(), h.source_chars) == stored_source(key.source) &&
          h.num_integer == key.num_integer && h.num_categorical == key.num_categorical &&
-         (h.skip_malformed != 0) == key.skip_malformed && h.limit == key.limit && h.parse_version == key.parse_version;
+         (h.skip_malformed != 0) == key.skip_malformed && h.limit == key.limit;
+}
+
+bool same_source_and_options(const Header& h, const CtrCacheKey& key) {
+  return same_source_and_load_options(h, key) && h.parse_version == key.parse_version;
 }
 
 // Why the header does not describe a cache of `key` of `file_bytes` bytes ("" when it does).
@@ -177,9 +182,11 @@ std::optional<OpenedCache> open_cache(const fs::path& file, std::string& why_not
 fs::path users_path(const fs::path& file) { return file.string() + ".users"; }
 fs::path lock_path(const fs::path& file) { return file.string() + ".lock"; }
 
-// Removes the caches of earlier versions of the source made with the same options: they would
-// never be read again. (A cache of other options, a limit say, may be: it stays.) One that a
-// process maps (its ".users" lock held) stays too. Best effort: errors skip a file.
+// Removes the caches of earlier versions of the source made with the same options, and those an
+// earlier parser (a lower kCriteoParseVersion) made of it: they would never be read again. (A
+// cache of other options, a limit say, may be: it stays; so does one a later parser made, which
+// a newer build of the program sharing the folder reads.) One that a process maps (its ".users"
+// lock held) stays too. Best effort: errors skip a file.
 void remove_stale_caches(const fs::path& dir, const CtrCacheKey& key, const fs::path& current) {
   const std::string prefix = fs::path(key.source).filename().string() + ".";
   std::error_code ec;
@@ -190,12 +197,19 @@ void remove_stale_caches(const fs::path& dir, const CtrCacheKey& key, const fs::
     if (path == current || !name.starts_with(prefix) || !name.ends_with(kSuffix)) continue;
     std::string why_not;
     const std::optional<OpenedCache> c = open_cache(path, why_not);
-    if (!c || !format_mismatch(c->header).empty() || !same_source_and_options(c->header, key)) continue;
+    if (!c || !format_mismatch(c->header).empty() || !same_source_and_load_options(c->header, key) ||
+        c->header.parse_version > key.parse_version) {
+      continue;
+    }
     const io::FileDescriptor users = io::open_retrying(users_path(path), O_RDONLY | O_CREAT, 0644);
     if (users.valid() && !io::flock_retrying(users, LOCK_EX | LOCK_NB)) continue;  // mapped by a process
     std::error_code failed;
     if (fs::remove(path, failed)) {
-      log::get("data")->info("removed the stale column cache {} of {}", path.string(), key.source);
+      log::get("data")->info("removed the stale column cache {} of {}{}", path.string(), key.source,
+                             c->header.parse_version < key.parse_version
+                                 ? fmt::format(" (written by parser version {}, this program's is {})",
+                                               c->header.parse_version, key.parse_version)
+                                 : std::string());
     }
     fs::remove(users_path(path), failed);
     fs::remove(lock_path(path), failed);

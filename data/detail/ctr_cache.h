@@ -8,8 +8,9 @@
 // A cache file is tied to what its columns depend on (CtrCacheKey): the source's absolute path,
 // size, modification and status change times, the column counts, the malformed-line mode and
 // the limit, and the parser's version (kCriteoParseVersion). It is named "<source file
-// name>.<16 hex digits of the key's hash>.ctrcache"; a source that changed gets a new file, and
-// the builder removes the stale one of the same options unless a process still maps it. Files
+// name>.<16 hex digits of the key's hash>.ctrcache"; a source that changed, or a program whose
+// parser changed, gets a new file, and the builder removes the stale one of the same source and
+// options (or an earlier parser's) unless a process still maps it. Files
 // are written atomically (temp file, fsync, rename), so a reader sees a whole file or none; a
 // file that does not match its key or its size (a cut or damaged copy) is rebuilt, with a
 // warning.

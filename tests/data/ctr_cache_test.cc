@@ -183,6 +183,33 @@ TEST(CtrCache, AChangedSourceIsRebuiltAndItsStaleCacheRemovedOnceNoProcessMapsIt
   EXPECT_EQ(cache_files(cache), sorted({limited_file, third.cache_file()}));
 }
 
+// A program whose parser changed (kCriteoParseVersion) makes a new cache of the same source and
+// options; the earlier parser's would never be read again and goes (once no process maps it),
+// where a later parser's, read by a newer build sharing the folder, stays.
+TEST(CtrCache, AnEarlierParsersCacheIsRemovedALaterOnesStays) {
+  TempDir dir;
+  const std::string cache = dir.file("cache");
+  write_text(dir.file("f.tsv"), tsv_lines(20, 1));
+  const fs::path built = CriteoTsv(options_for(dir.file("f.tsv"), cache), {"train", 0}).cache_file();
+  // Copies under other names (the key's hash differs with the parser's version), as the parsers
+  // before and after this one would have written them.
+  constexpr std::streamoff kParseVersionAt = 92;  // the header's parse_version
+  const fs::path earlier = dir.file("cache/f.tsv.00000000000000e1.ctrcache");
+  const fs::path later = dir.file("cache/f.tsv.00000000000000e2.ctrcache");
+  fs::copy_file(built, earlier);
+  fs::copy_file(built, later);
+  overwrite_at(earlier, kParseVersionAt, std::uint32_t{detail::kCriteoParseVersion - 1});
+  overwrite_at(later, kParseVersionAt, std::uint32_t{detail::kCriteoParseVersion + 1});
+  EXPECT_THAT(why_refused(earlier, dir), ::testing::HasSubstr("made from another version of the source or with other options"));
+  // This parser's own cache is removed too, so that the next load builds again.
+  fs::remove(built);
+  CriteoTsv rebuilt(options_for(dir.file("f.tsv"), cache), {"train", 0});
+  EXPECT_EQ(rebuilt.load_how(), How::built);
+  EXPECT_EQ(rebuilt.cache_file(), built);
+  EXPECT_EQ(read_scrambled(rebuilt), parsed_examples(dir.file("f.tsv")));
+  EXPECT_EQ(cache_files(cache), sorted({built, later}));
+}
+
 TEST(CtrCache, OtherOptionsAndOtherSourcesKeepTheirOwnCaches) {
   TempDir dir;
   fs::create_directories(dir.file("a"));
