@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/detail/ctr_columns.h"
-#include "data/detail/exact_auc.h"
+#include "core/util/exact_auc.h"
 
 namespace aiacc::data {
 namespace {
@@ -87,7 +87,7 @@ SyntheticCtr::SyntheticCtr(const Options& options, const DatasetContext& context
   for (const auto& error : errors) {
     if (error) std::rethrow_exception(error);
   }
-  reference_auc_ = detail::exact_auc(probabilities, labels_);
+  reference_auc_ = util::exact_auc(probabilities, labels_);
   log::get("data")->info("synthetic_ctr {}: {} examples, {:.1f}% positive, teacher AUC {:.4f}", context.split,
                          options.size, 100 * positive_fraction(), reference_auc_.value_or(0.0));
 }

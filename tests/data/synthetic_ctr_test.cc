@@ -1,4 +1,4 @@
-// synthetic_ctr and exact_auc: the CTR batch layout, determinism per (seed, split, index), the
+// synthetic_ctr: the CTR batch layout, determinism per (seed, split, index), the
 // calibrated positive rate, the teacher AUC in range and equal to a brute-force pair count,
 // splits that differ but share one teacher whose deep part is a sum of two-field crosses, Zipf
 // frequencies and missing values.
@@ -14,7 +14,6 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "data/detail/exact_auc.h"
 
 namespace aiacc::data {
 namespace {
@@ -44,23 +43,6 @@ double brute_force_auc(const std::vector<double>& scores, const std::vector<floa
     for (double n : negatives) wins += p > n ? 1.0 : (p == n ? 0.5 : 0.0);
   }
   return wins / (static_cast<double>(positives.size()) * static_cast<double>(negatives.size()));
-}
-
-TEST(ExactAuc, KnownValuesAndTies) {
-  using detail::exact_auc;
-  std::vector<double> s1 = {0.1, 0.4, 0.35, 0.8};
-  std::vector<std::uint8_t> l1 = {0, 0, 1, 1};
-  EXPECT_DOUBLE_EQ(exact_auc(s1, l1).value(), 0.75);
-  std::vector<double> tied = {0.5, 0.5, 0.5};
-  std::vector<std::uint8_t> l2 = {1, 0, 0};
-  EXPECT_DOUBLE_EQ(exact_auc(tied, l2).value(), 0.5);
-  std::vector<double> s3 = {1, 2, 2, 3};
-  std::vector<std::uint8_t> l3 = {0, 1, 0, 1};
-  EXPECT_DOUBLE_EQ(exact_auc(s3, l3).value(), 3.5 / 4);
-  std::vector<std::uint8_t> one_class = {1, 1, 1, 1};
-  EXPECT_FALSE(exact_auc(s3, one_class).has_value());
-  std::vector<std::uint8_t> short_labels = {1};
-  EXPECT_THROW(exact_auc(s3, short_labels), InternalError);
 }
 
 TEST(SyntheticCtr, SpecAndBatchLayout) {

@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/util/exact_auc.h"
 
 namespace aiacc::trainer {
 
@@ -310,34 +311,8 @@ MetricMeter MetricMeter::from_bytes(Task task, std::span<const std::byte> bytes)
 
 double MetricMeter::auc() const {
   constexpr double kUndefined = std::numeric_limits<double>::quiet_NaN();
-  if (task_ != Task::binary || saw_nan_score_) return kUndefined;  // NaN would break the sort
-  const std::size_t n = scores_.size();
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return scores_[a] < scores_[b]; });
-  // Walk groups of equal scores from the lowest up. A positive beats every negative in lower
-  // groups (credit 1 each) and ties with the negatives of its own group (credit 1/2 each), which
-  // is exactly the Mann-Whitney statistic with average ranks. Kept doubled to stay in integers.
-  std::uint64_t twice_credit = 0;
-  std::uint64_t negatives_below = 0;
-  std::uint64_t total_positives = 0;
-  for (std::size_t begin = 0; begin < n;) {
-    std::size_t end = begin;
-    std::uint64_t group_positives = 0;
-    while (end < n && scores_[order[end]] == scores_[order[begin]]) {
-      group_positives += positives_[order[end]];
-      ++end;
-    }
-    const std::uint64_t group_negatives = (end - begin) - group_positives;
-    twice_credit += 2 * group_positives * negatives_below + group_positives * group_negatives;
-    negatives_below += group_negatives;
-    total_positives += group_positives;
-    begin = end;
-  }
-  if (total_positives == 0 || negatives_below == 0) return kUndefined;  // all one class
-  return static_cast<double>(twice_credit) /
-         (2.0 * static_cast<double>(total_positives) * static_cast<double>(negatives_below));
+  if (task_ != Task::binary || saw_nan_score_) return kUndefined;
+  return util::exact_auc(scores_, positives_).value_or(kUndefined);  // undefined for one class
 }
 
 double MetricMeter::log_loss() const {
