@@ -8,9 +8,9 @@
 // Rows are named by a dense index after their first update: every replica numbers a table's
 // rows in the order its merged updates first reach them, identically, since all apply the same
 // messages in the same order. A row's index is a direct slot of the merge and the replica row's
-// address is kept with it, so a step's known rows cost one lookup (their index, when pushed),
-// not two (the merge table's, then the store's when updated); only rows updated for the first
-// time go by id. Flights, two workers, traces alternated with the build before: the exchange
+// address is kept with it, so a step's known rows cost one lookup (their index, found when they
+// are pulled and kept for the push of their gradients): the merge and the update go by index
+// and row address. Only rows updated for the first time go by id. Flights, two workers, traces alternated with the build before: the exchange
 // and update took 31-54 us a step at the median, against 58-85. A table numbers at most
 // max_numbered_rows rows (by default 65536, the first its updates reach: in CTR data mostly
 // the frequent ones), so the numbering costs a few MiB at most however big the table grows
@@ -40,7 +40,8 @@ class ReplicatedEmbeddingStore final : public EmbeddingStore {
                            std::size_t max_numbered_rows = kMaxNumberedRows);
   const EmbeddingTableSpec& spec() const override { return replica_.spec(); }
   // Numbered rows are read through their index, the rest from the replica; the index each id
-  // had is kept for a push of the same ids (see pulled_indices_).
+  // had is kept for a push of the same ids (see pulled_indices_). pull() and push() keep state
+  // between them: one thread at a time (the trainer's training thread).
   void pull(std::span<const std::int64_t> ids, float* rows) override;
   void set_read_only(bool on) override { replica_.set_read_only(on); }
   // Records the gradient rows of this step (applied by synchronize()).
