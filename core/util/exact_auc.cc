@@ -16,13 +16,13 @@
 namespace aiacc::util {
 namespace {
 
-// Unsigned keys in the order of the doubles: 2^63 plus the magnitude's bits for a score >= 0,
-// 2^63 less them below 0 (-0.0 is made 0.0 first, so that the two tie as they compare equal).
-// Subtracting, not flipping every bit, keeps the low bytes of scores that were floats (29 low
-// mantissa bits zero) zero on both sides, so the sort skips those passes.
+// Unsigned keys in the order of the doubles: 2^63 plus the magnitude's bits for a score with
+// the sign bit clear, 2^63 less them where it is set (so -0.0 and 0.0 both get 2^63 and tie, as
+// they compare equal). Subtracting, not flipping every bit, keeps the low bytes of scores that
+// were floats (29 low mantissa bits zero) zero on both sides, so the sort skips those passes.
 std::uint64_t order_key(double score) {
   constexpr std::uint64_t kSign = std::uint64_t{1} << 63;
-  const auto bits = std::bit_cast<std::uint64_t>(score + 0.0);
+  const auto bits = std::bit_cast<std::uint64_t>(score);
   return (bits & kSign) != 0 ? kSign - (bits & ~kSign) : kSign + bits;
 }
 
@@ -70,7 +70,7 @@ std::optional<double> exact_auc(std::span<const double> scores, std::span<const 
       radix_sort(std::span(keys.get(), num_positives), std::span(scratch.get(), num_positives));
   const std::span<const std::uint64_t> negatives =
       radix_sort(std::span(keys.get() + num_positives, n - num_positives), std::span(scratch.get() + num_positives, n - num_positives));
-  // Twice U as an integer: exact while 2 * P * N < 2^64 (over four billion examples of each).
+  // Twice U as an integer: exact while 2 * P * N < 2^64 (three billion examples of each).
   std::uint64_t twice_u = 0;
   std::size_t below = 0;  // negatives whose key is below the current positive's
   for (std::size_t p = 0; p < positives.size();) {

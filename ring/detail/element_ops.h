@@ -39,8 +39,9 @@ bool encode(const WireFormat& format, const void* buffer, std::byte* wire, std::
 // other, in one pass over two f32/f64 inputs. `buffer` must not overlap the inputs.
 void sum_scaled(DType dtype, void* buffer, const std::byte* const* inputs, int num_inputs, std::size_t count,
                 double factor);
-// sum_scaled, with each result also stored in `copy`, which may be one of the inputs (in the
-// same pass for two f32/f64 inputs: the sums need not be read back to be copied).
+// sum_scaled, with each result also stored in `copy` (in the same pass for two f32/f64 inputs:
+// the sums need not be read back to be copied). `copy` is exactly one of the inputs, or overlaps
+// neither them nor `buffer`: a partly overlapping copy would be written before it is read.
 void sum_scaled_and_copy(DType dtype, void* buffer, void* copy, const std::byte* const* inputs, int num_inputs,
                          std::size_t count, double factor);
 // buffer[i] *= factor (integers: division by n, truncating, when factor = 1/n).

@@ -39,6 +39,10 @@ TEST(ExactAuc, KnownValuesAndTies) {
   // Labels other than 0 count as positive; -0.0 and 0.0 compare equal, so they tie.
   EXPECT_DOUBLE_EQ(exact_auc(std::vector<double>{-0.0, 0.0}, std::vector<std::uint8_t>{7, 0}).value(), 0.5);
   EXPECT_DOUBLE_EQ(exact_auc(std::vector<double>{0.0, -0.0, -1e-300}, std::vector<std::uint8_t>{1, 0, 0}).value(), 0.75);
+  // Denormals of both signs: the smallest magnitudes order around the zeros.
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  EXPECT_DOUBLE_EQ(exact_auc(std::vector<double>{-tiny, -0.0, tiny, -2 * tiny}, std::vector<std::uint8_t>{1, 0, 1, 0}).value(),
+                   0.75);
   const double inf = std::numeric_limits<double>::infinity();
   EXPECT_DOUBLE_EQ(exact_auc(std::vector<double>{-inf, inf, -1e308, 1e308}, std::vector<std::uint8_t>{0, 1, 1, 0}).value(), 0.75);
 }

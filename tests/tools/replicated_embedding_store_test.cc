@@ -187,7 +187,7 @@ TEST_P(ReplicatedEmbeddingStoreNumbering, EveryReplicaEqualsOneStoreGivenTheAver
         if (step == kLoadAfter) store.load_rows(checkpoint[t]);
         const auto grads = grads_of(rank, step, static_cast<int>(t));
         if (step == 1 || step == 4) {
-          // Pushed in two parts, as micro-batches would: merged like one, each row looked up.
+          // Pushed in two parts (not the ids pulled): merged like one, each row looked up.
           const std::size_t half = ids.size() / 2;
           store.push(std::span(ids).first(half), grads.data(), lr);
           store.push(std::span(ids).subspan(half), grads.data() + half * dim, lr);
@@ -214,6 +214,74 @@ TEST_P(ReplicatedEmbeddingStoreNumbering, EveryReplicaEqualsOneStoreGivenTheAver
             << fmt::format("worker {}, table {}, pulled before step {}", w, kTables[t].name, step + 1);
       }
     }
+  }
+}
+
+// A pull's indices are only good under the numbering it saw. Worker 0 pulls rows, the others
+// number them meanwhile (a step in which worker 0 pushes nothing), and only then does worker 0
+// push them: they must go by their new numbers, as the others' do, or the merge would update
+// each such row twice. Then every worker pushes, loads the checkpoint and pushes again in one
+// step: the first push's indices belong to the numbering the load ended. Every replica must end
+// equal, bit for bit, to one store given the same averaged gradients.
+TEST(ReplicatedEmbeddingStore, IndicesFromAPullAreNotUsedOnceTheNumberingChanged) {
+  const Table& table = kTables[0];
+  const auto dim = static_cast<std::size_t>(table.dim);
+  const double lr = 0.1;
+  const auto ids = ids_of(0, 0, 0);    // the same 40 positions over 30 ids on every worker
+  const auto grads = grads_of(0, 0, 0);
+  // The reference: the averaged gradient of the workers that pushed in each step.
+  auto averaged = [&](int pushing_workers) {
+    std::vector<std::int64_t> order;
+    std::map<std::int64_t, std::vector<float>> sums;
+    for (int w = 0; w < pushing_workers; ++w) {
+      for (std::size_t p = 0; p < ids.size(); ++p) {
+        auto [it, fresh] = sums.try_emplace(ids[p], std::vector<float>(dim, 0.0f));
+        if (fresh) order.push_back(ids[p]);
+        for (std::size_t c = 0; c < dim; ++c) {
+          it->second[c] = fresh ? grads[p * dim + c] : it->second[c] + grads[p * dim + c];
+        }
+      }
+    }
+    std::vector<float> merged;
+    for (std::int64_t id : order) {
+      for (float g : sums[id]) merged.push_back(g * (1.0f / kWorkers));
+    }
+    return std::pair(order, merged);
+  };
+  LocalEmbeddingStore reference(table_spec(table), adagrad());
+  for (int pushing : {kWorkers - 1, kWorkers, kWorkers}) {
+    const auto [order, merged] = averaged(pushing);
+    reference.push(order, merged.data(), lr);
+  }
+  std::vector<std::map<std::string, Tensor>> replica_rows(kWorkers);
+  const int port = free_port();
+  run_ranks(kWorkers, [&](int rank) {
+    ProcessGroup group(loopback_cluster(kWorkers, 20), loopback_role(rank, kWorkers, port));
+    ReplicatedEmbeddingStore store(table_spec(table), adagrad(), group);
+    std::vector<float> rows(ids.size() * dim);
+    // Step 1: every worker pulls (nothing numbered yet); all but worker 0 push, numbering the rows.
+    store.pull(ids, rows.data());
+    if (rank != 0) store.push(ids, grads.data(), lr);
+    ReplicatedEmbeddingStore::synchronize({&store}, group);
+    // Step 2: worker 0 pushes what it pulled before the numbering; the others pull again first.
+    if (rank != 0) store.pull(ids, rows.data());
+    store.push(ids, grads.data(), lr);
+    ReplicatedEmbeddingStore::synchronize({&store}, group);
+    // Step 3: a push of zeros as pulled; then this same state loaded as a checkpoint, which
+    // clears the numbering, a pull and the real push. The zeros add nothing to the merged rows,
+    // but their indices belong to the cleared numbering: they must be looked up again.
+    const auto saved = store.save_rows();
+    store.pull(ids, rows.data());
+    const std::vector<float> zeros(grads.size(), 0.0f);
+    store.push(ids, zeros.data(), lr);
+    store.load_rows(saved);
+    store.pull(ids, rows.data());
+    store.push(ids, grads.data(), lr);
+    ReplicatedEmbeddingStore::synchronize({&store}, group);
+    replica_rows[static_cast<std::size_t>(rank)] = rows_by_name(store);
+  });
+  for (int w = 0; w < kWorkers; ++w) {
+    expect_equal_rows(replica_rows[static_cast<std::size_t>(w)], rows_by_name(reference), fmt::format("worker {}", w));
   }
 }
 

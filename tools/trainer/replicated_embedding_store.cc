@@ -114,10 +114,9 @@ void ReplicatedEmbeddingStore::pull(std::span<const std::int64_t> ids, float* ro
 void ReplicatedEmbeddingStore::push(std::span<const std::int64_t> ids, const float* grads, double lr) {
   const auto dim = static_cast<std::size_t>(spec().dim);
   if (ids_.empty()) pushed_generation_ = numbering_generation_;
-  // The pull's indices serve when these are the ids it pulled, under the numbering it saw, and
-  // the step's earlier pushes (gradient accumulation) hold indices of that numbering too.
-  const bool as_pulled = pulled_generation_ == numbering_generation_ && pushed_generation_ == numbering_generation_ &&
-                         std::ranges::equal(ids, pulled_ids_);
+  // The pull's indices serve when these are the ids it pulled, under the numbering it saw. (Where
+  // the numbering changed since the step's first push, classify_pending() looks every row up.)
+  const bool as_pulled = pulled_generation_ == numbering_generation_ && std::ranges::equal(ids, pulled_ids_);
   if (as_pulled) {
     pushed_indices_.insert(pushed_indices_.end(), pulled_indices_.begin(), pulled_indices_.end());
   } else {
