@@ -79,16 +79,14 @@ std::vector<float> grads_of(int worker, int step, int t) {
   return grads;
 }
 
-// The reference: one store given, per step, each id's gradients summed in worker order (and a
-// worker's positions in order) and multiplied by 1 / the worker count: the merged update the
-// replicas must apply.
-void reference_step(LocalEmbeddingStore& store, int step, int t, double lr) {
-  const auto dim = static_cast<std::size_t>(kTables[t].dim);
+// The update the replicas must apply for one step's pushes (ids and their gradient rows): each
+// id's gradients summed in push order (worker by worker, a worker's positions in order) and
+// multiplied by 1 / the worker count, given to one reference store.
+using Push = std::pair<std::vector<std::int64_t>, std::vector<float>>;
+void push_averaged(LocalEmbeddingStore& store, const std::vector<Push>& pushes, std::size_t dim, double lr) {
   std::vector<std::int64_t> order;
   std::map<std::int64_t, std::vector<float>> sums;
-  for (int w = 0; w < kWorkers; ++w) {
-    const auto ids = ids_of(w, step, t);
-    const auto grads = grads_of(w, step, t);
+  for (const auto& [ids, grads] : pushes) {
     for (std::size_t p = 0; p < ids.size(); ++p) {
       auto [it, fresh] = sums.try_emplace(ids[p], std::vector<float>(dim, 0.0f));
       if (fresh) order.push_back(ids[p]);
@@ -103,6 +101,13 @@ void reference_step(LocalEmbeddingStore& store, int step, int t, double lr) {
     for (float g : sums[id]) merged.push_back(g * (1.0f / kWorkers));
   }
   store.push(order, merged.data(), lr);
+}
+
+// The reference's step: every worker's pushes of table t at `step`.
+void reference_step(LocalEmbeddingStore& store, int step, int t, double lr) {
+  std::vector<Push> pushes;
+  for (int w = 0; w < kWorkers; ++w) pushes.emplace_back(ids_of(w, step, t), grads_of(w, step, t));
+  push_averaged(store, pushes, static_cast<std::size_t>(kTables[t].dim), lr);
 }
 
 // The three tensors of save_rows(), by name.
@@ -229,29 +234,10 @@ TEST(ReplicatedEmbeddingStore, IndicesFromAPullAreNotUsedOnceTheNumberingChanged
   const double lr = 0.1;
   const auto ids = ids_of(0, 0, 0);    // the same 40 positions over 30 ids on every worker
   const auto grads = grads_of(0, 0, 0);
-  // The reference: the averaged gradient of the workers that pushed in each step.
-  auto averaged = [&](int pushing_workers) {
-    std::vector<std::int64_t> order;
-    std::map<std::int64_t, std::vector<float>> sums;
-    for (int w = 0; w < pushing_workers; ++w) {
-      for (std::size_t p = 0; p < ids.size(); ++p) {
-        auto [it, fresh] = sums.try_emplace(ids[p], std::vector<float>(dim, 0.0f));
-        if (fresh) order.push_back(ids[p]);
-        for (std::size_t c = 0; c < dim; ++c) {
-          it->second[c] = fresh ? grads[p * dim + c] : it->second[c] + grads[p * dim + c];
-        }
-      }
-    }
-    std::vector<float> merged;
-    for (std::int64_t id : order) {
-      for (float g : sums[id]) merged.push_back(g * (1.0f / kWorkers));
-    }
-    return std::pair(order, merged);
-  };
+  // The reference: the averaged gradients of the workers that push in each step.
   LocalEmbeddingStore reference(table_spec(table), adagrad());
   for (int pushing : {kWorkers - 1, kWorkers, kWorkers}) {
-    const auto [order, merged] = averaged(pushing);
-    reference.push(order, merged.data(), lr);
+    push_averaged(reference, std::vector<Push>(static_cast<std::size_t>(pushing), Push(ids, grads)), dim, lr);
   }
   std::vector<std::map<std::string, Tensor>> replica_rows(kWorkers);
   const int port = free_port();
