@@ -23,13 +23,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config/diff.h"
-#include "core/util/cpus.h"
 #include "core/config/suggest.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/optim/sparse_row_optimizer.h"
 #include "core/net/connection_events.h"
 #include "core/net/socket.h"
+#include "core/util/cpus.h"
 #include "ps/consistency.h"
 #include "ps/detail/frames.h"
 #include "ps/request_log.h"

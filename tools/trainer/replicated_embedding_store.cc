@@ -67,40 +67,35 @@ void ReplicatedEmbeddingStore::pull(std::span<const std::int64_t> ids, float* ro
   pulled_ids_.assign(ids.begin(), ids.end());
   pulled_indices_.assign(n, kNotNumbered);
   pulled_generation_ = numbering_generation_;
-  if (n == 0) return;
+  // Nothing numbered yet (the first step, or just after a load): every row from the replica.
+  if (n == 0 || index_slots_.empty()) return replica_.pull(ids, rows);
   AIACC_CHECK(rows != nullptr, "replicated table {}: pull into a null buffer", spec().name);
   const auto dim = static_cast<std::size_t>(spec().dim);
   pulled_rows_.assign(n, nullptr);
   unnumbered_ids_.clear();
   unnumbered_positions_.clear();
-  if (!index_slots_.empty()) {
-    const int shift = shift_for(index_slots_.size());
-    for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) __builtin_prefetch(&index_slots_[home_slot(ids[i], shift)]);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i + kPrefetchDistance < n) __builtin_prefetch(&index_slots_[home_slot(ids[i + kPrefetchDistance], shift)]);
-      const IdSlot& slot = index_slots_[find_slot(index_slots_, ids[i], shift)];
-      if (slot.index != 0) {
-        pulled_indices_[i] = slot.index - 1;
-        pulled_rows_[i] = row_of_index_[slot.index - 1];
-      } else {
-        unnumbered_ids_.push_back(ids[i]);
-        unnumbered_positions_.push_back(static_cast<std::uint32_t>(i));
-      }
+  const int shift = shift_for(index_slots_.size());
+  for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) __builtin_prefetch(&index_slots_[home_slot(ids[i], shift)]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) __builtin_prefetch(&index_slots_[home_slot(ids[i + kPrefetchDistance], shift)]);
+    const IdSlot& slot = index_slots_[find_slot(index_slots_, ids[i], shift)];
+    if (slot.index != 0) {
+      pulled_indices_[i] = slot.index - 1;
+      pulled_rows_[i] = row_of_index_[slot.index - 1];
+    } else {
+      unnumbered_ids_.push_back(ids[i]);
+      unnumbered_positions_.push_back(static_cast<std::uint32_t>(i));
     }
-    // The numbered rows, each asked for a few ahead (scattered over the replica's arena).
-    for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
-      if (pulled_rows_[i] != nullptr) __builtin_prefetch(pulled_rows_[i]);
+  }
+  // The numbered rows, each asked for a few ahead (scattered over the replica's arena).
+  for (std::size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) {
+    if (pulled_rows_[i] != nullptr) __builtin_prefetch(pulled_rows_[i]);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n && pulled_rows_[i + kPrefetchDistance] != nullptr) {
+      __builtin_prefetch(pulled_rows_[i + kPrefetchDistance]);
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i + kPrefetchDistance < n && pulled_rows_[i + kPrefetchDistance] != nullptr) {
-        __builtin_prefetch(pulled_rows_[i + kPrefetchDistance]);
-      }
-      if (pulled_rows_[i] != nullptr) copy_row(rows + i * dim, pulled_rows_[i], dim);
-    }
-  } else {
-    unnumbered_ids_.assign(ids.begin(), ids.end());
-    unnumbered_positions_.resize(n);
-    for (std::size_t i = 0; i < n; ++i) unnumbered_positions_[i] = static_cast<std::uint32_t>(i);
+    if (pulled_rows_[i] != nullptr) copy_row(rows + i * dim, pulled_rows_[i], dim);
   }
   if (unnumbered_ids_.empty()) return;
   // The replica creates rows it does not hold yet (or, read-only, returns their initial values).
